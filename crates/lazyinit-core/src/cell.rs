@@ -1,0 +1,346 @@
+//! One cell of the experiment matrix and the axes it is made of.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::size::ByteSize;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AxisError {
+    #[error("unknown arch `{0}`: use x86_64 or arm64")]
+    Arch(String),
+    #[error("unsupported HZ `{0}`: use 100, 250, 300 or 1000")]
+    Hz(String),
+    #[error("unknown variant `{0}`: use fix or nofix")]
+    Variant(String),
+    #[error("unknown kernel source `{0}`: use debian-6.1, debian-6.12, a version like 5.10.79, or a path to a tree or tarball")]
+    Source(String),
+}
+
+macro_rules! string_serde {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.to_string())
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+/// Guest architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Arch {
+    X86_64,
+    Arm64,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Arm64];
+
+    /// `ARCH=` for the kernel's make.
+    pub fn kernel_arch(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86",
+            Arch::Arm64 => "arm64",
+        }
+    }
+    /// Debian's name for the architecture (dpkg, apt).
+    pub fn debian_arch(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+    /// GNU triplet, used for the cross-compiler prefix and library paths.
+    pub fn gnu_triplet(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64-linux-gnu",
+            Arch::Arm64 => "aarch64-linux-gnu",
+        }
+    }
+    /// `uname -m` inside the guest.
+    pub fn uname_machine(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Arm64 => "aarch64",
+        }
+    }
+    pub fn qemu_binary(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "qemu-system-x86_64",
+            Arch::Arm64 => "qemu-system-aarch64",
+        }
+    }
+    /// Path of the bootable image inside a kernel build tree.
+    pub fn image_path(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "arch/x86/boot/bzImage",
+            Arch::Arm64 => "arch/arm64/boot/Image",
+        }
+    }
+    /// The architecture this program runs on, if it is one we know.
+    pub fn host() -> Option<Arch> {
+        match std::env::consts::ARCH {
+            "x86_64" => Some(Arch::X86_64),
+            "aarch64" => Some(Arch::Arm64),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Arm64 => "arm64",
+        })
+    }
+}
+
+impl FromStr for Arch {
+    type Err = AxisError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "x86_64" | "x86-64" | "amd64" | "x64" => Ok(Arch::X86_64),
+            "arm64" | "aarch64" => Ok(Arch::Arm64),
+            _ => Err(AxisError::Arch(s.to_string())),
+        }
+    }
+}
+string_serde!(Arch);
+
+/// The kernel's timer frequency, `CONFIG_HZ`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Hz(u32);
+
+impl Hz {
+    pub const SUPPORTED: [u32; 4] = [100, 250, 300, 1000];
+
+    pub fn new(hz: u32) -> Result<Hz, AxisError> {
+        if Self::SUPPORTED.contains(&hz) {
+            Ok(Hz(hz))
+        } else {
+            Err(AxisError::Hz(hz.to_string()))
+        }
+    }
+    pub fn get(self) -> u32 {
+        self.0
+    }
+    /// One tick in seconds.
+    pub fn tick_s(self) -> f64 {
+        1.0 / self.0 as f64
+    }
+}
+
+impl fmt::Display for Hz {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for Hz {
+    type Err = AxisError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let n: u32 = s.trim().parse().map_err(|_| AxisError::Hz(s.to_string()))?;
+        Hz::new(n)
+    }
+}
+
+impl Serialize for Hz {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(self.0)
+    }
+}
+impl<'de> Deserialize<'de> for Hz {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u32),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Hz::new(n).map_err(serde::de::Error::custom),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Whether the kernel carries the ext4 lazy-init scheduling fix (39fec6889d15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Variant {
+    Fix,
+    NoFix,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 2] = [Variant::NoFix, Variant::Fix];
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Variant::Fix => "fix",
+            Variant::NoFix => "nofix",
+        })
+    }
+}
+
+impl FromStr for Variant {
+    type Err = AxisError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fix" | "fixed" | "with-fix" => Ok(Variant::Fix),
+            "nofix" | "no-fix" | "unfixed" | "without-fix" => Ok(Variant::NoFix),
+            _ => Err(AxisError::Variant(s.to_string())),
+        }
+    }
+}
+string_serde!(Variant);
+
+/// Where the kernel source comes from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KernelSource {
+    /// Debian's `linux-source-6.1` package.
+    Debian61,
+    /// Debian's `linux-source-6.12` package.
+    Debian612,
+    /// An upstream release by version, e.g. `5.10.79`, fetched from a mirror.
+    Version(String),
+    /// A user-given kernel tree or tarball.
+    Path(PathBuf),
+}
+
+impl Default for KernelSource {
+    fn default() -> Self {
+        KernelSource::Debian61
+    }
+}
+
+impl fmt::Display for KernelSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelSource::Debian61 => f.write_str("debian-6.1"),
+            KernelSource::Debian612 => f.write_str("debian-6.12"),
+            KernelSource::Version(v) => f.write_str(v),
+            KernelSource::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+fn is_version(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('.').collect();
+    (2..=3).contains(&parts.len())
+        && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+}
+
+impl FromStr for KernelSource {
+    type Err = AxisError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        match t {
+            "debian-6.1" | "debian" => Ok(KernelSource::Debian61),
+            "debian-6.12" => Ok(KernelSource::Debian612),
+            _ if is_version(t) => Ok(KernelSource::Version(t.to_string())),
+            _ if t.contains('/') || t.ends_with(".tar.xz") || t.ends_with(".tar.gz") => {
+                Ok(KernelSource::Path(PathBuf::from(t)))
+            }
+            _ => Err(AxisError::Source(s.to_string())),
+        }
+    }
+}
+string_serde!(KernelSource);
+
+/// Default `s_li_wait_mult` (mount option `init_itable=n`).
+pub const DEFAULT_WAIT_MULT: u32 = 10;
+
+/// One cell of the matrix: everything that determines one measurement.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Cell {
+    pub provider: String,
+    pub arch: Arch,
+    pub source: KernelSource,
+    pub hz: Hz,
+    pub variant: Variant,
+    pub volume: ByteSize,
+    pub wait_mult: u32,
+    pub repetition: u32,
+}
+
+impl Cell {
+    /// A short, file-name-safe identifier, unique within a run.
+    pub fn id(&self) -> String {
+        let src: String = self
+            .source
+            .to_string()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+            .collect();
+        let src = src.trim_matches('_');
+        let mut id = format!(
+            "{}-{}-{}-hz{}-{}-{}",
+            self.provider, self.arch, src, self.hz, self.variant, self.volume
+        );
+        if self.wait_mult != DEFAULT_WAIT_MULT {
+            id.push_str(&format!("-w{}", self.wait_mult));
+        }
+        id.push_str(&format!("-r{}", self.repetition));
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axes_parse_and_print() {
+        assert_eq!("aarch64".parse::<Arch>().unwrap(), Arch::Arm64);
+        assert_eq!(Arch::X86_64.to_string(), "x86_64");
+        assert!("riscv".parse::<Arch>().is_err());
+        assert_eq!("250".parse::<Hz>().unwrap().get(), 250);
+        assert!("200".parse::<Hz>().is_err());
+        assert_eq!("no-fix".parse::<Variant>().unwrap(), Variant::NoFix);
+        assert!("maybe".parse::<Variant>().is_err());
+    }
+
+    #[test]
+    fn sources_parse() {
+        assert_eq!("debian-6.12".parse::<KernelSource>().unwrap(), KernelSource::Debian612);
+        assert_eq!(
+            "5.10.79".parse::<KernelSource>().unwrap(),
+            KernelSource::Version("5.10.79".into())
+        );
+        assert_eq!(
+            "/src/linux".parse::<KernelSource>().unwrap(),
+            KernelSource::Path("/src/linux".into())
+        );
+        assert!("linus".parse::<KernelSource>().is_err());
+    }
+
+    #[test]
+    fn cell_id_is_file_name_safe() {
+        let c = Cell {
+            provider: "qemu".into(),
+            arch: Arch::Arm64,
+            source: KernelSource::Path("/tmp/linux 5.10".into()),
+            hz: Hz::new(100).unwrap(),
+            variant: Variant::Fix,
+            volume: "2TiB".parse().unwrap(),
+            wait_mult: 10,
+            repetition: 1,
+        };
+        let id = c.id();
+        assert_eq!(id, "qemu-arm64-tmp_linux_5.10-hz100-fix-2TiB-r1");
+        assert!(!id.contains('/'));
+    }
+}

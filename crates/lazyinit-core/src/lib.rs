@@ -1,0 +1,23 @@
+//! The shared vocabulary of lazyinit-bench.
+//!
+//! Every other crate speaks in these types: what a cell of the experiment
+//! matrix is ([`cell`]), what the model predicts for it ([`model`]), what a
+//! result row looks like on disk ([`results`]), the figures of the 2021 report
+//! ([`reported`]), the progress events the orchestrator emits ([`events`]) and
+//! the one seam that has several implementations, the [`provider::Provider`].
+
+pub mod cell;
+pub mod events;
+pub mod exit;
+pub mod model;
+pub mod paths;
+pub mod provider;
+pub mod reported;
+pub mod results;
+pub mod size;
+
+pub use cell::{Arch, Cell, Hz, KernelSource, Variant};
+pub use size::ByteSize;
+
+/// Version of the harness, recorded in every result row.
+pub const HARNESS_VERSION: &str = env!("CARGO_PKG_VERSION");

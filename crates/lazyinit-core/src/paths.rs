@@ -1,0 +1,36 @@
+//! Where the harness keeps things outside the clone.
+//!
+//! Caches (kernel builds, guest images, sources) are content-keyed and may
+//! be shared between clones, CI runs and users of the machine; state (keys)
+//! is private to the user.
+
+use std::path::PathBuf;
+
+/// Root of the content-keyed cache: `$LAZYINIT_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/lazyinit-bench` (`~/.cache/lazyinit-bench`).
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("LAZYINIT_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    dirs::cache_dir()
+        .unwrap_or_else(|| std::env::temp_dir().join("lazyinit-cache"))
+        .join("lazyinit-bench")
+}
+
+/// Private state (SSH keys, known_hosts): `$LAZYINIT_STATE_DIR`, else
+/// `$XDG_STATE_HOME/lazyinit-bench` (`~/.local/state/lazyinit-bench`).
+pub fn state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("LAZYINIT_STATE_DIR") {
+        return PathBuf::from(d);
+    }
+    dirs::state_dir()
+        .or_else(dirs::data_local_dir)
+        .unwrap_or_else(|| std::env::temp_dir().join("lazyinit-state"))
+        .join("lazyinit-bench")
+}
+
+/// Lowercase hex SHA-256 of some bytes: the content keys of every cache.
+pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes.as_ref()))
+}

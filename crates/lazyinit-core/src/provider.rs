@@ -1,0 +1,121 @@
+//! The one seam with several implementations: where a guest comes from.
+//!
+//! A [`Provider`] turns a cell into a running [`Machine`] with a blank volume
+//! and an SSH endpoint whose host key the harness already knows. Everything
+//! after that (verify the kernel, mkfs, mount, time ext4lazyinit) is the
+//! shared guest protocol in `lazyinit-guest`, identical for every provider.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+
+use crate::cell::Cell;
+use crate::exit;
+
+/// What a provider needs to start a machine for one cell.
+#[derive(Debug, Clone)]
+pub struct LaunchRequest {
+    pub run_id: String,
+    pub cell: Cell,
+    /// Bootable kernel image for the cell's arch (bzImage / Image).
+    pub kernel_image: PathBuf,
+    /// `uname -r` the booted kernel must report.
+    pub kernel_release: String,
+    /// Guest userland (compressed cpio) with the pinned SSH host key.
+    pub initramfs: PathBuf,
+    /// Per-cell folder for the console log and anything else worth keeping.
+    pub log_dir: PathBuf,
+    /// Extra kernel command-line arguments (clocksource hints, for example).
+    pub extra_cmdline: Vec<String>,
+    /// Storage latency profile for the volume (`none` or a provider-specific name).
+    pub storage_profile: String,
+}
+
+/// How to reach a launched guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// The blank volume's block device inside the guest, e.g. `/dev/vda`.
+    pub volume_device: String,
+}
+
+/// What ran the guest, as recorded in the result row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineInfo {
+    pub provider: String,
+    pub machine: String,
+    pub accel: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The request cannot work as given (size beyond the host disk, ...).
+    #[error("{0}")]
+    BadInput(String),
+    /// A host tool is missing; `install` says how to get it.
+    #[error("{tool} is missing: {install}")]
+    MissingTool { tool: String, install: String },
+    /// The machine or its infrastructure failed; `detail` is attached below
+    /// the message (console tail, QEMU stderr, API error body).
+    #[error("{message}{}", fmt_detail(.detail))]
+    Infrastructure { message: String, detail: String },
+    #[error("interrupted")]
+    Interrupted,
+}
+
+fn fmt_detail(d: &str) -> String {
+    if d.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\n--- last output ---\n{}", d.trim_end())
+    }
+}
+
+impl ProviderError {
+    pub fn infra(message: impl Into<String>) -> Self {
+        ProviderError::Infrastructure { message: message.into(), detail: String::new() }
+    }
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ProviderError::BadInput(_) => exit::BAD_INPUT,
+            ProviderError::MissingTool { .. } => exit::MISSING_TOOL,
+            ProviderError::Infrastructure { .. } => exit::INFRASTRUCTURE,
+            ProviderError::Interrupted => exit::INTERRUPTED,
+        }
+    }
+}
+
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// `qemu`, `ec2`: the value of the `provider` column.
+    fn name(&self) -> &str;
+
+    /// Checks, before anything starts, that these cells can run here at all
+    /// (tools installed, disk or quota enough). Launches nothing.
+    async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError>;
+
+    /// Starts a machine for one cell and returns once it is booting. The
+    /// returned machine owns every resource it made; dropping it without
+    /// `teardown` must still not leak a process.
+    async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError>;
+}
+
+#[async_trait]
+pub trait Machine: Send {
+    fn info(&self) -> MachineInfo;
+    fn endpoint(&self) -> Endpoint;
+    /// True when the kernel under test is not yet running and the guest
+    /// protocol must install it and reboot (EC2); false when the provider
+    /// booted it directly (QEMU).
+    fn needs_kernel_install(&self) -> bool {
+        false
+    }
+    /// The last `lines` lines of the guest console, for error messages.
+    fn console_tail(&self, lines: usize) -> String;
+    /// Whether the machine is still running (a dead QEMU means no answer will come).
+    fn is_alive(&mut self) -> bool;
+    /// Stops the machine and removes every resource it created. Idempotent.
+    async fn teardown(&mut self) -> Result<(), ProviderError>;
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs every host package lazyinit-bench needs on Debian 12 (bookworm).
+# Idempotent: a second run on a ready machine only checks and exits.
+# QEMU comes from bookworm-backports because qemu-utils 10 from backports
+# conflicts with bookworm's qemu-system 7.2 (DESIGN.md, pitfalls).
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+
+PKGS=(
+  qemu-system-x86 qemu-system-arm        # guests (backports, see below)
+  linux-source-6.1 linux-source-6.12     # kernel sources
+  build-essential gcc-aarch64-linux-gnu  # native and cross compilers
+  flex bison bc libelf-dev libssl-dev cpio xz-utils zstd kmod rsync
+  e2fsprogs busybox-static dropbear-bin openssh-client
+  python3-venv                           # EC2 API emulator (moto) for tests
+)
+
+need=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  need+=(arch-arm64)
+fi
+if [ ${#need[@]} -eq 0 ]; then
+  echo "setup-host: all packages present"
+  exit 0
+fi
+echo "setup-host: installing: ${need[*]}"
+
+. /etc/os-release
+codename=${VERSION_CODENAME:-bookworm}
+if ! grep -rqs "${codename}-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  $SUDO tee /etc/apt/sources.list.d/lazyinit-backports.sources >/dev/null <<SRC
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: ${codename}-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+# Foreign-arch packages are only downloaded and unpacked (guest images), never run.
+$SUDO dpkg --add-architecture arm64
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q -t "${codename}-backports" qemu-system-x86 qemu-system-arm
+rest=()
+for p in "${PKGS[@]}"; do
+  case "$p" in qemu-system-*) ;; *) rest+=("$p") ;; esac
+done
+$SUDO apt-get install -y -q --no-install-recommends "${rest[@]}"
+echo "setup-host: done"
