@@ -240,7 +240,9 @@ impl fmt::Display for KernelSource {
 fn is_version(s: &str) -> bool {
     let parts: Vec<&str> = s.split('.').collect();
     (2..=3).contains(&parts.len())
-        && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }
 
 impl FromStr for KernelSource {
@@ -283,7 +285,13 @@ impl Cell {
             .source
             .to_string()
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         let src = src.trim_matches('_');
         let mut id = format!(
@@ -315,7 +323,10 @@ mod tests {
 
     #[test]
     fn sources_parse() {
-        assert_eq!("debian-6.12".parse::<KernelSource>().unwrap(), KernelSource::Debian612);
+        assert_eq!(
+            "debian-6.12".parse::<KernelSource>().unwrap(),
+            KernelSource::Debian612
+        );
         assert_eq!(
             "5.10.79".parse::<KernelSource>().unwrap(),
             KernelSource::Version("5.10.79".into())

@@ -33,11 +33,21 @@ pub enum Event {
     /// A cell entered a phase.
     Phase { cell: String, phase: Phase },
     /// Lazy-init progress from the tracepoint stream.
-    Groups { cell: String, done: u64, total: u64, eta_s: Option<f64> },
+    Groups {
+        cell: String,
+        done: u64,
+        total: u64,
+        eta_s: Option<f64>,
+    },
     /// A line worth showing (kept short); full logs go to the run folder.
     Note { cell: String, message: String },
     /// A cell ended; `status` is the CSV status (ok, failed, interrupted, skipped).
-    Finished { cell: String, status: String, lazyinit_s: Option<f64>, error: Option<String> },
+    Finished {
+        cell: String,
+        status: String,
+        lazyinit_s: Option<f64>,
+        error: Option<String>,
+    },
 }
 
 /// Where events go. Cloneable and cheap; a dropped receiver is not an error.
@@ -60,9 +70,15 @@ impl EventSink {
         }
     }
     pub fn phase(&self, cell: &str, phase: Phase) {
-        self.emit(Event::Phase { cell: cell.to_string(), phase });
+        self.emit(Event::Phase {
+            cell: cell.to_string(),
+            phase,
+        });
     }
     pub fn note(&self, cell: &str, message: impl Into<String>) {
-        self.emit(Event::Note { cell: cell.to_string(), message: message.into() });
+        self.emit(Event::Note {
+            cell: cell.to_string(),
+            message: message.into(),
+        });
     }
 }

@@ -24,12 +24,20 @@ pub struct ExitError {
 }
 
 pub fn bad_input(message: impl Into<String>) -> ExitError {
-    ExitError { code: BAD_INPUT, message: message.into() }
+    ExitError {
+        code: BAD_INPUT,
+        message: message.into(),
+    }
 }
 
 /// A missing host tool, with the command that installs it.
 pub fn missing_tool(tool: &str, install: &str) -> ExitError {
-    ExitError { code: MISSING_TOOL, message: format!("{tool} is missing: install it with `{install}` (or run scripts/setup-host.sh)") }
+    ExitError {
+        code: MISSING_TOOL,
+        message: format!(
+            "{tool} is missing: install it with `{install}` (or run scripts/setup-host.sh)"
+        ),
+    }
 }
 
 /// The exit code for an error chain: the first coded error in it wins.

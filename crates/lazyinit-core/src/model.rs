@@ -162,7 +162,10 @@ mod tests {
             z1_s: 0.0009,
             z_s: 0.0009,
         });
-        assert!((p.per_group_s - 0.0009).abs() < 1e-12, "L=0 runs back to back");
+        assert!(
+            (p.per_group_s - 0.0009).abs() < 1e-12,
+            "L=0 runs back to back"
+        );
     }
 
     #[test]

@@ -75,7 +75,10 @@ fn fmt_detail(d: &str) -> String {
 
 impl ProviderError {
     pub fn infra(message: impl Into<String>) -> Self {
-        ProviderError::Infrastructure { message: message.into(), detail: String::new() }
+        ProviderError::Infrastructure {
+            message: message.into(),
+            detail: String::new(),
+        }
     }
     pub fn exit_code(&self) -> u8 {
         match self {

@@ -17,8 +17,22 @@ pub struct ReportedCell {
     pub seconds: f64,
 }
 
-const fn cell(instance: &'static str, arch: Arch, hz: u32, variant: Variant, tib: u64, seconds: f64) -> ReportedCell {
-    ReportedCell { instance, arch, hz, variant, volume_bytes: tib * TIB, seconds }
+const fn cell(
+    instance: &'static str,
+    arch: Arch,
+    hz: u32,
+    variant: Variant,
+    tib: u64,
+    seconds: f64,
+) -> ReportedCell {
+    ReportedCell {
+        instance,
+        arch,
+        hz,
+        variant,
+        volume_bytes: tib * TIB,
+        seconds,
+    }
 }
 
 pub const REPORTED_2021: [ReportedCell; 8] = [
@@ -33,15 +47,21 @@ pub const REPORTED_2021: [ReportedCell; 8] = [
 ];
 
 /// The reported figure for a cell, if the report measured one like it.
-pub fn lookup(arch: Arch, hz: Hz, variant: Variant, volume_bytes: u64) -> Option<&'static ReportedCell> {
-    REPORTED_2021
-        .iter()
-        .find(|c| c.arch == arch && c.hz == hz.get() && c.variant == variant && c.volume_bytes == volume_bytes)
+pub fn lookup(
+    arch: Arch,
+    hz: Hz,
+    variant: Variant,
+    volume_bytes: u64,
+) -> Option<&'static ReportedCell> {
+    REPORTED_2021.iter().find(|c| {
+        c.arch == arch && c.hz == hz.get() && c.variant == variant && c.volume_bytes == volume_bytes
+    })
 }
 
 /// The same figures as CSV (what `results/reported-2021.csv` holds).
 pub fn to_csv() -> String {
-    let mut s = String::from("source,instance,arch,hz,variant,volume_bytes,volume,kernel,lazyinit_s\n");
+    let mut s =
+        String::from("source,instance,arch,hz,variant,volume_bytes,volume,kernel,lazyinit_s\n");
     for c in REPORTED_2021 {
         s.push_str(&format!(
             "linux-ext4 2021-09-20,{},{},{},{},{},{}TiB,5.10,{}\n",
@@ -70,7 +90,12 @@ mod tests {
     #[test]
     fn lookup_finds_only_reported_cells() {
         let hz = |n| Hz::new(n).unwrap();
-        assert_eq!(lookup(Arch::Arm64, hz(100), Variant::NoFix, 2 * TIB).unwrap().seconds, 1842.0);
+        assert_eq!(
+            lookup(Arch::Arm64, hz(100), Variant::NoFix, 2 * TIB)
+                .unwrap()
+                .seconds,
+            1842.0
+        );
         assert!(lookup(Arch::Arm64, hz(250), Variant::NoFix, 2 * TIB).is_none());
     }
 }

@@ -133,13 +133,23 @@ pub const COLUMNS: &[&str] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
     #[error("cannot open results file {path}")]
-    Open { path: PathBuf, source: std::io::Error },
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot write results file {path}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: header does not match this harness's columns (expected `{expected}`); write to a new results folder")]
     Header { path: PathBuf, expected: String },
     #[error("{path}:{line}: {message}")]
-    Parse { path: PathBuf, line: u64, message: String },
+    Parse {
+        path: PathBuf,
+        line: u64,
+        message: String,
+    },
 }
 
 /// Appends rows to a CSV file, writing the header when the file is new and
@@ -152,7 +162,10 @@ pub struct ResultsWriter {
 impl ResultsWriter {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ResultsError> {
         let path = path.as_ref().to_path_buf();
-        let open_err = |source| ResultsError::Open { path: path.clone(), source };
+        let open_err = |source| ResultsError::Open {
+            path: path.clone(),
+            source,
+        };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(open_err)?;
         }
@@ -167,14 +180,20 @@ impl ResultsWriter {
         if len == 0 {
             writeln!(file, "{header}")
                 .and_then(|_| file.sync_data())
-                .map_err(|source| ResultsError::Write { path: path.clone(), source })?;
+                .map_err(|source| ResultsError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
         } else {
             let mut first = String::new();
             BufReader::new(File::open(&path).map_err(open_err)?)
                 .read_line(&mut first)
                 .map_err(open_err)?;
             if first.trim_end() != header {
-                return Err(ResultsError::Header { path, expected: header });
+                return Err(ResultsError::Header {
+                    path,
+                    expected: header,
+                });
             }
         }
         Ok(Self { path, file })
@@ -185,7 +204,9 @@ impl ResultsWriter {
     }
 
     pub fn append(&mut self, row: &ResultRow) -> Result<(), ResultsError> {
-        let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+        let mut w = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(Vec::new());
         w.serialize(row).map_err(|e| ResultsError::Write {
             path: self.path.clone(),
             source: std::io::Error::other(e),
@@ -198,14 +219,20 @@ impl ResultsWriter {
         self.file
             .write_all(&bytes)
             .and_then(|_| self.file.sync_data())
-            .map_err(|source| ResultsError::Write { path: self.path.clone(), source })
+            .map_err(|source| ResultsError::Write {
+                path: self.path.clone(),
+                source,
+            })
     }
 }
 
 /// Reads every row of a results CSV, with line-numbered errors.
 pub fn read_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|source| ResultsError::Open { path: path.into(), source })?;
+    let file = File::open(path).map_err(|source| ResultsError::Open {
+        path: path.into(),
+        source,
+    })?;
     read_rows_from(file, path)
 }
 
@@ -228,7 +255,11 @@ pub fn read_rows_from(r: impl std::io::Read, path: &Path) -> Result<Vec<ResultRo
                     },
                     _ => e.to_string(),
                 };
-                return Err(ResultsError::Parse { path: path.into(), line, message });
+                return Err(ResultsError::Parse {
+                    path: path.into(),
+                    line,
+                    message,
+                });
             }
         }
     }
@@ -304,7 +335,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r.csv");
         std::fs::write(&p, "a,b\n1,2\n").unwrap();
-        assert!(matches!(ResultsWriter::open(&p), Err(ResultsError::Header { .. })));
+        assert!(matches!(
+            ResultsWriter::open(&p),
+            Err(ResultsError::Header { .. })
+        ));
     }
 
     #[test]
@@ -313,7 +347,11 @@ mod tests {
         w.serialize(sample()).unwrap();
         w.serialize(sample()).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        let broken = text.replacen(",tcg,x86_64,", ",tcg,sparc,", 2).replacen(",tcg,sparc,", ",tcg,x86_64,", 1);
+        let broken = text.replacen(",tcg,x86_64,", ",tcg,sparc,", 2).replacen(
+            ",tcg,sparc,",
+            ",tcg,x86_64,",
+            1,
+        );
         let err = read_rows_from(broken.as_bytes(), Path::new("x.csv")).unwrap_err();
         let msg = err.to_string();
         assert!(msg.starts_with("x.csv:3: "), "{msg}");

@@ -23,7 +23,9 @@ impl FromStr for ByteSize {
     type Err = SizeError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || SizeError { input: s.to_string() };
+        let err = || SizeError {
+            input: s.to_string(),
+        };
         let t = s.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
@@ -93,7 +95,15 @@ mod tests {
 
     #[test]
     fn rejects_non_sizes() {
-        for bad in ["", "GiB", "2TB", "-1GiB", "1.5GiB", "lots", "99999999999TiB"] {
+        for bad in [
+            "",
+            "GiB",
+            "2TB",
+            "-1GiB",
+            "1.5GiB",
+            "lots",
+            "99999999999TiB",
+        ] {
             assert!(bad.parse::<ByteSize>().is_err(), "{bad} should be refused");
         }
     }

@@ -1,0 +1,76 @@
+//! `lazyinit-bench`: a thin command line over the library crates.
+//!
+//! Each subcommand family lives in `cmd/`; this file parses, sets up
+//! logging, runs one command and turns its outcome into an exit code
+//! (see `lazyinit_core::exit`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+#[derive(Parser)]
+#[command(name = "lazyinit-bench", version, about, long_about = None)]
+struct Cli {
+    /// More log output on stderr (repeat for more).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build or list kernels (with and without the ext4 lazy-init fix).
+    #[command(subcommand)]
+    Kernel(cmd::kernel::KernelCmd),
+    /// Build or list guest images (initramfs with a pinned SSH server).
+    #[command(subcommand)]
+    Image(cmd::image::ImageCmd),
+    /// Run one cell, a preset or an experiment spec.
+    Run(cmd::run::RunArgs),
+    /// Show what a run would do, how long and at what cost; launches nothing.
+    Plan(cmd::run::PlanArgs),
+    /// Turn result CSVs into tables, statistics and plots.
+    Report(cmd::report::ReportArgs),
+    /// Compare a candidate's results against a baseline (exit 1 on regression).
+    Compare(cmd::report::CompareArgs),
+    /// Find and remove leftover cloud resources of this project.
+    Cleanup(cmd::cleanup::CleanupArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    cmd::init_logging(cli.verbose);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(lazyinit_core::exit::INFRASTRUCTURE);
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Kernel(c) => cmd::kernel::run(c).await,
+            Command::Image(c) => cmd::image::run(c).await,
+            Command::Run(a) => cmd::run::run(a).await,
+            Command::Plan(a) => cmd::run::plan(a).await,
+            Command::Report(a) => cmd::report::report(a).await,
+            Command::Compare(a) => cmd::report::compare(a).await,
+            Command::Cleanup(a) => cmd::cleanup::run(a).await,
+        }
+    });
+    // Guests and temp files are owned by the commands and already gone here.
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(lazyinit_core::exit::code_of(&err))
+        }
+    }
+}

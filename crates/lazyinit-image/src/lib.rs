@@ -1,0 +1,1 @@
+//! Guest images: per-arch initramfs from Debian packages, and the project's SSH keys

@@ -1,0 +1,1 @@
+//! Kernel builds: fragments, variant patches, verification and the content-keyed cache

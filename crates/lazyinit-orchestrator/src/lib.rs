@@ -1,0 +1,1 @@
+//! Experiment specs, plans and the concurrent matrix runner

@@ -1,0 +1,1 @@
+//! The local QEMU provider

@@ -1,0 +1,1 @@
+//! Statistics, tables, plots and the regression gate; reads only result CSVs
