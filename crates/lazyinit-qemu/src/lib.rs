@@ -1,1 +1,295 @@
-//! The local QEMU provider
+//! The local QEMU provider: one guest per cell, x86_64 (q35) or arm64
+//! (virt), the cell's kernel booted directly with the project's initramfs,
+//! SSH forwarded to a loopback port, and a sparse raw volume of the cell's
+//! real size on virtio-blk.
+
+pub mod accel;
+pub mod args;
+mod machine;
+pub mod process;
+mod qmp;
+pub mod tsc;
+pub mod volume;
+
+pub use accel::AccelChoice;
+pub use args::Accel;
+pub use machine::QemuMachine;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lazyinit_core::provider::{LaunchRequest, Machine, Provider, ProviderError};
+use lazyinit_core::{Arch, Cell};
+use serde::{Deserialize, Serialize};
+
+/// `[provider.qemu]` in an experiment spec.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct QemuConfig {
+    pub accel: AccelChoice,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    /// Where sparse volume files go (default: `<cache>/volumes`).
+    pub volume_dir: Option<PathBuf>,
+    #[serde(with = "humantime_serde")]
+    pub kvm_probe_timeout: Duration,
+    /// Host TSC rate for x86 guests; detected when absent.
+    pub tsc_khz: Option<u64>,
+}
+
+impl Default for QemuConfig {
+    fn default() -> Self {
+        Self {
+            accel: AccelChoice::Auto,
+            memory_mib: 512,
+            cpus: 1,
+            volume_dir: None,
+            kvm_probe_timeout: Duration::from_secs(20),
+            tsc_khz: None,
+        }
+    }
+}
+
+/// A storage latency profile: `none`, or `iops:N` (QEMU block throttling,
+/// which spaces requests and so gives zeroing a latency floor).
+pub fn parse_storage_profile(s: &str) -> Result<Option<args::Throttle>, ProviderError> {
+    let s = s.trim();
+    if s.is_empty() || s == "none" {
+        return Ok(None);
+    }
+    if let Some(n) = s.strip_prefix("iops:") {
+        if let Ok(iops) = n.parse::<u64>() {
+            if iops > 0 {
+                return Ok(Some(args::Throttle { iops_total: iops }));
+            }
+        }
+    }
+    Err(ProviderError::BadInput(format!(
+        "unknown storage profile `{s}` for qemu: use `none` or `iops:N` (N > 0)"
+    )))
+}
+
+pub struct QemuProvider {
+    config: QemuConfig,
+    volume_dir: PathBuf,
+    tsc_khz: Option<u64>,
+    accel: Arc<tokio::sync::Mutex<HashMap<Arch, Accel>>>,
+    ports: Arc<Mutex<HashSet<u16>>>,
+}
+
+impl QemuProvider {
+    pub fn new(config: QemuConfig) -> Self {
+        let volume_dir = config
+            .volume_dir
+            .clone()
+            .unwrap_or_else(|| lazyinit_core::paths::cache_dir().join("volumes"));
+        let tsc_khz = config.tsc_khz.or_else(tsc::host_tsc_khz);
+        Self {
+            config,
+            volume_dir,
+            tsc_khz,
+            accel: Default::default(),
+            ports: Default::default(),
+        }
+    }
+
+    pub fn volume_dir(&self) -> &std::path::Path {
+        &self.volume_dir
+    }
+
+    /// The accelerator for this arch, probing KVM once per arch and process.
+    async fn accel_for(
+        &self,
+        arch: Arch,
+        kernel: &std::path::Path,
+        work: &std::path::Path,
+    ) -> Result<Accel, ProviderError> {
+        let mut cache = self.accel.lock().await;
+        if let Some(a) = cache.get(&arch) {
+            return Ok(*a);
+        }
+        let chosen = match self.config.accel {
+            AccelChoice::Tcg => Accel::Tcg,
+            AccelChoice::Kvm => {
+                accel::probe_kvm(arch, kernel, work, self.config.kvm_probe_timeout)
+                    .await
+                    .map_err(|e| ProviderError::infra(format!("accel = kvm was asked for but KVM does not work: {e}; use accel = auto or tcg")))?;
+                Accel::Kvm
+            }
+            AccelChoice::Auto => {
+                match accel::probe_kvm(arch, kernel, work, self.config.kvm_probe_timeout).await {
+                    Ok(()) => Accel::Kvm,
+                    Err(why) => {
+                        tracing::info!(%arch, %why, "KVM not usable, using TCG");
+                        Accel::Tcg
+                    }
+                }
+            }
+        };
+        cache.insert(arch, chosen);
+        Ok(chosen)
+    }
+
+    fn reserve_port(&self) -> Result<u16, ProviderError> {
+        for _ in 0..32 {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| {
+                ProviderError::infra(format!("cannot find a free loopback port: {e}"))
+            })?;
+            let port = l
+                .local_addr()
+                .map_err(|e| ProviderError::infra(e.to_string()))?
+                .port();
+            if self.ports.lock().unwrap().insert(port) {
+                return Ok(port);
+            }
+        }
+        Err(ProviderError::infra("no free loopback port"))
+    }
+}
+
+fn which(binary: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(binary).is_file()))
+        .unwrap_or(false)
+}
+
+#[async_trait]
+impl Provider for QemuProvider {
+    fn name(&self) -> &str {
+        "qemu"
+    }
+
+    async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError> {
+        for arch in Arch::ALL {
+            if cells.iter().any(|c| c.arch == arch) && !which(arch.qemu_binary()) {
+                let pkg = match arch {
+                    Arch::X86_64 => "qemu-system-x86",
+                    Arch::Arm64 => "qemu-system-arm",
+                };
+                return Err(ProviderError::MissingTool {
+                    tool: arch.qemu_binary().into(),
+                    install: format!("run scripts/setup-host.sh (or: apt-get install -t bookworm-backports {pkg})"),
+                });
+            }
+        }
+        std::fs::create_dir_all(&self.volume_dir).map_err(|e| {
+            ProviderError::BadInput(format!(
+                "cannot create the volume folder {}: {e}",
+                self.volume_dir.display()
+            ))
+        })?;
+        let need: u64 = cells
+            .iter()
+            .map(|c| volume::expected_host_bytes(c.volume))
+            .sum();
+        let free = volume::free_bytes(&self.volume_dir).map_err(|e| {
+            ProviderError::infra(format!("cannot stat {}: {e}", self.volume_dir.display()))
+        })?;
+        if need > free {
+            return Err(ProviderError::BadInput(format!(
+                "these volumes need about {:.1} GiB of host disk in {} (sparse), but only {:.1} GiB is free: free space, use smaller sizes, or set volume-dir",
+                need as f64 / (1u64 << 30) as f64,
+                self.volume_dir.display(),
+                free as f64 / (1u64 << 30) as f64
+            )));
+        }
+        // The filesystem must hold a sparse file of the largest size at all.
+        if let Some(max) = cells.iter().map(|c| c.volume).max() {
+            let probe = self
+                .volume_dir
+                .join(format!(".size-probe-{}", std::process::id()));
+            let _ = std::fs::remove_file(&probe);
+            volume::SparseVolume::create(probe, max).map_err(|e| {
+                ProviderError::BadInput(format!(
+                    "{} cannot hold a sparse file of {max}: {e}; set volume-dir to a filesystem that can",
+                    self.volume_dir.display()
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
+        let throttle = parse_storage_profile(&req.storage_profile)?;
+        std::fs::create_dir_all(&req.log_dir).map_err(|e| {
+            ProviderError::infra(format!("cannot create {}: {e}", req.log_dir.display()))
+        })?;
+        let accel = self
+            .accel_for(req.cell.arch, &req.kernel_image, &req.log_dir)
+            .await?;
+        let volume_path = self
+            .volume_dir
+            .join(&req.run_id)
+            .join(format!("{}.raw", req.cell.id()));
+        let _ = std::fs::remove_file(&volume_path); // a leftover of an interrupted earlier attempt
+        let vol =
+            volume::SparseVolume::create(volume_path.clone(), req.cell.volume).map_err(|e| {
+                ProviderError::infra(format!(
+                    "cannot create the volume {}: {e}",
+                    volume_path.display()
+                ))
+            })?;
+        let mut last_err = String::new();
+        // A port can be taken between our probe and QEMU's bind: retry.
+        for _ in 0..3 {
+            let port = self.reserve_port()?;
+            match machine::QemuMachine::start(machine::StartArgs {
+                req,
+                accel,
+                config: &self.config,
+                tsc_khz: self.tsc_khz,
+                port,
+                volume: vol.path(),
+                throttle,
+            })
+            .await
+            {
+                Ok(mut m) => {
+                    m.own_volume(vol);
+                    return Ok(Box::new(m));
+                }
+                Err(e)
+                    if e.to_string().contains("hostfwd")
+                        || e.to_string().contains("Could not set up host forwarding") =>
+                {
+                    last_err = e.to_string();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ProviderError::infra(format!(
+            "QEMU could not forward an SSH port: {last_err}"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_profiles() {
+        assert_eq!(parse_storage_profile("none").unwrap(), None);
+        assert_eq!(
+            parse_storage_profile("iops:400").unwrap(),
+            Some(args::Throttle { iops_total: 400 })
+        );
+        assert!(parse_storage_profile("iops:0").is_err());
+        assert!(parse_storage_profile("ebs").is_err());
+    }
+
+    #[test]
+    fn config_rejects_unknown_keys() {
+        let e = toml_like(r#"{"memory-mib": 256, "turbo": true}"#);
+        assert!(e.is_err());
+        assert_eq!(toml_like(r#"{"memory-mib": 256}"#).unwrap().memory_mib, 256);
+    }
+
+    fn toml_like(s: &str) -> Result<QemuConfig, serde_json::Error> {
+        serde_json::from_str(s)
+    }
+}

@@ -1,0 +1,261 @@
+//! QEMU command lines, built from small pure functions (vmtest style).
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use lazyinit_core::Arch;
+
+/// Which accelerator a guest runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl Accel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+fn os(v: &[&str]) -> Vec<OsString> {
+    v.iter().map(OsString::from).collect()
+}
+
+/// Options that make a guest that can never outlive its purpose: no default
+/// devices, no display, and a reboot (including a panic with `panic=-1`)
+/// ends QEMU instead of looping.
+pub fn base_args(memory_mib: u32, cpus: u32) -> Vec<OsString> {
+    let mut a = os(&[
+        "-nodefaults",
+        "-no-reboot",
+        "-display",
+        "none",
+        "-no-user-config",
+    ]);
+    a.extend(os(&[
+        "-m",
+        &memory_mib.to_string(),
+        "-smp",
+        &cpus.to_string(),
+    ]));
+    a
+}
+
+pub fn machine_args(arch: Arch, accel: Accel) -> Vec<OsString> {
+    match (arch, accel) {
+        (Arch::X86_64, Accel::Kvm) => os(&["-machine", "q35,accel=kvm", "-cpu", "host"]),
+        (Arch::X86_64, Accel::Tcg) => os(&["-machine", "q35,accel=tcg", "-cpu", "max"]),
+        (Arch::Arm64, Accel::Kvm) => os(&[
+            "-machine",
+            "virt,gic-version=host,accel=kvm",
+            "-cpu",
+            "host",
+        ]),
+        (Arch::Arm64, Accel::Tcg) => os(&["-machine", "virt,accel=tcg", "-cpu", "max"]),
+    }
+}
+
+pub fn console_device(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => "ttyS0",
+        Arch::Arm64 => "ttyAMA0",
+    }
+}
+
+/// The kernel command line. `tsc_khz` pins the x86 TSC frequency so that a
+/// busy TCG host cannot make calibration fail and push the guest onto the
+/// jiffies clocksource (DESIGN §3), which would make the fix invisible.
+pub fn kernel_cmdline(arch: Arch, tsc_khz: Option<u64>, extra: &[String]) -> String {
+    let mut parts = vec![
+        format!("console={}", console_device(arch)),
+        "panic=-1".into(),
+        "rdinit=/init".into(),
+    ];
+    if arch == Arch::X86_64 {
+        if let Some(khz) = tsc_khz {
+            parts.push(format!("tsc_early_khz={khz}"));
+            parts.push("tsc=reliable".into());
+        }
+    }
+    parts.extend(extra.iter().cloned());
+    parts.join(" ")
+}
+
+pub fn boot_args(kernel: &Path, initrd: Option<&Path>, cmdline: &str) -> Vec<OsString> {
+    let mut a = vec!["-kernel".into(), kernel.into()];
+    if let Some(i) = initrd {
+        a.push("-initrd".into());
+        a.push(i.into());
+    }
+    a.push("-append".into());
+    a.push(cmdline.into());
+    a
+}
+
+/// Serial console to a file, so the console survives QEMU and can be tailed.
+pub fn console_args(log: &Path) -> Vec<OsString> {
+    let mut spec = OsString::from("file,id=con0,path=");
+    spec.push(log);
+    vec![
+        "-chardev".into(),
+        spec,
+        "-serial".into(),
+        "chardev:con0".into(),
+    ]
+}
+
+/// QMP on a unix socket for a clean `quit`.
+pub fn qmp_args(socket: &Path) -> Vec<OsString> {
+    let mut spec = OsString::from("unix:");
+    spec.push(socket);
+    spec.push(",server=on,wait=off");
+    vec!["-qmp".into(), spec]
+}
+
+/// User-mode networking with only the guest's SSH port forwarded to loopback.
+pub fn net_args(ssh_port: u16) -> Vec<OsString> {
+    os(&[
+        "-netdev",
+        &format!("user,id=net0,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"),
+        "-device",
+        "virtio-net-pci,netdev=net0,romfile=",
+    ])
+}
+
+/// Block throttling that turns the volume into a device with a fixed
+/// per-request latency floor (a storage profile, see `StorageProfile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttle {
+    pub iops_total: u64,
+}
+
+/// The blank volume: raw sparse file on virtio-blk. Discard and write-zeroes
+/// are passed through and `detect-zeroes=unmap` turns zero writes into holes,
+/// so a 2 TiB volume stays sparse while ext4 zeroes its inode tables.
+pub fn volume_args(volume: &Path, throttle: Option<Throttle>) -> Vec<OsString> {
+    let mut drive = OsString::from("file=");
+    drive.push(volume);
+    drive.push(
+        ",format=raw,if=none,id=vol0,cache=writeback,aio=threads,discard=unmap,detect-zeroes=unmap",
+    );
+    if let Some(t) = throttle {
+        drive.push(format!(",throttling.iops-total={}", t.iops_total));
+    }
+    vec![
+        "-drive".into(),
+        drive,
+        "-device".into(),
+        "virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,romfile=".into(),
+    ]
+}
+
+/// The whole command line for one guest.
+pub struct GuestArgs<'a> {
+    pub arch: Arch,
+    pub accel: Accel,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub kernel: &'a Path,
+    pub initrd: Option<&'a Path>,
+    pub cmdline: &'a str,
+    pub console_log: &'a Path,
+    pub qmp_socket: &'a Path,
+    pub ssh_port: Option<u16>,
+    pub volume: Option<&'a Path>,
+    pub throttle: Option<Throttle>,
+}
+
+pub fn guest_args(g: &GuestArgs<'_>) -> Vec<OsString> {
+    let mut a = base_args(g.memory_mib, g.cpus);
+    a.extend(machine_args(g.arch, g.accel));
+    a.extend(boot_args(g.kernel, g.initrd, g.cmdline));
+    a.extend(console_args(g.console_log));
+    a.extend(qmp_args(g.qmp_socket));
+    if let Some(p) = g.ssh_port {
+        a.extend(net_args(p));
+    }
+    if let Some(v) = g.volume {
+        a.extend(volume_args(v, g.throttle));
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joined(v: &[OsString]) -> String {
+        v.iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn machine_per_arch_and_accel() {
+        assert_eq!(
+            joined(&machine_args(Arch::X86_64, Accel::Tcg)),
+            "-machine q35,accel=tcg -cpu max"
+        );
+        assert_eq!(
+            joined(&machine_args(Arch::Arm64, Accel::Tcg)),
+            "-machine virt,accel=tcg -cpu max"
+        );
+        assert!(joined(&machine_args(Arch::X86_64, Accel::Kvm)).contains("-cpu host"));
+    }
+
+    #[test]
+    fn cmdline_pins_tsc_on_x86_only() {
+        let x = kernel_cmdline(Arch::X86_64, Some(2596130), &["lazyinit.net=static".into()]);
+        assert_eq!(x, "console=ttyS0 panic=-1 rdinit=/init tsc_early_khz=2596130 tsc=reliable lazyinit.net=static");
+        let a = kernel_cmdline(Arch::Arm64, Some(2596130), &[]);
+        assert_eq!(a, "console=ttyAMA0 panic=-1 rdinit=/init");
+    }
+
+    #[test]
+    fn volume_keeps_sparse() {
+        let s = joined(&volume_args(Path::new("/v/vol.raw"), None));
+        assert!(s.contains("file=/v/vol.raw,format=raw"));
+        assert!(s.contains("discard=unmap") && s.contains("detect-zeroes=unmap"));
+        assert!(s.contains("write-zeroes=on"));
+        assert!(!s.contains("throttling"));
+        let t = joined(&volume_args(
+            Path::new("/v"),
+            Some(Throttle { iops_total: 500 }),
+        ));
+        assert!(t.contains("throttling.iops-total=500"));
+    }
+
+    #[test]
+    fn ssh_forward_is_loopback_only() {
+        let s = joined(&net_args(2222));
+        assert!(s.contains("hostfwd=tcp:127.0.0.1:2222-:22"));
+    }
+
+    #[test]
+    fn full_command_has_safety_flags() {
+        let g = GuestArgs {
+            arch: Arch::X86_64,
+            accel: Accel::Tcg,
+            memory_mib: 512,
+            cpus: 1,
+            kernel: Path::new("/k/bzImage"),
+            initrd: Some(Path::new("/i/initrd")),
+            cmdline: "console=ttyS0",
+            console_log: Path::new("/l/console.log"),
+            qmp_socket: Path::new("/l/qmp.sock"),
+            ssh_port: Some(4000),
+            volume: None,
+            throttle: None,
+        };
+        let s = joined(&guest_args(&g));
+        assert!(s.starts_with("-nodefaults -no-reboot -display none"));
+        assert!(s.contains("-kernel /k/bzImage -initrd /i/initrd -append console=ttyS0"));
+        assert!(s.contains("-qmp unix:/l/qmp.sock,server=on,wait=off"));
+        assert!(s.contains("-serial chardev:con0"));
+    }
+}

@@ -1,0 +1,201 @@
+//! One running QEMU guest and everything it owns.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lazyinit_core::provider::{Endpoint, LaunchRequest, Machine, MachineInfo, ProviderError};
+use lazyinit_core::Arch;
+
+use crate::args::{self, Accel, Throttle};
+use crate::process::{tail_lines, QemuProcess};
+use crate::volume::SparseVolume;
+use crate::QemuConfig;
+
+pub(crate) struct StartArgs<'a> {
+    pub req: &'a LaunchRequest,
+    pub accel: Accel,
+    pub config: &'a QemuConfig,
+    pub tsc_khz: Option<u64>,
+    pub port: u16,
+    pub volume: &'a Path,
+    pub throttle: Option<Throttle>,
+}
+
+pub struct QemuMachine {
+    arch: Arch,
+    accel: Accel,
+    port: u16,
+    process: Option<QemuProcess>,
+    volume: Option<SparseVolume>,
+    console_log: PathBuf,
+    qmp_socket: PathBuf,
+    command_line: String,
+}
+
+impl QemuMachine {
+    pub(crate) async fn start(a: StartArgs<'_>) -> Result<Self, ProviderError> {
+        let arch = a.req.cell.arch;
+        let console_log = a.req.log_dir.join("console.log");
+        let qmp_socket = a.req.log_dir.join("qmp.sock");
+        let _ = std::fs::remove_file(&qmp_socket);
+        let mut extra = vec!["lazyinit.net=static".to_string()];
+        extra.extend(a.req.extra_cmdline.iter().cloned());
+        let cmdline = args::kernel_cmdline(arch, a.tsc_khz, &extra);
+        let argv = args::guest_args(&args::GuestArgs {
+            arch,
+            accel: a.accel,
+            memory_mib: a.config.memory_mib,
+            cpus: a.config.cpus,
+            kernel: &a.req.kernel_image,
+            initrd: Some(&a.req.initramfs),
+            cmdline: &cmdline,
+            console_log: &console_log,
+            qmp_socket: &qmp_socket,
+            ssh_port: Some(a.port),
+            volume: Some(a.volume),
+            throttle: a.throttle,
+        });
+        let command_line = std::iter::once(arch.qemu_binary().to_string())
+            .chain(argv.iter().map(|s| shell_quote(&s.to_string_lossy())))
+            .collect::<Vec<_>>()
+            .join(" ");
+        // Kept so a failing guest can be rerun by hand.
+        let _ = std::fs::write(
+            a.req.log_dir.join("qemu.cmdline"),
+            format!("{command_line}\n"),
+        );
+        let stderr_log = a.req.log_dir.join("qemu.stderr");
+        let mut process =
+            QemuProcess::spawn(arch.qemu_binary(), &argv, &stderr_log).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    ProviderError::MissingTool {
+                        tool: arch.qemu_binary().into(),
+                        install: "run scripts/setup-host.sh".into(),
+                    }
+                } else {
+                    ProviderError::infra(format!("cannot start {}: {e}", arch.qemu_binary()))
+                }
+            })?;
+        // QEMU fails fast on bad arguments or a taken port; catch that here.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if let Some(st) = process.try_exited() {
+            return Err(ProviderError::Infrastructure {
+                message: format!("{} exited at start ({st})", arch.qemu_binary()),
+                detail: process.stderr_tail(2000),
+            });
+        }
+        tracing::debug!(%command_line, "QEMU started");
+        Ok(Self {
+            arch,
+            accel: a.accel,
+            port: a.port,
+            process: Some(process),
+            volume: None,
+            console_log,
+            qmp_socket,
+            command_line,
+        })
+    }
+
+    pub(crate) fn own_volume(&mut self, v: SparseVolume) {
+        self.volume = Some(v);
+    }
+
+    pub fn command_line(&self) -> &str {
+        &self.command_line
+    }
+
+    pub fn volume_path(&self) -> Option<&Path> {
+        self.volume.as_ref().map(|v| v.path())
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[async_trait]
+impl Machine for QemuMachine {
+    fn info(&self) -> MachineInfo {
+        MachineInfo {
+            provider: "qemu".into(),
+            machine: format!("qemu-{}", self.arch.uname_machine()),
+            accel: self.accel.as_str().into(),
+        }
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            user: "root".into(),
+            volume_device: "/dev/vda".into(),
+        }
+    }
+
+    fn console_tail(&self, lines: usize) -> String {
+        let mut out = tail_lines(&self.console_log, lines);
+        if let Some(p) = &self.process {
+            let err = p.stderr_tail(1000);
+            if !err.trim().is_empty() {
+                out.push_str("\n--- qemu stderr ---\n");
+                out.push_str(err.trim_end());
+            }
+        }
+        out
+    }
+
+    fn is_alive(&mut self) -> bool {
+        self.process
+            .as_mut()
+            .is_some_and(|p| p.try_exited().is_none())
+    }
+
+    async fn teardown(&mut self) -> Result<(), ProviderError> {
+        if let Some(mut p) = self.process.take() {
+            let grace = if crate::qmp::quit(&self.qmp_socket, Duration::from_secs(2))
+                .await
+                .is_ok()
+            {
+                Duration::from_secs(5)
+            } else {
+                Duration::from_millis(10)
+            };
+            p.stop(grace).await;
+        }
+        let _ = std::fs::remove_file(&self.qmp_socket);
+        if let Some(mut v) = self.volume.take() {
+            let path = v.path().to_path_buf();
+            v.remove().map_err(|e| {
+                ProviderError::infra(format!("cannot remove volume {}: {e}", path.display()))
+            })?;
+            // The run's volume folder goes when its last volume does.
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for QemuMachine {
+    fn drop(&mut self) {
+        // QemuProcess and SparseVolume clean up after themselves on drop;
+        // this only makes the order explicit: process first, then its file.
+        self.process.take();
+        if let Some(v) = self.volume.take() {
+            let dir = v.path().parent().map(Path::to_path_buf);
+            drop(v);
+            if let Some(d) = dir {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+}
