@@ -26,7 +26,7 @@ use lazyinit_core::{Arch, Cell};
 use serde::{Deserialize, Serialize};
 
 /// `[provider.qemu]` in an experiment spec.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct QemuConfig {
     pub accel: AccelChoice,

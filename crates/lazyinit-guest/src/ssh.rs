@@ -1,0 +1,46 @@
+//! The real [`Remote`]: a pinned-host-key SSH session.
+
+use std::time::{Duration, Instant};
+
+use lazyinit_core::provider::Endpoint;
+use lazyinit_ssh::{Keys, Session};
+
+use crate::{GuestError, Remote, RemoteOutput};
+
+pub struct SshRemote {
+    session: Session,
+}
+
+impl SshRemote {
+    /// Waits until the guest answers SSH with the pinned host key, or fails
+    /// at once when `is_alive` says the machine is gone.
+    pub fn wait_ready(
+        ep: &Endpoint,
+        keys: &Keys,
+        deadline: Instant,
+        is_alive: impl FnMut() -> bool,
+    ) -> Result<Self, GuestError> {
+        let session =
+            lazyinit_ssh::wait_until_ready(&ep.host, ep.port, &ep.user, keys, deadline, is_alive)
+                .map_err(|e| GuestError::Ssh(e.to_string()))?;
+        Ok(Self { session })
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+}
+
+impl Remote for SshRemote {
+    fn exec(&mut self, script: &str, timeout: Duration) -> Result<RemoteOutput, GuestError> {
+        let out = self
+            .session
+            .exec_with_timeout(script, timeout)
+            .map_err(|e| GuestError::Ssh(e.to_string()))?;
+        Ok(RemoteOutput {
+            status: out.status,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        })
+    }
+}
