@@ -1,1 +1,18 @@
-//! Statistics, tables, plots and the regression gate; reads only result CSVs
+//! Statistics, tables, plots and the regression gate; reads only result CSVs.
+//!
+//! Pipeline: [`input::load`] the CSVs, [`report::build`] (cells keyed by
+//! their whole configuration, statistics, model, 2021 figures, ratios),
+//! then render with [`render`] or plot with [`plot`]. [`compare`] matches
+//! two sets of cells and decides whether the candidate regressed.
+
+pub mod cells;
+pub mod compare;
+pub mod input;
+pub mod plot;
+pub mod ratios;
+pub mod render;
+pub mod report;
+pub mod stats;
+
+pub use cells::{CellKey, CellStats, Metric};
+pub use report::{build, Report};

@@ -1,18 +1,168 @@
-//! `lazyinit-bench report` and `compare` (being written; see the report issue).
+//! `lazyinit-bench report` and `compare`: thin wrappers over lazyinit-report.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use lazyinit_core::exit::bad_input;
+use lazyinit_report::compare::{compare as compare_cells, CompareOptions};
+use lazyinit_report::input::{load, load_cycles};
+use lazyinit_report::render::{self, Format};
+use lazyinit_report::{plot, Metric};
 
 #[derive(clap::Args)]
 pub struct ReportArgs {
-    /// Result CSV files.
-    pub csv: Vec<std::path::PathBuf>,
+    /// Result CSV files (results/<run-id>/results.csv); rows of all are pooled
+    /// per cell, and cells never mix providers, machines, accels or kernels.
+    #[arg(required = true)]
+    pub csv: Vec<PathBuf>,
+    /// Output format [default: from --out's extension, else markdown].
+    #[arg(long, value_parser = clap::value_parser!(Format))]
+    pub format: Option<Format>,
+    /// Also draw an SVG of the cells (bars, 95% CI, model, 2021); when runs
+    /// have groups.csv beside them, a cycle-time plot goes to <PATH>-cycles.svg.
+    #[arg(long, value_name = "PATH")]
+    pub svg: Option<PathBuf>,
+    /// What to aggregate.
+    #[arg(long, default_value = "lazyinit_s", value_parser = clap::value_parser!(Metric))]
+    pub metric: Metric,
+    /// Write the report here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
-pub struct CompareArgs {}
-
-pub async fn report(_a: ReportArgs) -> anyhow::Result<u8> {
-    Err(lazyinit_core::exit::bad_input("`report` is not built yet").into())
+pub struct CompareArgs {
+    /// Baseline result CSVs (comma-separated or repeated).
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub baseline: Vec<PathBuf>,
+    /// Candidate result CSVs (comma-separated or repeated).
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub candidate: Vec<PathBuf>,
+    /// Smallest change of a cell's mean that counts, in percent.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    pub threshold: f64,
+    /// Significance level of Welch's t-test.
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+    #[arg(long, default_value = "lazyinit_s", value_parser = clap::value_parser!(Metric))]
+    pub metric: Metric,
+    /// Output format [default: from --out's extension, else markdown].
+    #[arg(long, value_parser = clap::value_parser!(Format))]
+    pub format: Option<Format>,
+    /// Write the verdicts here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
-pub async fn compare(_a: CompareArgs) -> anyhow::Result<u8> {
-    Err(lazyinit_core::exit::bad_input("`compare` is not built yet").into())
+/// Where the text goes. The file is created before any work, so a bad
+/// path fails at once.
+fn output(out: &Option<PathBuf>) -> anyhow::Result<Box<dyn Write>> {
+    Ok(match out {
+        Some(p) => Box::new(
+            File::create(p)
+                .map_err(|e| bad_input(format!("cannot create {}: {e}", p.display())))?,
+        ),
+        None => Box::new(std::io::stdout().lock()),
+    })
+}
+
+fn format_of(format: Option<Format>, out: &Option<PathBuf>) -> Format {
+    format
+        .or_else(|| out.as_deref().and_then(Format::from_extension))
+        .unwrap_or(Format::Markdown)
+}
+
+fn load_all(paths: &[PathBuf]) -> anyhow::Result<Vec<lazyinit_report::input::LoadedRow>> {
+    load(paths).map_err(|e| bad_input(e.to_string()).into())
+}
+
+/// `x.svg` -> `x-cycles.svg`.
+fn cycles_path(svg: &Path) -> PathBuf {
+    let stem = svg
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    svg.with_file_name(format!("{stem}-cycles.svg"))
+}
+
+pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
+    let format = format_of(a.format, &a.out);
+    if let Some(svg) = &a.svg {
+        let dir = svg
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            return Err(bad_input(format!(
+                "--svg {}: folder {} does not exist",
+                svg.display(),
+                dir.display()
+            ))
+            .into());
+        }
+    }
+    let mut out = output(&a.out)?;
+    let loaded = load_all(&a.csv)?;
+    let rows: Vec<_> = loaded.iter().map(|l| l.row.clone()).collect();
+    let rep = lazyinit_report::build(&rows, a.metric);
+    let text = match format {
+        Format::Markdown => render::markdown::render(&rep),
+        Format::Csv => render::csv::render(&rep),
+        Format::Json => render::json::render(&rep),
+    };
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .context("cannot write the report")?;
+    if let Some(svg) = &a.svg {
+        plot::bars(&rep, svg)?;
+        eprintln!("wrote {}", svg.display());
+        let (series, warnings) = load_cycles(&loaded);
+        for w in warnings {
+            eprintln!("warning: {w}");
+        }
+        if !series.is_empty() {
+            let p = cycles_path(svg);
+            plot::cycles(&series, &p)?;
+            eprintln!("wrote {} ({} runs)", p.display(), series.len());
+        }
+    }
+    Ok(lazyinit_core::exit::OK)
+}
+
+pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
+    if !(a.threshold >= 0.0) || !(a.alpha > 0.0 && a.alpha < 1.0) {
+        return Err(bad_input("--threshold must be >= 0 and --alpha between 0 and 1").into());
+    }
+    let format = format_of(a.format, &a.out);
+    let mut out = output(&a.out)?;
+    let rows = |paths: &[PathBuf]| -> anyhow::Result<Vec<_>> {
+        Ok(load_all(paths)?.into_iter().map(|l| l.row).collect())
+    };
+    let (base, cand) = (rows(&a.baseline)?, rows(&a.candidate)?);
+    let opts = CompareOptions {
+        metric: a.metric,
+        threshold_pct: a.threshold,
+        alpha: a.alpha,
+    };
+    let c = compare_cells(&base, &cand, &opts);
+    let text = match format {
+        Format::Markdown => render::compare::markdown(&c),
+        Format::Csv => render::compare::csv(&c),
+        Format::Json => render::json::render(&c),
+    };
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .context("cannot write the comparison")?;
+    if format != Format::Markdown || a.out.is_some() {
+        eprintln!("{}", render::compare::summary_line(&c));
+    }
+    if !c.missing.is_empty() {
+        eprintln!(
+            "error: {} cell(s) present on one side only: compare runs of the same matrix",
+            c.missing.len()
+        );
+    }
+    Ok(c.exit_code())
 }

@@ -1,0 +1,303 @@
+//! Grouping result rows into cells and what belongs beside each cell: the
+//! model's prediction and the 2021 report's figure.
+//!
+//! A cell is keyed by its whole configuration. Rows that differ in any key
+//! field (accel, provider, machine, kernel source, ...) land in different
+//! cells: a KVM run is never averaged with a TCG run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lazyinit_core::model::{self, ModelInputs, DEFAULT_ZEROING_S, MEAN_START_DELAY_S};
+use lazyinit_core::results::{ResultRow, Status};
+use lazyinit_core::{reported, Arch, ByteSize, Hz, Variant};
+use serde::Serialize;
+
+use crate::stats::{summarize, Summary};
+
+/// What is aggregated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Guest clock, mount to thread exit (seconds).
+    #[default]
+    LazyinitS,
+    /// Trace, first to last group (milliseconds per group).
+    MsPerGroup,
+}
+
+impl Metric {
+    pub fn of(self, row: &ResultRow) -> Option<f64> {
+        match self {
+            Metric::LazyinitS => row.lazyinit_s,
+            Metric::MsPerGroup => row.ms_per_group,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::LazyinitS => "lazyinit_s",
+            Metric::MsPerGroup => "ms_per_group",
+        }
+    }
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::LazyinitS => "s",
+            Metric::MsPerGroup => "ms",
+        }
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "lazyinit_s" => Ok(Metric::LazyinitS),
+            "ms_per_group" => Ok(Metric::MsPerGroup),
+            _ => Err(format!(
+                "unknown metric `{s}`: use lazyinit_s or ms_per_group"
+            )),
+        }
+    }
+}
+
+/// The configuration that identifies a cell. Field order is sort order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CellKey {
+    pub provider: String,
+    pub machine: String,
+    pub accel: String,
+    pub arch: Arch,
+    pub kernel_source: String,
+    pub hz: Hz,
+    pub variant: Variant,
+    pub wait_mult: u32,
+    pub volume_bytes: u64,
+    pub storage_profile: String,
+}
+
+impl CellKey {
+    pub fn of(row: &ResultRow) -> CellKey {
+        CellKey {
+            provider: row.provider.clone(),
+            machine: row.machine.clone(),
+            accel: row.accel.clone(),
+            arch: row.arch,
+            kernel_source: row.kernel_source.clone(),
+            hz: row.hz,
+            variant: row.variant,
+            wait_mult: row.wait_mult,
+            volume_bytes: row.volume_bytes,
+            storage_profile: row.storage_profile.clone(),
+        }
+    }
+
+    pub fn volume(&self) -> ByteSize {
+        ByteSize(self.volume_bytes)
+    }
+
+    /// One line naming every field, for notes and compare output.
+    pub fn label(&self) -> String {
+        let mut s = format!(
+            "{} {} {} {} {} HZ{} {} {}",
+            self.provider,
+            self.accel,
+            self.machine,
+            self.arch,
+            self.kernel_source,
+            self.hz,
+            self.variant,
+            self.volume()
+        );
+        if self.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
+            s.push_str(&format!(" w{}", self.wait_mult));
+        }
+        if self.storage_profile != "none" && !self.storage_profile.is_empty() {
+            s.push_str(&format!(" storage={}", self.storage_profile));
+        }
+        s
+    }
+}
+
+/// The model's prediction for a cell, in the metric's unit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelValue {
+    pub value: f64,
+    pub sleep_ticks: u64,
+    /// How `sleep_ticks` was chosen, e.g. "L=3 measured".
+    pub basis: String,
+}
+
+/// The 2021 report's figure for a matching cell, in the metric's unit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReportedValue {
+    pub instance: &'static str,
+    pub value: f64,
+    /// Measured mean minus reported.
+    pub diff: f64,
+    pub diff_pct: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CellStats {
+    pub key: CellKey,
+    /// `None` when no run of the cell has the metric.
+    pub summary: Option<Summary>,
+    /// Rows with status other than ok.
+    pub failed: usize,
+    /// Ok rows without a value for the metric.
+    pub missing_metric: usize,
+    /// Distinct `sleep_ticks` among the ok rows (more than one: see notes).
+    pub sleep_ticks: Vec<u64>,
+    pub model: ModelValue,
+    pub reported: Option<ReportedValue>,
+}
+
+/// The model for a cell. Without the fix `L = W` whatever the zeroing time
+/// (below a tick), so the plain prediction is the right one. With the fix
+/// `L` comes from the first group's zeroing time, which the model cannot
+/// know: when every run of the cell measured the same `L`, predict at it.
+pub fn model_for(key: &CellKey, sleep_ticks: &[u64], metric: Metric) -> ModelValue {
+    let groups = model::groups(key.volume());
+    let (pred, basis) = match (key.variant, sleep_ticks) {
+        (Variant::Fix, [l]) if key.wait_mult > 0 => {
+            let w_hz = key.wait_mult as f64 * key.hz.get() as f64;
+            let p = model::predict(ModelInputs {
+                hz: key.hz,
+                variant: key.variant,
+                wait_mult: key.wait_mult,
+                groups,
+                // Any z1 in [L, L+1) / (W * HZ) gives L; take the middle.
+                z1_s: (*l as f64 + 0.5) / w_hz,
+                z_s: DEFAULT_ZEROING_S,
+            });
+            (p, format!("L={l} measured"))
+        }
+        _ => {
+            let p = model::predict_cell(key.hz, key.variant, key.wait_mult, key.volume());
+            let z_ms = DEFAULT_ZEROING_S * 1000.0;
+            (p, format!("L={} from z1={z_ms} ms", p.sleep_ticks))
+        }
+    };
+    let value = match metric {
+        // The thread starts after a random 0-5 s delay: add its mean.
+        Metric::LazyinitS => pred.lazyinit_s + MEAN_START_DELAY_S,
+        Metric::MsPerGroup => pred.per_group_s * 1000.0,
+    };
+    ModelValue {
+        value,
+        sleep_ticks: pred.sleep_ticks,
+        basis,
+    }
+}
+
+/// The 2021 figure for a cell of the same arch, HZ, variant and volume.
+pub fn reported_for(key: &CellKey, metric: Metric, mean: Option<f64>) -> Option<ReportedValue> {
+    let r = reported::lookup(key.arch, key.hz, key.variant, key.volume_bytes)?;
+    let value = match metric {
+        Metric::LazyinitS => r.seconds,
+        Metric::MsPerGroup => r.seconds * 1000.0 / model::groups(key.volume()).max(1) as f64,
+    };
+    let mean = mean?;
+    Some(ReportedValue {
+        instance: r.instance,
+        value,
+        diff: mean - value,
+        diff_pct: (mean / value - 1.0) * 100.0,
+    })
+}
+
+/// Groups rows by configuration and summarises each cell, in key order.
+pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
+    let mut by_key: BTreeMap<CellKey, Vec<&ResultRow>> = BTreeMap::new();
+    for r in rows {
+        by_key.entry(CellKey::of(r)).or_default().push(r);
+    }
+    by_key
+        .into_iter()
+        .map(|(key, rows)| {
+            let ok: Vec<&ResultRow> = rows
+                .iter()
+                .copied()
+                .filter(|r| r.status == Status::Ok)
+                .collect();
+            let values: Vec<f64> = ok.iter().filter_map(|r| metric.of(r)).collect();
+            let sleep_ticks: Vec<u64> = ok
+                .iter()
+                .filter_map(|r| r.sleep_ticks)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let summary = summarize(&values);
+            let model = model_for(&key, &sleep_ticks, metric);
+            let reported = reported_for(&key, metric, summary.as_ref().map(|s| s.mean));
+            CellStats {
+                failed: rows.len() - ok.len(),
+                missing_metric: ok.len() - values.len(),
+                key,
+                summary,
+                sleep_ticks,
+                model,
+                reported,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazyinit_core::size::{GIB, TIB};
+
+    fn key(arch: Arch, hz: u32, variant: Variant, volume_bytes: u64) -> CellKey {
+        CellKey {
+            provider: "qemu".into(),
+            machine: format!("qemu-{}", arch.uname_machine()),
+            accel: "tcg".into(),
+            arch,
+            kernel_source: "debian-6.1".into(),
+            hz: Hz::new(hz).unwrap(),
+            variant,
+            wait_mult: 10,
+            volume_bytes,
+            storage_profile: "none".into(),
+        }
+    }
+
+    #[test]
+    fn nofix_model_ignores_measured_sleep() {
+        let k = key(Arch::X86_64, 100, Variant::NoFix, 64 * GIB);
+        let m = model_for(&k, &[11], Metric::MsPerGroup);
+        // (10 + 1) ticks of 10 ms plus 3 ms of zeroing.
+        assert!((m.value - 113.0).abs() < 1e-9, "{m:?}");
+        assert_eq!(m.sleep_ticks, 10);
+    }
+
+    #[test]
+    fn fix_model_uses_the_measured_sleep_when_unanimous() {
+        let k = key(Arch::Arm64, 100, Variant::Fix, 64 * GIB);
+        let m = model_for(&k, &[3], Metric::MsPerGroup);
+        assert_eq!((m.sleep_ticks, m.basis.as_str()), (3, "L=3 measured"));
+        assert!((m.value - 43.0).abs() < 1e-9);
+        let l4 = model_for(&k, &[4], Metric::LazyinitS);
+        assert!((l4.value - (512.0 * 0.053 + 2.5)).abs() < 1e-9, "{l4:?}");
+        // Disagreeing runs: fall back to the default zeroing time.
+        assert!(model_for(&k, &[3, 4], Metric::MsPerGroup)
+            .basis
+            .contains("z1"));
+    }
+
+    #[test]
+    fn reported_only_for_matching_cells() {
+        let k = key(Arch::X86_64, 250, Variant::NoFix, 2 * TIB);
+        let r = reported_for(&k, Metric::LazyinitS, Some(817.3)).unwrap();
+        assert_eq!(r.value, 743.0);
+        assert!((r.diff_pct - 10.0).abs() < 1e-9);
+        let ms = reported_for(&k, Metric::MsPerGroup, Some(45.0)).unwrap();
+        assert!((ms.value - 743_000.0 / 16384.0).abs() < 1e-9);
+        assert!(reported_for(
+            &key(Arch::X86_64, 100, Variant::NoFix, 2 * TIB),
+            Metric::LazyinitS,
+            Some(1.0)
+        )
+        .is_none());
+    }
+}

@@ -1,0 +1,255 @@
+//! SVG plots with plotters: per-cell bars with 95% intervals and the
+//! model's and the 2021 report's values as markers; per-group cycle time
+//! over a run from the raw trace timestamps.
+
+use std::path::Path;
+
+use plotters::coord::ranged1d::SegmentValue;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::input::Cycles;
+use crate::render::Labeller;
+use crate::report::Report;
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot draw the plot {path}: {message}")]
+pub struct PlotError {
+    pub path: String,
+    pub message: String,
+}
+
+fn err(path: &Path) -> impl Fn(String) -> PlotError + '_ {
+    move |message| PlotError {
+        path: path.display().to_string(),
+        message,
+    }
+}
+
+macro_rules! tryp {
+    ($e:expr, $path:expr) => {
+        $e.map_err(|e| err($path)(e.to_string()))?
+    };
+}
+
+/// Bars of the cells' means with CI whiskers; crosses for the model and
+/// circles for the 2021 figures.
+pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
+    let lab = Labeller::new(report.cells.iter().map(|c| &c.key));
+    let cells = &report.cells;
+    let n = cells.len().max(1) as i32;
+    let top = cells
+        .iter()
+        .flat_map(|c| {
+            let s = c.summary.as_ref();
+            [
+                s.map(|s| s.ci95.map_or(s.max, |i| i.hi)),
+                Some(c.model.value),
+                c.reported.as_ref().map(|r| r.value),
+            ]
+        })
+        .flatten()
+        .fold(0.0f64, f64::max)
+        * 1.1;
+    let width = (160 + 90 * n as u32).max(640);
+    let root = SVGBackend::new(path, (width, 560)).into_drawing_area();
+    tryp!(root.fill(&WHITE), path);
+    let mut chart = tryp!(
+        ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{} ({}): mean and 95% CI",
+                    report.metric.name(),
+                    report.metric.unit()
+                ),
+                ("sans-serif", 18)
+            )
+            .margin(12)
+            .x_label_area_size(170)
+            .y_label_area_size(70)
+            .build_cartesian_2d((0..n).into_segmented(), 0.0..top.max(1.0)),
+        path
+    );
+    let labels: Vec<String> = cells.iter().map(|c| lab.cell(&c.key)).collect();
+    tryp!(
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .y_desc(format!(
+                "{} ({})",
+                report.metric.name(),
+                report.metric.unit()
+            ))
+            .x_labels(cells.len())
+            .x_label_formatter(&|_| String::new())
+            .y_max_light_lines(1)
+            .draw(),
+        path
+    );
+    let at = |i: usize| SegmentValue::CenterOf(i as i32);
+    // Cell names hang below the axis, rotated. plotters centres rotated
+    // axis labels on the tick (they would cross the bars), so they are
+    // drawn here, anchored at their start.
+    let label_style = TextStyle::from(
+        ("sans-serif", 12)
+            .into_font()
+            .transform(FontTransform::Rotate90),
+    )
+    .pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, text) in labels.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(at(i), 0.0));
+        tryp!(
+            root.draw(&Text::new(text.clone(), (x, y + 8), label_style.clone())),
+            path
+        );
+    }
+    let with_summary = || {
+        cells
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| Some((i, c.summary.as_ref()?)))
+    };
+    tryp!(
+        chart.draw_series(with_summary().map(|(i, s)| {
+            let mut r = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i as i32), 0.0),
+                    (SegmentValue::Exact(i as i32 + 1), s.mean),
+                ],
+                BLUE.mix(0.45).filled(),
+            );
+            r.set_margin(0, 0, 14, 14);
+            r
+        })),
+        path
+    )
+    .label("measured mean")
+    .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], BLUE.mix(0.45).filled()));
+    tryp!(
+        chart.draw_series(with_summary().filter_map(|(i, s)| {
+            let ci = s.ci95?;
+            let style = BLACK.stroke_width(1);
+            Some(EmptyElement::at((at(i), ci.lo)) + PathElement::new(vec![(-6, 0), (6, 0)], style))
+        })),
+        path
+    );
+    // Whisker bodies as data-space lines so they scale with the axis.
+    tryp!(
+        chart.draw_series(with_summary().filter_map(|(i, s)| {
+            let ci = s.ci95?;
+            Some(PathElement::new(
+                vec![(at(i), ci.lo), (at(i), ci.hi)],
+                BLACK.stroke_width(1),
+            ))
+        })),
+        path
+    )
+    .label("95% CI")
+    .legend(|(x, y)| PathElement::new(vec![(x + 6, y - 6), (x + 6, y + 6)], BLACK));
+    tryp!(
+        chart.draw_series(with_summary().filter_map(|(i, s)| {
+            let ci = s.ci95?;
+            Some(
+                EmptyElement::at((at(i), ci.hi))
+                    + PathElement::new(vec![(-6, 0), (6, 0)], BLACK.stroke_width(1)),
+            )
+        })),
+        path
+    );
+    tryp!(
+        chart.draw_series(cells.iter().enumerate().map(|(i, c)| Cross::new(
+            (at(i), c.model.value),
+            6,
+            RED.stroke_width(2)
+        ))),
+        path
+    )
+    .label("model")
+    .legend(|(x, y)| Cross::new((x + 6, y), 5, RED.stroke_width(2)));
+    tryp!(
+        chart.draw_series(
+            cells
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| Some(Circle::new(
+                    (at(i), c.reported.as_ref()?.value),
+                    6,
+                    GREEN.stroke_width(2)
+                )))
+        ),
+        path
+    )
+    .label("2021 report")
+    .legend(|(x, y)| Circle::new((x + 6, y), 5, GREEN.stroke_width(2)));
+    tryp!(
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw(),
+        path
+    );
+    tryp!(root.present(), path);
+    Ok(())
+}
+
+/// Cycle time of every group over each run (one line per run).
+pub fn cycles(series: &[Cycles], path: &Path) -> Result<(), PlotError> {
+    let groups = series.iter().map(|s| s.ms.len()).max().unwrap_or(1).max(1);
+    let top = series
+        .iter()
+        .flat_map(|s| s.ms.iter().copied())
+        .fold(0.0f64, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (1000, 520)).into_drawing_area();
+    tryp!(root.fill(&WHITE), path);
+    let mut chart = tryp!(
+        ChartBuilder::on(&root)
+            .caption(
+                "cycle time per block group (trace timestamps)",
+                ("sans-serif", 18)
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0..groups, 0.0..top.max(1.0)),
+        path
+    );
+    tryp!(
+        chart
+            .configure_mesh()
+            .x_desc("group (trace order)")
+            .y_desc("ms since previous group")
+            .draw(),
+        path
+    );
+    // A legend with dozens of runs hides the data; name the first few.
+    const LEGEND_MAX: usize = 12;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let drawn = tryp!(
+            chart.draw_series(LineSeries::new(
+                s.ms.iter().enumerate().map(|(g, &ms)| (g + 1, ms)),
+                color.stroke_width(1)
+            )),
+            path
+        );
+        if i < LEGEND_MAX {
+            drawn.label(s.cell_id.clone()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        }
+    }
+    tryp!(
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw(),
+        path
+    );
+    tryp!(root.present(), path);
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! The ratios users ask about: no-fix / fix, arm64 / x86_64, HZ100 / HZ250,
+//! measured (with intervals), from the model, and from the 2021 report.
+
+use lazyinit_core::reported;
+use lazyinit_core::size::TIB;
+use lazyinit_core::{Arch, Variant};
+use serde::Serialize;
+
+use crate::cells::{CellKey, CellStats};
+use crate::stats::{self, RatioEstimate};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RatioKind {
+    /// Same arch, HZ and volume: how much the fix saves.
+    NofixOverFix,
+    /// Same variant and volume; same HZ, or arm64 HZ100 over x86_64 HZ250
+    /// as in the report's instances.
+    Arm64OverX86_64,
+    /// Same arch, variant and volume.
+    Hz100OverHz250,
+}
+
+impl RatioKind {
+    pub const ALL: [RatioKind; 3] = [
+        RatioKind::NofixOverFix,
+        RatioKind::Arm64OverX86_64,
+        RatioKind::Hz100OverHz250,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            RatioKind::NofixOverFix => "nofix / fix",
+            RatioKind::Arm64OverX86_64 => "arm64 / x86_64",
+            RatioKind::Hz100OverHz250 => "HZ100 / HZ250",
+        }
+    }
+
+    /// Whether `num` / `den` is a ratio of this kind: they differ in the
+    /// kind's axis and agree on everything else that matters.
+    pub fn pairs(self, num: &CellKey, den: &CellKey) -> bool {
+        let env = num.provider == den.provider
+            && num.accel == den.accel
+            && num.kernel_source == den.kernel_source
+            && num.wait_mult == den.wait_mult
+            && num.volume_bytes == den.volume_bytes
+            && num.storage_profile == den.storage_profile;
+        if !env {
+            return false;
+        }
+        let (n, d) = (num.hz.get(), den.hz.get());
+        match self {
+            RatioKind::NofixOverFix => {
+                num.variant == Variant::NoFix
+                    && den.variant == Variant::Fix
+                    && num.arch == den.arch
+                    && num.machine == den.machine
+                    && n == d
+            }
+            RatioKind::Arm64OverX86_64 => {
+                num.arch == Arch::Arm64
+                    && den.arch == Arch::X86_64
+                    && num.variant == den.variant
+                    && (n == d || (n == 100 && d == 250))
+            }
+            RatioKind::Hz100OverHz250 => {
+                n == 100
+                    && d == 250
+                    && num.arch == den.arch
+                    && num.machine == den.machine
+                    && num.variant == den.variant
+            }
+        }
+    }
+}
+
+/// The 2021 report's ratio for the same pair, at one of its volumes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReportedRatio {
+    pub volume_bytes: u64,
+    pub value: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RatioRow {
+    pub kind: RatioKind,
+    pub numerator: CellKey,
+    pub denominator: CellKey,
+    /// `None` when a side has no measurement.
+    pub measured: Option<RatioEstimate>,
+    pub model: f64,
+    /// At the cells' volume if the report has it, else at 2 and 3 TiB
+    /// (the ratios barely depend on volume).
+    pub reported: Vec<ReportedRatio>,
+}
+
+fn reported_ratio(num: &CellKey, den: &CellKey) -> Vec<ReportedRatio> {
+    let at = |v: u64| {
+        let a = reported::lookup(num.arch, num.hz, num.variant, v)?;
+        let b = reported::lookup(den.arch, den.hz, den.variant, v)?;
+        Some(ReportedRatio {
+            volume_bytes: v,
+            value: a.seconds / b.seconds,
+        })
+    };
+    match at(num.volume_bytes) {
+        Some(r) => vec![r],
+        None => [2 * TIB, 3 * TIB].into_iter().filter_map(at).collect(),
+    }
+}
+
+/// Every ratio the cells allow, in cell order.
+pub fn ratios(cells: &[CellStats]) -> Vec<RatioRow> {
+    let mut out = Vec::new();
+    for kind in RatioKind::ALL {
+        for num in cells {
+            for den in cells.iter().filter(|d| kind.pairs(&num.key, &d.key)) {
+                let measured = match (&num.summary, &den.summary) {
+                    (Some(a), Some(b)) => stats::ratio(a, b),
+                    _ => None,
+                };
+                out.push(RatioRow {
+                    kind,
+                    numerator: num.key.clone(),
+                    denominator: den.key.clone(),
+                    measured,
+                    model: num.model.value / den.model.value,
+                    reported: reported_ratio(&num.key, &den.key),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazyinit_core::Hz;
+
+    fn key(arch: Arch, hz: u32, variant: Variant) -> CellKey {
+        CellKey {
+            provider: "qemu".into(),
+            machine: format!("qemu-{}", arch.uname_machine()),
+            accel: "tcg".into(),
+            arch,
+            kernel_source: "debian-6.1".into(),
+            hz: Hz::new(hz).unwrap(),
+            variant,
+            wait_mult: 10,
+            volume_bytes: 64 << 30,
+            storage_profile: "none".into(),
+        }
+    }
+
+    #[test]
+    fn pairs_only_within_one_environment() {
+        let a = key(Arch::Arm64, 100, Variant::NoFix);
+        let f = key(Arch::Arm64, 100, Variant::Fix);
+        assert!(RatioKind::NofixOverFix.pairs(&a, &f));
+        assert!(!RatioKind::NofixOverFix.pairs(&f, &a));
+        let mut kvm = f.clone();
+        kvm.accel = "kvm".into();
+        assert!(!RatioKind::NofixOverFix.pairs(&a, &kvm));
+        let x = key(Arch::X86_64, 250, Variant::NoFix);
+        assert!(RatioKind::Arm64OverX86_64.pairs(&a, &x));
+        assert!(!RatioKind::Arm64OverX86_64.pairs(&a, &key(Arch::X86_64, 1000, Variant::NoFix)));
+        assert!(!RatioKind::Hz100OverHz250.pairs(&a, &x), "different arch");
+        assert!(RatioKind::Hz100OverHz250.pairs(&a, &key(Arch::Arm64, 250, Variant::NoFix)));
+    }
+
+    #[test]
+    fn reported_ratio_falls_back_to_reported_volumes() {
+        let r = reported_ratio(
+            &key(Arch::Arm64, 100, Variant::NoFix),
+            &key(Arch::X86_64, 250, Variant::NoFix),
+        );
+        assert_eq!(r.len(), 2);
+        assert!((r[0].value - 1842.0 / 743.0).abs() < 1e-12);
+        assert!((r[1].value - 2690.0 / 1110.0).abs() < 1e-12);
+        assert!(reported_ratio(
+            &key(Arch::Arm64, 250, Variant::NoFix),
+            &key(Arch::X86_64, 250, Variant::NoFix)
+        )
+        .is_empty());
+    }
+}

@@ -1,0 +1,194 @@
+//! Text of a [`Comparison`]: a verdict per cell, missing cells, a summary.
+
+use std::fmt::Write;
+
+use super::{num, pct, Labeller};
+use crate::compare::{Comparison, Side, Test};
+use crate::stats::Summary;
+
+fn side(s: Option<&Summary>) -> String {
+    match s {
+        None => "no data".into(),
+        Some(s) => match s.ci95 {
+            Some(ci) => format!("{} ({}–{}, n={})", num(s.mean), num(ci.lo), num(ci.hi), s.n),
+            None => format!("{} (n={})", num(s.mean), s.n),
+        },
+    }
+}
+
+/// One line a gate log can grep for.
+pub fn summary_line(c: &Comparison) -> String {
+    use crate::compare::Verdict::*;
+    format!(
+        "{} cells compared: {} regression(s), {} improvement(s), {} unchanged, {} with insufficient data, {} missing on one side; exit {}",
+        c.cells.len(),
+        c.count(Regression),
+        c.count(Improvement),
+        c.count(NoChange),
+        c.count(InsufficientData),
+        c.missing.len(),
+        c.exit_code()
+    )
+}
+
+pub fn markdown(c: &Comparison) -> String {
+    let lab = Labeller::new(
+        c.cells
+            .iter()
+            .map(|x| &x.key)
+            .chain(c.missing.iter().map(|(_, k)| k)),
+    );
+    let mut out = format!(
+        "# compare: {} ({}), threshold {}%, Welch's t-test at alpha {}\n\n",
+        c.metric.name(),
+        c.metric.unit(),
+        c.threshold_pct,
+        c.alpha
+    );
+    out.push_str("| cell | baseline | candidate | change | p | test | verdict |\n|---|---:|---:|---:|---:|---|---|\n");
+    for x in &c.cells {
+        let p = x
+            .welch
+            .map(|w| format!("{:.4}", w.p))
+            .unwrap_or_else(|| "–".into());
+        let test = match x.test {
+            Test::Welch => "welch",
+            Test::ThresholdOnly => "threshold only (n=1)",
+            Test::None => "–",
+        };
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {p} | {test} | {} |",
+            lab.cell(&x.key),
+            side(x.baseline.as_ref()),
+            side(x.candidate.as_ref()),
+            x.change_pct.map(pct).unwrap_or_else(|| "–".into()),
+            x.verdict.text()
+        )
+        .unwrap();
+    }
+    if !c.missing.is_empty() {
+        out.push_str("\n## Missing cells\n\n");
+        for (s, k) in &c.missing {
+            let side = match s {
+                Side::Baseline => "baseline",
+                Side::Candidate => "candidate",
+            };
+            writeln!(out, "- not in the {side}: {}", k.label()).unwrap();
+        }
+    }
+    let notes: Vec<String> = c
+        .cells
+        .iter()
+        .flat_map(|x| {
+            x.notes
+                .iter()
+                .map(|n| format!("- {}: {n}", lab.cell(&x.key)))
+        })
+        .collect();
+    if !notes.is_empty() {
+        out.push_str("\n## Notes\n\n");
+        out.push_str(&notes.join("\n"));
+        out.push('\n');
+    }
+    writeln!(out, "\n{}", summary_line(c)).unwrap();
+    out
+}
+
+pub fn csv(c: &Comparison) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "cell",
+        "provider",
+        "machine",
+        "accel",
+        "arch",
+        "kernel_source",
+        "hz",
+        "variant",
+        "wait_mult",
+        "volume_bytes",
+        "storage_profile",
+        "metric",
+        "baseline_n",
+        "baseline_mean",
+        "candidate_n",
+        "candidate_mean",
+        "change_pct",
+        "p",
+        "test",
+        "verdict",
+    ])
+    .expect("writing to memory");
+    let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
+    let mut rows: Vec<(
+        String,
+        Option<&Summary>,
+        Option<&Summary>,
+        Option<f64>,
+        Option<f64>,
+        String,
+        String,
+        &crate::CellKey,
+    )> = Vec::new();
+    for x in &c.cells {
+        rows.push((
+            x.key.label(),
+            x.baseline.as_ref(),
+            x.candidate.as_ref(),
+            x.change_pct,
+            x.welch.map(|w| w.p),
+            serde_json::to_value(x.test)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            serde_json::to_value(x.verdict)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            &x.key,
+        ));
+    }
+    for (s, k) in &c.missing {
+        let v = match s {
+            Side::Baseline => "missing_in_baseline",
+            Side::Candidate => "missing_in_candidate",
+        };
+        rows.push((
+            k.label(),
+            None,
+            None,
+            None,
+            None,
+            "none".into(),
+            v.into(),
+            k,
+        ));
+    }
+    for (label, b, cand, change, p, test, verdict, k) in rows {
+        w.write_record([
+            label,
+            k.provider.clone(),
+            k.machine.clone(),
+            k.accel.clone(),
+            k.arch.to_string(),
+            k.kernel_source.clone(),
+            k.hz.to_string(),
+            k.variant.to_string(),
+            k.wait_mult.to_string(),
+            k.volume_bytes.to_string(),
+            k.storage_profile.clone(),
+            c.metric.name().into(),
+            b.map_or(0, |s| s.n).to_string(),
+            f(b.map(|s| s.mean)),
+            cand.map_or(0, |s| s.n).to_string(),
+            f(cand.map(|s| s.mean)),
+            f(change),
+            f(p),
+            test,
+            verdict,
+        ])
+        .expect("writing to memory");
+    }
+    String::from_utf8(w.into_inner().expect("flushing memory")).expect("CSV of UTF-8 fields")
+}

@@ -1,0 +1,79 @@
+//! CSV: one row per cell, for spreadsheets and scripts. Ratios and failures
+//! are in the JSON and markdown outputs.
+
+use crate::report::Report;
+
+pub const HEADER: &[&str] = &[
+    "provider",
+    "machine",
+    "accel",
+    "arch",
+    "kernel_source",
+    "hz",
+    "variant",
+    "wait_mult",
+    "volume_bytes",
+    "volume",
+    "storage_profile",
+    "metric",
+    "n",
+    "failed",
+    "mean",
+    "median",
+    "stddev",
+    "min",
+    "max",
+    "cv",
+    "ci95_lo",
+    "ci95_hi",
+    "sleep_ticks",
+    "model",
+    "model_basis",
+    "reported",
+    "reported_diff_pct",
+];
+
+fn opt(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.6}")).unwrap_or_default()
+}
+
+pub fn render(report: &Report) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(HEADER).expect("writing to memory");
+    for c in &report.cells {
+        let k = &c.key;
+        let s = c.summary.as_ref();
+        let ticks: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
+        let rec: Vec<String> = vec![
+            k.provider.clone(),
+            k.machine.clone(),
+            k.accel.clone(),
+            k.arch.to_string(),
+            k.kernel_source.clone(),
+            k.hz.to_string(),
+            k.variant.to_string(),
+            k.wait_mult.to_string(),
+            k.volume_bytes.to_string(),
+            k.volume().to_string(),
+            k.storage_profile.clone(),
+            report.metric.name().to_string(),
+            s.map_or(0, |s| s.n).to_string(),
+            c.failed.to_string(),
+            opt(s.map(|s| s.mean)),
+            opt(s.map(|s| s.median)),
+            opt(s.and_then(|s| s.stddev)),
+            opt(s.map(|s| s.min)),
+            opt(s.map(|s| s.max)),
+            opt(s.and_then(|s| s.cv)),
+            opt(s.and_then(|s| s.ci95).map(|i| i.lo)),
+            opt(s.and_then(|s| s.ci95).map(|i| i.hi)),
+            ticks.join(";"),
+            opt(Some(c.model.value)),
+            c.model.basis.clone(),
+            opt(c.reported.as_ref().map(|r| r.value)),
+            opt(c.reported.as_ref().map(|r| r.diff_pct)),
+        ];
+        w.write_record(&rec).expect("writing to memory");
+    }
+    String::from_utf8(w.into_inner().expect("flushing memory")).expect("CSV of UTF-8 fields")
+}

@@ -1,0 +1,207 @@
+//! Markdown in the shape of the 2021 report's table (rows: volume x
+//! variant; columns: arch / HZ), then per-cell statistics, ratios,
+//! failures and notes.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use lazyinit_core::{ByteSize, Variant};
+
+use super::{num, pct, Labeller};
+use crate::cells::{CellKey, CellStats, Metric};
+use crate::ratios::RatioRow;
+use crate::report::Report;
+
+fn variant_name(v: Variant) -> &'static str {
+    match v {
+        Variant::NoFix => "without fix",
+        Variant::Fix => "with fix",
+    }
+}
+
+/// A cell's key without volume and variant: one column of the table.
+fn column_of(k: &CellKey) -> CellKey {
+    CellKey {
+        variant: Variant::NoFix,
+        volume_bytes: 0,
+        ..k.clone()
+    }
+}
+
+fn measured(c: &CellStats) -> String {
+    match &c.summary {
+        None => "no data".into(),
+        Some(s) => match s.ci95 {
+            Some(ci) => format!("{} ({}–{}, n={})", num(s.mean), num(ci.lo), num(ci.hi), s.n),
+            None => format!("{} (n={})", num(s.mean), s.n),
+        },
+    }
+}
+
+fn table(out: &mut String, r: &Report, lab: &Labeller) {
+    let columns: BTreeSet<CellKey> = r.cells.iter().map(|c| column_of(&c.key)).collect();
+    // Rows in the report's order: by volume, without fix first.
+    let mut rows: Vec<(u64, Variant)> = r
+        .cells
+        .iter()
+        .map(|c| (c.key.volume_bytes, c.key.variant))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    rows.sort_by_key(|&(v, var)| (v, var == Variant::Fix));
+    out.push_str("| volume | variant |");
+    for col in &columns {
+        write!(out, " {} | model | 2021 | vs 2021 |", lab.column(col)).unwrap();
+    }
+    out.push_str("\n|---|---|");
+    out.push_str(&"---:|---:|---:|---:|".repeat(columns.len()));
+    out.push('\n');
+    for (vol, var) in rows {
+        write!(out, "| {} | {} |", ByteSize(vol), variant_name(var)).unwrap();
+        for col in &columns {
+            let cell = r.cells.iter().find(|c| {
+                c.key.volume_bytes == vol && c.key.variant == var && column_of(&c.key) == *col
+            });
+            match cell {
+                None => out.push_str(" – | – | – | – |"),
+                Some(c) => {
+                    let (rep, diff) = match &c.reported {
+                        Some(rv) => (num(rv.value), pct(rv.diff_pct)),
+                        None => ("–".into(), "–".into()),
+                    };
+                    write!(
+                        out,
+                        " {} | {} | {rep} | {diff} |",
+                        measured(c),
+                        num(c.model.value)
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        out.push('\n');
+    }
+}
+
+fn cell_stats(out: &mut String, r: &Report, lab: &Labeller) {
+    out.push_str("| cell | n | failed | mean | median | stddev | min | max | CV | 95% CI | L (ticks) | model | model basis |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|\n");
+    let o = |x: Option<f64>| x.map(num).unwrap_or_else(|| "–".into());
+    for c in &r.cells {
+        let ls: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
+        let ls = if ls.is_empty() {
+            "–".into()
+        } else {
+            ls.join(", ")
+        };
+        let s = c.summary.as_ref();
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {ls} | {} | {} |",
+            lab.cell(&c.key),
+            s.map_or(0, |s| s.n),
+            c.failed,
+            o(s.map(|s| s.mean)),
+            o(s.map(|s| s.median)),
+            o(s.and_then(|s| s.stddev)),
+            o(s.map(|s| s.min)),
+            o(s.map(|s| s.max)),
+            s.and_then(|s| s.cv)
+                .map(|v| format!("{:.1}%", v * 100.0))
+                .unwrap_or_else(|| "–".into()),
+            s.and_then(|s| s.ci95)
+                .map(|i| format!("{}–{}", num(i.lo), num(i.hi)))
+                .unwrap_or_else(|| "–".into()),
+            num(c.model.value),
+            c.model.basis,
+        )
+        .unwrap();
+    }
+}
+
+fn ratio_line(out: &mut String, x: &RatioRow, lab: &Labeller) {
+    let (m, ci) = match &x.measured {
+        Some(e) => (
+            format!("{:.2}", e.value),
+            e.ci95
+                .map(|i| format!("{:.2}–{:.2}", i.lo, i.hi))
+                .unwrap_or_else(|| "– (n=1)".into()),
+        ),
+        None => ("no data".into(), "–".into()),
+    };
+    let rep: Vec<String> = x
+        .reported
+        .iter()
+        .map(|r| {
+            if r.volume_bytes == x.numerator.volume_bytes {
+                format!("{:.2}", r.value)
+            } else {
+                format!("{:.2} ({})", r.value, ByteSize(r.volume_bytes))
+            }
+        })
+        .collect();
+    let rep = if rep.is_empty() {
+        "–".into()
+    } else {
+        rep.join(", ")
+    };
+    writeln!(
+        out,
+        "| {} | {} | {} | {m} | {ci} | {:.2} | {rep} |",
+        x.kind.title(),
+        lab.cell(&x.numerator),
+        lab.cell(&x.denominator),
+        x.model
+    )
+    .unwrap();
+}
+
+pub fn render(r: &Report) -> String {
+    let lab = Labeller::new(r.cells.iter().map(|c| &c.key));
+    let unit = r.metric.unit();
+    let what = match r.metric {
+        Metric::LazyinitS => "ext4lazyinit run time after mount",
+        Metric::MsPerGroup => "ext4lazyinit cycle time per block group",
+    };
+    let mut out = format!("# {what} ({}, {unit})\n\n", r.metric.name());
+    writeln!(
+        out,
+        "{} rows, {} cells, {} failed runs. Measured: mean (95% CI, n). \
+         Model: DESIGN §2{}. 2021: linux-ext4 report (EC2, kernel 5.10), matching arch, HZ, variant and volume.\n",
+        r.rows,
+        r.cells.len(),
+        r.failures.len(),
+        if r.metric == Metric::LazyinitS { ", plus the 2.5 s mean start delay" } else { "" },
+    )
+    .unwrap();
+    table(&mut out, r, &lab);
+    out.push_str("\n## Cells\n\n");
+    cell_stats(&mut out, r, &lab);
+    if !r.ratios.is_empty() {
+        out.push_str("\n## Ratios\n\n| ratio | numerator | denominator | measured | 95% CI | model | 2021 |\n|---|---|---|---:|---|---:|---|\n");
+        for x in &r.ratios {
+            ratio_line(&mut out, x, &lab);
+        }
+    }
+    if !r.failures.is_empty() {
+        out.push_str("\n## Failed runs (not aggregated)\n\n| cell | run | status | error |\n|---|---|---|---|\n");
+        for f in &r.failures {
+            let err = f.error.replace('|', "\\|");
+            writeln!(
+                out,
+                "| {} | {} | {} | {err} |",
+                lab.cell(&f.key),
+                f.run_id,
+                f.status
+            )
+            .unwrap();
+        }
+    }
+    if !r.notes.is_empty() {
+        out.push_str("\n## Notes\n\n");
+        for n in &r.notes {
+            writeln!(out, "- {n}").unwrap();
+        }
+    }
+    out
+}

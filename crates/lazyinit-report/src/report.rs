@@ -1,0 +1,72 @@
+//! The report: cells, ratios, failures and notes, ready for any renderer.
+
+use lazyinit_core::results::{ResultRow, Status};
+use serde::Serialize;
+
+use crate::cells::{aggregate, CellKey, CellStats, Metric};
+use crate::ratios::{ratios, RatioRow};
+
+/// A run that did not end ok: counted and listed, never aggregated.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    pub key: CellKey,
+    pub run_id: String,
+    pub cell_id: String,
+    pub status: Status,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub metric: Metric,
+    pub rows: usize,
+    pub cells: Vec<CellStats>,
+    pub ratios: Vec<RatioRow>,
+    pub failures: Vec<Failure>,
+    /// Things a reader must know to trust the numbers.
+    pub notes: Vec<String>,
+}
+
+pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
+    let cells = aggregate(rows, metric);
+    let ratios = ratios(&cells);
+    let failures = rows
+        .iter()
+        .filter(|r| r.status != Status::Ok)
+        .map(|r| Failure {
+            key: CellKey::of(r),
+            run_id: r.run_id.clone(),
+            cell_id: r.cell_id.clone(),
+            status: r.status,
+            error: r.error.clone(),
+        })
+        .collect();
+    let mut notes = Vec::new();
+    for c in &cells {
+        if c.sleep_ticks.len() > 1 {
+            let ls: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
+            notes.push(format!(
+                "{}: runs slept different numbers of ticks between groups (L = {}); \
+                 with-fix cells are comparable only at equal L (first-group zeroing time z1)",
+                c.key.label(),
+                ls.join(", ")
+            ));
+        }
+        if c.missing_metric > 0 {
+            notes.push(format!(
+                "{}: {} ok run(s) without a {} value, left out",
+                c.key.label(),
+                c.missing_metric,
+                metric.name()
+            ));
+        }
+    }
+    Report {
+        metric,
+        rows: rows.len(),
+        cells,
+        ratios,
+        failures,
+        notes,
+    }
+}
