@@ -242,6 +242,49 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
         .collect()
 }
 
+/// A realistic ok row for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use lazyinit_core::results::{ResultRow, Status};
+    use lazyinit_core::{Arch, Hz, Variant};
+
+    pub fn row(kernel_source: &str, lazyinit_s: f64) -> ResultRow {
+        ResultRow {
+            run_id: "r".into(),
+            cell_id: "qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1".into(),
+            provider: "qemu".into(),
+            machine: "qemu-x86_64".into(),
+            accel: "tcg".into(),
+            arch: Arch::X86_64,
+            kernel_release: "6.1.158".into(),
+            kernel_source: kernel_source.into(),
+            hz: Hz::new(100).unwrap(),
+            variant: Variant::NoFix,
+            wait_mult: 10,
+            volume_bytes: 64 << 30,
+            groups: Some(512),
+            mkfs_s: Some(1.3),
+            mount_s: Some(0.04),
+            lazyinit_s: Some(lazyinit_s),
+            lazyinit_poll_s: Some(lazyinit_s + 0.5),
+            ms_per_group: Some(109.5),
+            traced_groups: Some(512),
+            repetition: 1,
+            started_at: "2026-11-29T19:00:00Z".into(),
+            harness_version: "0.1.0".into(),
+            status: Status::Ok,
+            error: String::new(),
+            clocksource: "tsc".into(),
+            sleep_ticks: Some(10),
+            boot_s: Some(1.1),
+            first_group_s: Some(2.9),
+            storage_profile: "none".into(),
+            concurrency: 1,
+            mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

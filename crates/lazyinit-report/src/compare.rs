@@ -12,13 +12,92 @@ use serde::Serialize;
 use crate::cells::{aggregate, CellKey, CellStats, Metric};
 use crate::stats::{welch, Summary, Welch};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CompareOptions {
     pub metric: Metric,
     /// Smallest relative change of the mean that counts, in percent.
     pub threshold_pct: f64,
     /// Significance level of the t-test.
     pub alpha: f64,
+    /// Key fields not used to match baseline and candidate cells (a release
+    /// gate comparing two kernels ignores `kernel_source`). Each side is
+    /// still aggregated on the full key.
+    pub ignore: Vec<KeyField>,
+}
+
+/// The environment fields of a cell key that `compare` can be told to ignore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyField {
+    Provider,
+    Machine,
+    Accel,
+    KernelSource,
+    StorageProfile,
+}
+
+impl std::str::FromStr for KeyField {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "provider" => KeyField::Provider,
+            "machine" => KeyField::Machine,
+            "accel" => KeyField::Accel,
+            "kernel_source" => KeyField::KernelSource,
+            "storage_profile" => KeyField::StorageProfile,
+            _ => {
+                return Err(format!(
+                    "cannot ignore `{s}`: use provider, machine, accel, kernel_source or storage_profile"
+                ))
+            }
+        })
+    }
+}
+
+/// What an ignored field reads as in the matched key.
+pub const IGNORED: &str = "*";
+
+fn matching_key(k: &CellKey, ignore: &[KeyField]) -> CellKey {
+    let mut k = k.clone();
+    for f in ignore {
+        let field = match f {
+            KeyField::Provider => &mut k.provider,
+            KeyField::Machine => &mut k.machine,
+            KeyField::Accel => &mut k.accel,
+            KeyField::KernelSource => &mut k.kernel_source,
+            KeyField::StorageProfile => &mut k.storage_profile,
+        };
+        *field = IGNORED.into();
+    }
+    k
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the {side} has several cells that differ only in ignored fields ({a} and {b}); ignoring them would pool different configurations: compare them separately")]
+pub struct AmbiguousMatch {
+    pub side: &'static str,
+    pub a: String,
+    pub b: String,
+}
+
+fn side_cells(
+    rows: &[ResultRow],
+    o: &CompareOptions,
+    side: &'static str,
+) -> Result<BTreeMap<CellKey, CellStats>, AmbiguousMatch> {
+    let mut out: BTreeMap<CellKey, CellStats> = BTreeMap::new();
+    for c in aggregate(rows, o.metric) {
+        let k = matching_key(&c.key, &o.ignore);
+        if let Some(prev) = out.get(&k) {
+            return Err(AmbiguousMatch {
+                side,
+                a: prev.key.label(),
+                b: c.key.label(),
+            });
+        }
+        out.insert(k, c);
+    }
+    Ok(out)
 }
 
 impl Default for CompareOptions {
@@ -27,6 +106,7 @@ impl Default for CompareOptions {
             metric: Metric::LazyinitS,
             threshold_pct: 5.0,
             alpha: 0.05,
+            ignore: Vec::new(),
         }
     }
 }
@@ -88,6 +168,8 @@ pub struct Comparison {
     pub metric: Metric,
     pub threshold_pct: f64,
     pub alpha: f64,
+    /// Key fields not used for matching; they read `*` in `cells`.
+    pub ignored: Vec<KeyField>,
     pub cells: Vec<CellComparison>,
     /// Cells present on one side only.
     pub missing: Vec<(Side, CellKey)>,
@@ -159,15 +241,13 @@ fn sleep_note(b: &CellStats, c: &CellStats) -> Option<String> {
     ))
 }
 
-pub fn compare(baseline: &[ResultRow], candidate: &[ResultRow], o: &CompareOptions) -> Comparison {
-    let base: BTreeMap<CellKey, CellStats> = aggregate(baseline, o.metric)
-        .into_iter()
-        .map(|c| (c.key.clone(), c))
-        .collect();
-    let cand: BTreeMap<CellKey, CellStats> = aggregate(candidate, o.metric)
-        .into_iter()
-        .map(|c| (c.key.clone(), c))
-        .collect();
+pub fn compare(
+    baseline: &[ResultRow],
+    candidate: &[ResultRow],
+    o: &CompareOptions,
+) -> Result<Comparison, AmbiguousMatch> {
+    let base = side_cells(baseline, o, "baseline")?;
+    let cand = side_cells(candidate, o, "candidate")?;
     let mut cells = Vec::new();
     let mut missing = Vec::new();
     for (key, b) in &base {
@@ -196,13 +276,14 @@ pub fn compare(baseline: &[ResultRow], candidate: &[ResultRow], o: &CompareOptio
             .filter(|k| !base.contains_key(*k))
             .map(|k| (Side::Baseline, k.clone())),
     );
-    Comparison {
+    Ok(Comparison {
         metric: o.metric,
         threshold_pct: o.threshold_pct,
         alpha: o.alpha,
+        ignored: o.ignore.clone(),
         cells,
         missing,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -238,5 +319,27 @@ mod tests {
         );
         let (_, _, _, v) = judge(s(&[60.0]).as_ref(), s(&[62.0, 62.1]).as_ref(), &o);
         assert_eq!(v, Verdict::NoChange);
+    }
+
+    #[test]
+    fn ignored_fields_match_across_kernels_but_never_pool() {
+        let mut base = crate::cells::tests_support::row("debian-6.1", 60.0);
+        base.run_id = "a".into();
+        let mut cand = base.clone();
+        cand.kernel_source = "debian-6.12".into();
+        cand.lazyinit_s = Some(60.1);
+        let strict = compare(&[base.clone()], &[cand.clone()], &CompareOptions::default()).unwrap();
+        assert_eq!((strict.cells.len(), strict.missing.len()), (0, 2));
+        let o = CompareOptions {
+            ignore: vec![KeyField::KernelSource],
+            ..Default::default()
+        };
+        let c = compare(&[base.clone()], &[cand.clone()], &o).unwrap();
+        assert_eq!(c.cells.len(), 1);
+        assert_eq!(c.cells[0].key.kernel_source, IGNORED);
+        // Two kernels on one side would be pooled by the ignore: refused.
+        let err = compare(&[base.clone(), cand.clone()], &[cand], &o).unwrap_err();
+        assert_eq!(err.side, "baseline");
+        assert!("kernel".parse::<KeyField>().is_err());
     }
 }

@@ -22,7 +22,8 @@ fn noise_only_is_no_regression() {
         &rows("qemu-64g/results.csv"),
         &rows("compare/candidate-same.csv"),
         &CompareOptions::default(),
-    );
+    )
+    .unwrap();
     assert_eq!(c.cells.len(), 6);
     assert!(c
         .cells
@@ -38,7 +39,8 @@ fn fixed_kernel_behaving_unfixed_is_a_regression() {
         &rows("qemu-64g/results.csv"),
         &rows("compare/candidate-regressed.csv"),
         &CompareOptions::default(),
-    );
+    )
+    .unwrap();
     let reg: Vec<_> = c
         .cells
         .iter()
@@ -60,7 +62,7 @@ fn fixed_kernel_behaving_unfixed_is_a_regression() {
 #[test]
 fn the_same_run_on_both_sides_is_no_change() {
     let b = rows("qemu-64g/results.csv");
-    let c = compare(&b, &b, &CompareOptions::default());
+    let c = compare(&b, &b, &CompareOptions::default()).unwrap();
     assert!(c
         .cells
         .iter()
@@ -73,7 +75,8 @@ fn a_missing_cell_is_bad_input() {
         &rows("qemu-64g/results.csv"),
         &rows("compare/candidate-missing.csv"),
         &CompareOptions::default(),
-    );
+    )
+    .unwrap();
     assert_eq!(c.missing.len(), 1);
     assert_eq!(c.exit_code(), exit::BAD_INPUT);
     // Cells of other runs never match: different volume on each side.
@@ -81,7 +84,8 @@ fn a_missing_cell_is_bad_input() {
         &rows("qemu-64g/results.csv"),
         &rows("reported/results.csv"),
         &CompareOptions::default(),
-    );
+    )
+    .unwrap();
     assert!(c.cells.is_empty());
     assert_eq!(c.missing.len(), 6 + 8);
 }
@@ -94,7 +98,7 @@ fn single_runs_use_the_threshold_only() {
         r.run_id = "later".into();
         r.lazyinit_s = r.lazyinit_s.map(|s| s * 1.08);
     }
-    let c = compare(&base, &cand, &CompareOptions::default());
+    let c = compare(&base, &cand, &CompareOptions::default()).unwrap();
     assert!(c
         .cells
         .iter()
@@ -103,5 +107,5 @@ fn single_runs_use_the_threshold_only() {
         threshold_pct: 10.0,
         ..Default::default()
     };
-    assert_eq!(compare(&base, &cand, &loose).exit_code(), exit::OK);
+    assert_eq!(compare(&base, &cand, &loose).unwrap().exit_code(), exit::OK);
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use lazyinit_core::exit::bad_input;
-use lazyinit_report::compare::{compare as compare_cells, CompareOptions};
+use lazyinit_report::compare::{compare as compare_cells, CompareOptions, KeyField};
 use lazyinit_report::input::{load, load_cycles};
 use lazyinit_report::render::{self, Format};
 use lazyinit_report::{plot, Metric};
@@ -48,6 +48,10 @@ pub struct CompareArgs {
     pub alpha: f64,
     #[arg(long, default_value = "lazyinit_s", value_parser = clap::value_parser!(Metric))]
     pub metric: Metric,
+    /// Key fields not used to match cells, e.g. `kernel_source` to gate a
+    /// new kernel against the old one (each side still never pools them).
+    #[arg(long, value_delimiter = ',', value_name = "FIELD", value_parser = clap::value_parser!(KeyField))]
+    pub ignore: Vec<KeyField>,
     /// Output format [default: from --out's extension, else markdown].
     #[arg(long, value_parser = clap::value_parser!(Format))]
     pub format: Option<Format>,
@@ -145,8 +149,9 @@ pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
         metric: a.metric,
         threshold_pct: a.threshold,
         alpha: a.alpha,
+        ignore: a.ignore,
     };
-    let c = compare_cells(&base, &cand, &opts);
+    let c = compare_cells(&base, &cand, &opts).map_err(|e| bad_input(e.to_string()))?;
     let text = match format {
         Format::Markdown => render::compare::markdown(&c),
         Format::Csv => render::compare::csv(&c),

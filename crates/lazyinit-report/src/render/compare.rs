@@ -45,6 +45,19 @@ pub fn markdown(c: &Comparison) -> String {
         c.threshold_pct,
         c.alpha
     );
+    if !c.ignored.is_empty() {
+        let names: Vec<String> = c
+            .ignored
+            .iter()
+            .filter_map(|f| serde_json::to_value(f).ok()?.as_str().map(String::from))
+            .collect();
+        writeln!(
+            out,
+            "Cells matched ignoring {} (shown as `*`).\n",
+            names.join(", ")
+        )
+        .unwrap();
+    }
     out.push_str("| cell | baseline | candidate | change | p | test | verdict |\n|---|---:|---:|---:|---:|---|---|\n");
     for x in &c.cells {
         let p = x

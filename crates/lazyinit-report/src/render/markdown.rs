@@ -166,7 +166,7 @@ pub fn render(r: &Report) -> String {
     let mut out = format!("# {what} ({}, {unit})\n\n", r.metric.name());
     writeln!(
         out,
-        "{} rows, {} cells, {} failed runs. Measured: mean (95% CI, n). \
+        "{} rows, {} cells, {} failed run(s). Measured: mean (95% CI, n). \
          Model: DESIGN §2{}. 2021: linux-ext4 report (EC2, kernel 5.10), matching arch, HZ, variant and volume.\n",
         r.rows,
         r.cells.len(),
