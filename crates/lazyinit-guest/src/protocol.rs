@@ -39,6 +39,10 @@ pub struct Expectation {
 pub trait Gate: Send + Sync {
     fn heavy(&self) -> Box<dyn Send>;
     fn quiet(&self) -> Box<dyn Send>;
+    /// Called by a no-fix cell before it mounts: waits until no with-fix
+    /// cell still has its first group ahead (or `cancel` is set), so that
+    /// sleeping no-fix guests never load the host while a fix cell measures.
+    fn settle(&self, _cancel: &AtomicBool) {}
 }
 
 /// A gate that never waits (one cell alone, or tests).
@@ -257,6 +261,9 @@ pub fn run(
     }
     // With the fix, the first group's zeroing time sets the sleep for the
     // whole run: hold the host quiet from mount until that group is traced.
+    if exp.variant == Variant::NoFix {
+        opts.gate.settle(&opts.cancel);
+    }
     let mut quiet = (exp.variant == Variant::Fix).then(|| opts.gate.quiet());
     opts.events.phase(cell, Phase::Mount);
     let mount_opts = if opts.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
