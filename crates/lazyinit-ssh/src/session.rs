@@ -312,6 +312,32 @@ fn upload_command(remote: &str, mode: u32) -> String {
     )
 }
 
+/// Whether an SSH server answers on `addr` with its banner within `timeout`.
+///
+/// Behind QEMU's user networking the TCP connect always succeeds (slirp
+/// accepts for the guest); a guest that is not listening yet leaves the
+/// connection hanging in slirp's SYN back-off for seconds. A short probe for
+/// the banner, repeated, notices the server within a fraction of a second;
+/// only then does the (slower, CPU-bound in the guest) SSH handshake start.
+fn banner_seen(host: &str, port: u16, timeout: Duration) -> std::io::Result<()> {
+    let addr = (host, port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, "no address"))?;
+    let mut tcp = TcpStream::connect_timeout(&addr, timeout)?;
+    tcp.set_read_timeout(Some(timeout))?;
+    let mut buf = [0u8; 4];
+    tcp.read_exact(&mut buf)?;
+    if &buf == b"SSH-" {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "the server did not greet with an SSH banner",
+        ))
+    }
+}
+
 /// Retries connect + `true` until it works or `deadline` passes. Fails at
 /// once when `is_alive` says the machine is gone, or on an error that
 /// retrying cannot fix (wrong host key, rejected client key).
@@ -323,6 +349,8 @@ pub fn wait_until_ready(
     deadline: Instant,
     mut is_alive: impl FnMut() -> bool,
 ) -> Result<Session, SshError> {
+    const PROBE: Duration = Duration::from_millis(700);
+    const ATTEMPT: Duration = Duration::from_secs(30);
     let start = Instant::now();
     let addr = format!("{host}:{port}");
     let mut last: Option<SshError> = None;
@@ -343,16 +371,23 @@ pub fn wait_until_ready(
                 last: Box::new(last),
             });
         }
-        let attempt = left.min(Duration::from_secs(10));
-        match Session::connect(host, port, user, keys, attempt)
-            .and_then(|s| s.exec_checked_with_timeout("true", attempt).map(|_| s))
-        {
+        let result = banner_seen(host, port, left.min(PROBE))
+            .map_err(|source| SshError::Connect {
+                addr: addr.clone(),
+                source,
+            })
+            .and_then(|()| {
+                let attempt = left.min(ATTEMPT);
+                Session::connect(host, port, user, keys, attempt)
+                    .and_then(|s| s.exec_checked_with_timeout("true", attempt).map(|_| s))
+            });
+        match result {
             Ok(s) => return Ok(s),
             Err(e) if e.is_permanent() => return Err(e),
             Err(e) => {
                 tracing::debug!(%addr, error = %e, "SSH not ready yet");
                 last = Some(e);
-                std::thread::sleep(Duration::from_millis(200).min(left));
+                std::thread::sleep(Duration::from_millis(100).min(left));
             }
         }
     }
