@@ -147,6 +147,8 @@ pub struct CellStats {
     pub missing_metric: usize,
     /// Distinct `sleep_ticks` among the ok rows (more than one: see notes).
     pub sleep_ticks: Vec<u64>,
+    /// Distinct `concurrency` among the ok rows.
+    pub concurrency: Vec<u32>,
     pub model: ModelValue,
     pub reported: Option<ReportedValue>,
 }
@@ -226,6 +228,12 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
+            let concurrency: Vec<u32> = ok
+                .iter()
+                .map(|r| r.concurrency)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
             let summary = summarize(&values);
             let model = model_for(&key, &sleep_ticks, metric);
             let reported = reported_for(&key, metric, summary.as_ref().map(|s| s.mean));
@@ -235,6 +243,7 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 key,
                 summary,
                 sleep_ticks,
+                concurrency,
                 model,
                 reported,
             }

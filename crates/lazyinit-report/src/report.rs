@@ -42,7 +42,24 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
         })
         .collect();
     let mut notes = Vec::new();
+    let ok = || rows.iter().filter(|r| r.status == Status::Ok);
+    let jiffies = ok().filter(|r| r.clocksource.contains("jiffies")).count();
+    if jiffies > 0 {
+        notes.push(format!(
+            "{jiffies} ok run(s) on a jiffies clocksource: the fix measures zeroing with tick \
+             resolution there, so with-fix results look unfixed (DESIGN §3); rerun them"
+        ));
+    }
     for c in &cells {
+        if c.key.variant == lazyinit_core::Variant::Fix && c.concurrency.len() > 1 {
+            let cs: Vec<String> = c.concurrency.iter().map(u32::to_string).collect();
+            notes.push(format!(
+                "{}: runs at different concurrency ({} guests at once) pooled; with the fix, \
+                 z1 and so L depend on host load",
+                c.key.label(),
+                cs.join(", ")
+            ));
+        }
         if c.sleep_ticks.len() > 1 {
             let ls: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
             notes.push(format!(
@@ -68,5 +85,31 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
         ratios,
         failures,
         notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::tests_support::row;
+    use lazyinit_core::Variant;
+
+    #[test]
+    fn notes_flag_jiffies_and_mixed_concurrency() {
+        let mut a = row("debian-6.1", 24.0);
+        a.variant = Variant::Fix;
+        let mut b = a.clone();
+        b.run_id = "other".into();
+        b.concurrency = 4;
+        b.clocksource = "refined-jiffies".into();
+        let r = build(&[a.clone(), b], Metric::LazyinitS);
+        assert_eq!(r.notes.len(), 2, "{:?}", r.notes);
+        assert!(r.notes[0].starts_with("1 ok run(s) on a jiffies clocksource"));
+        assert!(
+            r.notes[1].contains("(1, 4 guests at once)"),
+            "{:?}",
+            r.notes
+        );
+        assert!(build(&[a], Metric::LazyinitS).notes.is_empty());
     }
 }

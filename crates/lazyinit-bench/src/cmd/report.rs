@@ -136,7 +136,9 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
 }
 
 pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
-    if !(a.threshold >= 0.0) || !(a.alpha > 0.0 && a.alpha < 1.0) {
+    // Written so that NaN is refused too.
+    let valid = a.threshold.is_finite() && a.threshold >= 0.0 && a.alpha > 0.0 && a.alpha < 1.0;
+    if !valid {
         return Err(bad_input("--threshold must be >= 0 and --alpha between 0 and 1").into());
     }
     let format = format_of(a.format, &a.out);

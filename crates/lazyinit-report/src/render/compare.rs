@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::{num, pct, Labeller};
+use crate::cells::CellKey;
 use crate::compare::{Comparison, Side, Test};
 use crate::stats::Summary;
 
@@ -46,11 +47,7 @@ pub fn markdown(c: &Comparison) -> String {
         c.alpha
     );
     if !c.ignored.is_empty() {
-        let names: Vec<String> = c
-            .ignored
-            .iter()
-            .filter_map(|f| serde_json::to_value(f).ok()?.as_str().map(String::from))
-            .collect();
+        let names: Vec<String> = c.ignored.iter().map(|f| name(*f)).collect();
         writeln!(
             out,
             "Cells matched ignoring {} (shown as `*`).\n",
@@ -108,7 +105,49 @@ pub fn markdown(c: &Comparison) -> String {
     out
 }
 
+/// One CSV line: a compared cell or a cell missing on one side.
+struct Line<'a> {
+    key: &'a CellKey,
+    baseline: Option<&'a Summary>,
+    candidate: Option<&'a Summary>,
+    change_pct: Option<f64>,
+    p: Option<f64>,
+    test: String,
+    verdict: String,
+}
+
+/// The snake_case name serde gives a unit enum variant.
+fn name<T: serde::Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
 pub fn csv(c: &Comparison) -> String {
+    let mut lines: Vec<Line> = c
+        .cells
+        .iter()
+        .map(|x| Line {
+            key: &x.key,
+            baseline: x.baseline.as_ref(),
+            candidate: x.candidate.as_ref(),
+            change_pct: x.change_pct,
+            p: x.welch.map(|w| w.p),
+            test: name(x.test),
+            verdict: name(x.verdict),
+        })
+        .collect();
+    lines.extend(c.missing.iter().map(|(side, key)| Line {
+        key,
+        baseline: None,
+        candidate: None,
+        change_pct: None,
+        p: None,
+        test: "none".into(),
+        verdict: format!("missing_in_{}", name(side)),
+    }));
+    let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
         "cell",
@@ -133,54 +172,10 @@ pub fn csv(c: &Comparison) -> String {
         "verdict",
     ])
     .expect("writing to memory");
-    let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
-    let mut rows: Vec<(
-        String,
-        Option<&Summary>,
-        Option<&Summary>,
-        Option<f64>,
-        Option<f64>,
-        String,
-        String,
-        &crate::CellKey,
-    )> = Vec::new();
-    for x in &c.cells {
-        rows.push((
-            x.key.label(),
-            x.baseline.as_ref(),
-            x.candidate.as_ref(),
-            x.change_pct,
-            x.welch.map(|w| w.p),
-            serde_json::to_value(x.test)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
-            serde_json::to_value(x.verdict)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
-            &x.key,
-        ));
-    }
-    for (s, k) in &c.missing {
-        let v = match s {
-            Side::Baseline => "missing_in_baseline",
-            Side::Candidate => "missing_in_candidate",
-        };
-        rows.push((
-            k.label(),
-            None,
-            None,
-            None,
-            None,
-            "none".into(),
-            v.into(),
-            k,
-        ));
-    }
-    for (label, b, cand, change, p, test, verdict, k) in rows {
+    for l in lines {
+        let k = l.key;
         w.write_record([
-            label,
+            k.label(),
             k.provider.clone(),
             k.machine.clone(),
             k.accel.clone(),
@@ -192,14 +187,14 @@ pub fn csv(c: &Comparison) -> String {
             k.volume_bytes.to_string(),
             k.storage_profile.clone(),
             c.metric.name().into(),
-            b.map_or(0, |s| s.n).to_string(),
-            f(b.map(|s| s.mean)),
-            cand.map_or(0, |s| s.n).to_string(),
-            f(cand.map(|s| s.mean)),
-            f(change),
-            f(p),
-            test,
-            verdict,
+            l.baseline.map_or(0, |s| s.n).to_string(),
+            f(l.baseline.map(|s| s.mean)),
+            l.candidate.map_or(0, |s| s.n).to_string(),
+            f(l.candidate.map(|s| s.mean)),
+            f(l.change_pct),
+            f(l.p),
+            l.test,
+            l.verdict,
         ])
         .expect("writing to memory");
     }
