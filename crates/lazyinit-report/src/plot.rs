@@ -19,16 +19,13 @@ pub struct PlotError {
     pub message: String,
 }
 
-fn err(path: &Path) -> impl Fn(String) -> PlotError + '_ {
-    move |message| PlotError {
-        path: path.display().to_string(),
-        message,
-    }
-}
-
+/// `?` for plotters' many error types, naming the file being drawn.
 macro_rules! tryp {
     ($e:expr, $path:expr) => {
-        $e.map_err(|e| err($path)(e.to_string()))?
+        $e.map_err(|e| PlotError {
+            path: $path.display().to_string(),
+            message: e.to_string(),
+        })?
     };
 }
 
