@@ -1,0 +1,122 @@
+//! Errors of the EC2 provider, and how they map onto `ProviderError`.
+
+use std::time::Duration;
+
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use lazyinit_core::provider::ProviderError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Ec2Error {
+    #[error("EC2 {op} failed: {detail}")]
+    Api {
+        op: &'static str,
+        /// The service's error code (`InvalidVolume.NotFound`), if any.
+        code: Option<String>,
+        detail: String,
+    },
+    #[error("timed out after {} waiting for {what} (last state: {last})", humantime::format_duration(*.waited))]
+    Timeout {
+        what: String,
+        waited: Duration,
+        last: String,
+    },
+    #[error("{what} went to state `{state}` instead of `{wanted}`")]
+    UnexpectedState {
+        what: String,
+        state: String,
+        wanted: String,
+    },
+    #[error("no AMI for {arch}: {detail}")]
+    NoAmi { arch: String, detail: String },
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Keys(#[from] crate::userdata::KeyError),
+    #[error("{0}")]
+    BadInput(String),
+    /// The API answered something the harness cannot use.
+    #[error("{0}")]
+    Unexpected(String),
+    #[error("cleanup left resources behind: {ids}; remove them with `lazyinit-bench cleanup --run-id {run_id}`\n{errors}")]
+    Leaked {
+        ids: String,
+        run_id: String,
+        errors: String,
+    },
+}
+
+impl Ec2Error {
+    pub fn api<E, R>(op: &'static str, e: SdkError<E, R>) -> Ec2Error
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        Ec2Error::Api {
+            op,
+            code: e.code().map(str::to_string),
+            detail: DisplayErrorContext(&e).to_string(),
+        }
+    }
+
+    /// The resource the call was about no longer exists: for teardown, done.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Ec2Error::Api { code: Some(c), .. } if c.ends_with(".NotFound"))
+    }
+}
+
+impl From<Ec2Error> for ProviderError {
+    fn from(e: Ec2Error) -> Self {
+        match e {
+            Ec2Error::Config(_)
+            | Ec2Error::Keys(_)
+            | Ec2Error::BadInput(_)
+            | Ec2Error::NoAmi { .. } => ProviderError::BadInput(e.to_string()),
+            Ec2Error::Api { op, code, detail } => ProviderError::Infrastructure {
+                message: format!(
+                    "EC2 {op} failed{}",
+                    code.map(|c| format!(" ({c})")).unwrap_or_default()
+                ),
+                detail,
+            },
+            other => ProviderError::infra(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_codes_are_recognised() {
+        let e = Ec2Error::Api {
+            op: "DeleteVolume",
+            code: Some("InvalidVolume.NotFound".into()),
+            detail: String::new(),
+        };
+        assert!(e.is_not_found());
+        let e = Ec2Error::Api {
+            op: "DeleteVolume",
+            code: Some("VolumeInUse".into()),
+            detail: String::new(),
+        };
+        assert!(!e.is_not_found());
+    }
+
+    #[test]
+    fn config_errors_are_bad_input() {
+        let e: ProviderError = Ec2Error::BadInput("no".into()).into();
+        assert_eq!(e.exit_code(), lazyinit_core::exit::BAD_INPUT);
+        let e: ProviderError = Ec2Error::Api {
+            op: "RunInstances",
+            code: Some("InsufficientInstanceCapacity".into()),
+            detail: "try another AZ".into(),
+        }
+        .into();
+        assert_eq!(e.exit_code(), lazyinit_core::exit::INFRASTRUCTURE);
+        assert!(e
+            .to_string()
+            .contains("RunInstances failed (InsufficientInstanceCapacity)"));
+        assert!(e.to_string().contains("try another AZ"));
+    }
+}

@@ -1,0 +1,429 @@
+//! `Ec2Provider`: one instance and one EBS volume per cell.
+//!
+//! Per cell: RunInstances (shutdown behaviour terminate, user data with the
+//! keys and the expiry timer, tags), wait running, CreateVolume in the
+//! instance's AZ, wait available, AttachVolume, wait attached, mark the
+//! volume delete-on-termination (so the instance's own expiry takes the
+//! volume with it). Any failure on the way tears down what exists.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use aws_sdk_ec2::config::Credentials;
+use aws_sdk_ec2::types::{
+    EbsInstanceBlockDeviceSpecification, Filter, InstanceBlockDeviceMappingSpecification,
+    InstanceType, ResourceType, ShutdownBehavior, VolumeType,
+};
+use aws_sdk_ec2::Client;
+use chrono::Utc;
+use lazyinit_core::provider::{LaunchRequest, Machine, Provider, ProviderError};
+use lazyinit_core::{Arch, ByteSize, Cell};
+
+use crate::client::{self, ApiCounter};
+use crate::config::Ec2Config;
+use crate::error::Ec2Error;
+use crate::machine::{guest_device, Ec2Machine, LaunchRecord};
+use crate::ops::{self, Pace};
+use crate::resources::{self, Guard, Registry};
+use crate::tags::{rfc3339, ResourceTags};
+use crate::userdata::{self, GuestKeys};
+
+/// gp2/gp3/io1/io2 volumes hold at most 16 TiB.
+const MAX_VOLUME_GIB: u64 = 16384;
+
+pub struct Ec2Provider {
+    cfg: Arc<Ec2Config>,
+    keys: GuestKeys,
+    client: Client,
+    counter: ApiCounter,
+    registry: Arc<Registry>,
+    amis: Mutex<BTreeMap<Arch, String>>,
+    /// Run id of the last launch, for the cleanup hint of `release_all`.
+    last_run: Mutex<String>,
+}
+
+/// EBS sizes are whole GiB; a cell's volume rounds up.
+pub fn volume_gib(size: ByteSize) -> u64 {
+    size.0.div_ceil(lazyinit_core::size::GIB)
+}
+
+impl Ec2Provider {
+    /// Standard credential chain (environment, profile, SSO, instance role).
+    pub async fn new(cfg: Ec2Config, keys: GuestKeys) -> Result<Self, Ec2Error> {
+        Self::build(cfg, keys, None).await
+    }
+
+    /// Fixed credentials, e.g. dummy ones for an emulator.
+    pub async fn with_credentials(
+        cfg: Ec2Config,
+        keys: GuestKeys,
+        creds: Credentials,
+    ) -> Result<Self, Ec2Error> {
+        Self::build(cfg, keys, Some(creds)).await
+    }
+
+    async fn build(
+        cfg: Ec2Config,
+        keys: GuestKeys,
+        creds: Option<Credentials>,
+    ) -> Result<Self, Ec2Error> {
+        cfg.validate()?;
+        keys.validate()?;
+        let counter = ApiCounter::default();
+        let client = client::build(&cfg, creds, counter.clone()).await;
+        Ok(Ec2Provider {
+            cfg: Arc::new(cfg),
+            keys,
+            client,
+            counter,
+            registry: Arc::default(),
+            amis: Mutex::default(),
+            last_run: Mutex::default(),
+        })
+    }
+
+    pub fn config(&self) -> &Ec2Config {
+        &self.cfg
+    }
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+    pub fn counter(&self) -> &ApiCounter {
+        &self.counter
+    }
+    /// Ids created by this provider and not yet confirmed gone.
+    pub fn live_ids(&self) -> Vec<String> {
+        self.registry.live_ids()
+    }
+
+    fn pace(&self) -> Pace {
+        Pace::of(&self.cfg)
+    }
+
+    /// Tears down everything this provider still owns and waits for
+    /// background cleanups. Call it on Ctrl-C and at the end of a run.
+    pub async fn release_all(&self) -> Result<(), Ec2Error> {
+        let run = self.last_run.lock().expect("run").clone();
+        resources::release_all(&self.client, &self.registry, self.pace(), &run).await
+    }
+
+    /// The configured AMI for `arch`, or the newest image matching the
+    /// lookup filter with that architecture. Cached per provider.
+    pub async fn resolve_ami(&self, arch: Arch) -> Result<String, Ec2Error> {
+        if let Some(a) = self.amis.lock().expect("amis").get(&arch) {
+            return Ok(a.clone());
+        }
+        let lookup = &self.cfg.ami.lookup;
+        let mut req = self.client.describe_images();
+        if let Some(fixed) = self.cfg.ami.fixed(arch) {
+            req = req.image_ids(fixed);
+        } else {
+            req = req
+                .owners(&lookup.owner)
+                .filters(Filter::builder().name("name").values(&lookup.name).build())
+                .filters(Filter::builder().name("state").values("available").build());
+        }
+        let req = req.filters(
+            Filter::builder()
+                .name("architecture")
+                .values(arch.to_string())
+                .build(),
+        );
+        let out = req
+            .send()
+            .await
+            .map_err(|e| Ec2Error::api("DescribeImages", e))?;
+        // The architecture is checked here too: a fixed id is returned
+        // whatever the filter says by some endpoints. ISO 8601 creation
+        // dates sort as strings.
+        let newest = out
+            .images()
+            .iter()
+            .filter(|i| i.image_id().is_some())
+            .filter(|i| i.architecture().map(|a| a.as_str()) == Some(arch.to_string().as_str()))
+            .max_by_key(|i| i.creation_date().unwrap_or_default().to_string())
+            .and_then(|i| i.image_id())
+            .map(str::to_string);
+        let ami = newest.ok_or_else(|| Ec2Error::NoAmi {
+            arch: arch.to_string(),
+            detail: match self.cfg.ami.fixed(arch) {
+                Some(f) => format!("{f} does not exist in this region or is not {arch}"),
+                None => format!(
+                    "no available image of owner {} named `{}`; set ami.{arch} or ami.lookup",
+                    lookup.owner, lookup.name
+                ),
+            },
+        })?;
+        self.amis.lock().expect("amis").insert(arch, ami.clone());
+        Ok(ami)
+    }
+
+    /// Checks that the instance type exists and runs `arch`.
+    async fn check_instance_type(&self, arch: Arch) -> Result<(), Ec2Error> {
+        let ty = self.cfg.instance_types.get(arch);
+        let out = self
+            .client
+            .describe_instance_types()
+            .instance_types(InstanceType::from(ty))
+            .send()
+            .await
+            .map_err(|e| Ec2Error::api("DescribeInstanceTypes", e))?;
+        let archs: Vec<String> = out
+            .instance_types()
+            .iter()
+            .filter_map(|t| t.processor_info())
+            .flat_map(|p| p.supported_architectures())
+            .map(|a| a.as_str().to_string())
+            .collect();
+        if !archs.iter().any(|a| a == &arch.to_string()) {
+            return Err(Ec2Error::BadInput(format!(
+                "instance type {ty} runs [{}], not {arch}: set instance-types.{arch}",
+                archs.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    async fn launch_inner(
+        &self,
+        req: &LaunchRequest,
+        guard: &Guard,
+    ) -> Result<LaunchRecord, Ec2Error> {
+        let cell = &req.cell;
+        let arch = cell.arch;
+        let ami = self.resolve_ami(arch).await?;
+        let instance_type = self.cfg.instance_types.get(arch).to_string();
+        let expires_at = Utc::now()
+            + chrono::Duration::from_std(self.cfg.expiry).expect("validated expiry fits");
+        let tags = ResourceTags {
+            run_id: req.run_id.clone(),
+            cell: cell.id(),
+            owner: self.cfg.owner_tag(),
+            expires_at,
+        };
+        let user_data = userdata::cloud_config(&self.keys, expires_at)?;
+        let token = client_token(&req.run_id, &cell.id());
+
+        let out = self
+            .client
+            .run_instances()
+            .image_id(&ami)
+            .instance_type(InstanceType::from(instance_type.as_str()))
+            .min_count(1)
+            .max_count(1)
+            .user_data(userdata::encode(&user_data))
+            .instance_initiated_shutdown_behavior(ShutdownBehavior::Terminate)
+            .set_subnet_id(self.cfg.subnet_id.clone())
+            .set_security_group_ids(self.cfg.security_group_id.clone().map(|s| vec![s]))
+            .set_key_name(self.cfg.key_name.clone())
+            .tag_specifications(tags.spec(ResourceType::Instance))
+            .tag_specifications(tags.spec(ResourceType::Volume))
+            // Makes the SDK's retries of a lost answer idempotent: without
+            // it a retry could start a second instance nobody knows of.
+            .client_token(format!("{token}-i"))
+            .send()
+            .await
+            .map_err(|e| Ec2Error::api("RunInstances", e))?;
+        let instance_id = out
+            .instances()
+            .first()
+            .and_then(|i| i.instance_id())
+            .ok_or_else(|| {
+                Ec2Error::Unexpected("RunInstances answered without an instance".into())
+            })?
+            .to_string();
+        guard.set_instance(&instance_id);
+        tracing::info!(
+            "{}: instance {instance_id} ({instance_type}, {ami})",
+            cell.id()
+        );
+
+        let view = ops::wait_instance_running(&self.client, &instance_id, self.pace()).await?;
+        let az = view.az.clone().ok_or_else(|| {
+            Ec2Error::Unexpected(format!("instance {instance_id} has no availability zone"))
+        })?;
+        let host = if self.cfg.use_private_ip {
+            view.private_ip.clone()
+        } else {
+            view.public_ip.clone().or(view.private_ip.clone())
+        }
+        .ok_or_else(|| {
+            Ec2Error::BadInput(format!(
+                "instance {instance_id} has no {} IP address: use a subnet that assigns public IPs, or use-private-ip = true",
+                if self.cfg.use_private_ip { "private" } else { "public or private" }
+            ))
+        })?;
+
+        let out = self
+            .client
+            .create_volume()
+            .availability_zone(&az)
+            .size(volume_gib(cell.volume) as i32)
+            .volume_type(VolumeType::from(self.cfg.volume.volume_type.as_str()))
+            .set_iops(self.cfg.volume.iops)
+            .set_throughput(self.cfg.volume.throughput)
+            .tag_specifications(tags.spec(ResourceType::Volume))
+            .client_token(format!("{token}-v"))
+            .send()
+            .await
+            .map_err(|e| Ec2Error::api("CreateVolume", e))?;
+        let volume_id = out
+            .volume_id()
+            .ok_or_else(|| {
+                Ec2Error::Unexpected("CreateVolume answered without a volume id".into())
+            })?
+            .to_string();
+        guard.set_volume(&volume_id);
+        tracing::info!(
+            "{}: volume {volume_id} ({}) in {az}",
+            cell.id(),
+            cell.volume
+        );
+        ops::wait_volume_available(&self.client, &volume_id, self.pace()).await?;
+
+        let device = self.cfg.device_name.clone();
+        self.client
+            .attach_volume()
+            .device(&device)
+            .instance_id(&instance_id)
+            .volume_id(&volume_id)
+            .send()
+            .await
+            .map_err(|e| Ec2Error::api("AttachVolume", e))?;
+        ops::wait_volume_attached(&self.client, &volume_id, &instance_id, self.pace()).await?;
+
+        self.client
+            .modify_instance_attribute()
+            .instance_id(&instance_id)
+            .block_device_mappings(
+                InstanceBlockDeviceMappingSpecification::builder()
+                    .device_name(&device)
+                    .ebs(
+                        EbsInstanceBlockDeviceSpecification::builder()
+                            .delete_on_termination(true)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| Ec2Error::api("ModifyInstanceAttribute", e))?;
+
+        let (nvme_serial, guest_device) = guest_device(&volume_id);
+        Ok(LaunchRecord {
+            instance_id,
+            instance_type,
+            ami,
+            availability_zone: az,
+            volume_id,
+            attach_device: device,
+            nvme_serial,
+            guest_device,
+            host,
+            expires_at: rfc3339(expires_at),
+        })
+    }
+}
+
+/// Unique per launch attempt, at most 64 ASCII characters.
+fn client_token(run_id: &str, cell: &str) -> String {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let h = lazyinit_core::paths::sha256_hex(format!(
+        "{run_id}/{cell}/{nanos}/{seq}/{}",
+        std::process::id()
+    ));
+    format!("lazyinit-{}", &h[..40])
+}
+
+#[async_trait]
+impl Provider for Ec2Provider {
+    fn name(&self) -> &str {
+        "ec2"
+    }
+
+    async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError> {
+        for cell in cells {
+            let gib = volume_gib(cell.volume);
+            if gib == 0 || gib > MAX_VOLUME_GIB {
+                return Err(ProviderError::BadInput(format!(
+                    "{}: an EBS volume holds 1 GiB to 16 TiB, not {}",
+                    cell.id(),
+                    cell.volume
+                )));
+            }
+        }
+        let mut archs: Vec<Arch> = cells.iter().map(|c| c.arch).collect();
+        archs.sort();
+        archs.dedup();
+        for arch in archs {
+            self.check_instance_type(arch).await?;
+            self.resolve_ami(arch).await?;
+        }
+        Ok(())
+    }
+
+    async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
+        if !matches!(req.storage_profile.as_str(), "" | "none" | "ebs") {
+            return Err(ProviderError::BadInput(format!(
+                "storage profile `{}` is not available on EC2: the EBS volume is the storage (use `none`)",
+                req.storage_profile
+            )));
+        }
+        *self.last_run.lock().expect("run") = req.run_id.clone();
+        let mut guard = Guard::new(
+            self.client.clone(),
+            self.registry.clone(),
+            self.pace(),
+            &req.run_id,
+        );
+        let record = match self.launch_inner(req, &guard).await {
+            Ok(r) => r,
+            Err(e) => {
+                let err: ProviderError = e.into();
+                return Err(match guard.release().await {
+                    Ok(()) => err,
+                    Err(leak) => ProviderError::infra(format!("{err}\nand then: {leak}")),
+                });
+            }
+        };
+        std::fs::create_dir_all(&req.log_dir).ok();
+        if let Ok(json) = serde_json::to_string_pretty(&record) {
+            let _ = std::fs::write(req.log_dir.join("ec2.json"), json);
+        }
+        Ok(Box::new(Ec2Machine {
+            guard,
+            client: self.client.clone(),
+            record,
+            user: self.cfg.ssh_user.clone(),
+            log_dir: req.log_dir.clone(),
+            console: Arc::default(),
+            torn_down: false,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_sizes_round_up_to_gib() {
+        assert_eq!(volume_gib("2TiB".parse().unwrap()), 2048);
+        assert_eq!(volume_gib("3TiB".parse().unwrap()), 3072);
+        assert_eq!(volume_gib("1500MiB".parse().unwrap()), 2);
+    }
+
+    #[test]
+    fn client_tokens_are_short_and_unique() {
+        let a = client_token("r1", "cell");
+        let b = client_token("r1", "cell");
+        assert!(a.len() + 2 <= 64 && a.is_ascii());
+        assert_ne!(a, b);
+    }
+}
