@@ -74,7 +74,7 @@ pub async fn probe_kvm(
         qmp_socket: &qmp,
         ssh_port: None,
         volume: None,
-        throttle: None,
+        storage: args::Storage::default(),
     };
     let mut p = QemuProcess::spawn(
         arch.qemu_binary(),

@@ -133,16 +133,33 @@ pub struct Throttle {
     pub iops_total: u64,
 }
 
+/// How the volume's file is cached on the host, and throttled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storage {
+    pub cache: &'static str,
+    pub throttle: Option<Throttle>,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage {
+            cache: "writeback",
+            throttle: None,
+        }
+    }
+}
+
 /// The blank volume: raw sparse file on virtio-blk. Discard and write-zeroes
 /// are passed through and `detect-zeroes=unmap` turns zero writes into holes,
 /// so a 2 TiB volume stays sparse while ext4 zeroes its inode tables.
-pub fn volume_args(volume: &Path, throttle: Option<Throttle>) -> Vec<OsString> {
+pub fn volume_args(volume: &Path, storage: Storage) -> Vec<OsString> {
     let mut drive = OsString::from("file=");
     drive.push(volume);
-    drive.push(
-        ",format=raw,if=none,id=vol0,cache=writeback,aio=threads,discard=unmap,detect-zeroes=unmap",
-    );
-    if let Some(t) = throttle {
+    drive.push(format!(
+        ",format=raw,if=none,id=vol0,cache={},aio=threads,discard=unmap,detect-zeroes=unmap",
+        storage.cache
+    ));
+    if let Some(t) = storage.throttle {
         drive.push(format!(",throttling.iops-total={}", t.iops_total));
     }
     vec![
@@ -166,7 +183,7 @@ pub struct GuestArgs<'a> {
     pub qmp_socket: &'a Path,
     pub ssh_port: Option<u16>,
     pub volume: Option<&'a Path>,
-    pub throttle: Option<Throttle>,
+    pub storage: Storage,
 }
 
 pub fn guest_args(g: &GuestArgs<'_>) -> Vec<OsString> {
@@ -179,7 +196,7 @@ pub fn guest_args(g: &GuestArgs<'_>) -> Vec<OsString> {
         a.extend(net_args(p));
     }
     if let Some(v) = g.volume {
-        a.extend(volume_args(v, g.throttle));
+        a.extend(volume_args(v, g.storage));
     }
     a
 }
@@ -218,15 +235,19 @@ mod tests {
 
     #[test]
     fn volume_keeps_sparse() {
-        let s = joined(&volume_args(Path::new("/v/vol.raw"), None));
+        let s = joined(&volume_args(Path::new("/v/vol.raw"), Storage::default()));
         assert!(s.contains("file=/v/vol.raw,format=raw"));
         assert!(s.contains("discard=unmap") && s.contains("detect-zeroes=unmap"));
         assert!(s.contains("write-zeroes=on"));
         assert!(!s.contains("throttling"));
         let t = joined(&volume_args(
             Path::new("/v"),
-            Some(Throttle { iops_total: 500 }),
+            Storage {
+                cache: "unsafe",
+                throttle: Some(Throttle { iops_total: 500 }),
+            },
         ));
+        assert!(t.contains("cache=unsafe"));
         assert!(t.contains("throttling.iops-total=500"));
     }
 
@@ -250,7 +271,7 @@ mod tests {
             qmp_socket: Path::new("/l/qmp.sock"),
             ssh_port: Some(4000),
             volume: None,
-            throttle: None,
+            storage: Storage::default(),
         };
         let s = joined(&guest_args(&g));
         assert!(s.starts_with("-nodefaults -no-reboot -display none"));

@@ -53,22 +53,36 @@ impl Default for QemuConfig {
     }
 }
 
-/// A storage latency profile: `none`, or `iops:N` (QEMU block throttling,
-/// which spaces requests and so gives zeroing a latency floor).
-pub fn parse_storage_profile(s: &str) -> Result<Option<args::Throttle>, ProviderError> {
+/// A storage profile for the volume:
+/// - `none` (default): host page cache, guest flushes reach the host disk
+///   (`fdatasync`), so zeroing time includes the host's flush latency;
+/// - `unsafe`: guest flushes are dropped on the host, so zeroing time is
+///   the guest's own (emulated) work only;
+/// - `iops:N`: QEMU block throttling at N requests per second.
+pub fn parse_storage_profile(s: &str) -> Result<args::Storage, ProviderError> {
     let s = s.trim();
-    if s.is_empty() || s == "none" {
-        return Ok(None);
+    match s {
+        "" | "none" => return Ok(args::Storage::default()),
+        "unsafe" => {
+            return Ok(args::Storage {
+                cache: "unsafe",
+                throttle: None,
+            })
+        }
+        _ => {}
     }
     if let Some(n) = s.strip_prefix("iops:") {
         if let Ok(iops) = n.parse::<u64>() {
             if iops > 0 {
-                return Ok(Some(args::Throttle { iops_total: iops }));
+                return Ok(args::Storage {
+                    throttle: Some(args::Throttle { iops_total: iops }),
+                    ..Default::default()
+                });
             }
         }
     }
     Err(ProviderError::BadInput(format!(
-        "unknown storage profile `{s}` for qemu: use `none` or `iops:N` (N > 0)"
+        "unknown storage profile `{s}` for qemu: use none, unsafe or iops:N (N > 0)"
     )))
 }
 
@@ -213,7 +227,7 @@ impl Provider for QemuProvider {
     }
 
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
-        let throttle = parse_storage_profile(&req.storage_profile)?;
+        let storage = parse_storage_profile(&req.storage_profile)?;
         std::fs::create_dir_all(&req.log_dir).map_err(|e| {
             ProviderError::infra(format!("cannot create {}: {e}", req.log_dir.display()))
         })?;
@@ -243,7 +257,7 @@ impl Provider for QemuProvider {
                 tsc_khz: self.tsc_khz,
                 port,
                 volume: vol.path(),
-                throttle,
+                storage,
             })
             .await
             {
@@ -273,9 +287,13 @@ mod tests {
 
     #[test]
     fn storage_profiles() {
-        assert_eq!(parse_storage_profile("none").unwrap(), None);
         assert_eq!(
-            parse_storage_profile("iops:400").unwrap(),
+            parse_storage_profile("none").unwrap(),
+            args::Storage::default()
+        );
+        assert_eq!(parse_storage_profile("unsafe").unwrap().cache, "unsafe");
+        assert_eq!(
+            parse_storage_profile("iops:400").unwrap().throttle,
             Some(args::Throttle { iops_total: 400 })
         );
         assert!(parse_storage_profile("iops:0").is_err());

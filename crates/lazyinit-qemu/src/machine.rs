@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use lazyinit_core::provider::{Endpoint, LaunchRequest, Machine, MachineInfo, ProviderError};
 use lazyinit_core::Arch;
 
-use crate::args::{self, Accel, Throttle};
+use crate::args::{self, Accel, Storage};
 use crate::process::{tail_lines, QemuProcess};
 use crate::volume::SparseVolume;
 use crate::QemuConfig;
@@ -19,7 +19,7 @@ pub(crate) struct StartArgs<'a> {
     pub tsc_khz: Option<u64>,
     pub port: u16,
     pub volume: &'a Path,
-    pub throttle: Option<Throttle>,
+    pub storage: Storage,
 }
 
 pub struct QemuMachine {
@@ -54,7 +54,7 @@ impl QemuMachine {
             qmp_socket: &qmp_socket,
             ssh_port: Some(a.port),
             volume: Some(a.volume),
-            throttle: a.throttle,
+            storage: a.storage,
         });
         let command_line = std::iter::once(arch.qemu_binary().to_string())
             .chain(argv.iter().map(|s| shell_quote(&s.to_string_lossy())))
