@@ -1,0 +1,593 @@
+//! One build, start to finish: resolve the source, compute the key, and on
+//! a miss lock the slot, prepare the tree, switch the variant, configure,
+//! verify, make, and publish the result atomically.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Instant;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::cache::{self, Manifest};
+use crate::error::KernelError;
+use crate::fragments;
+use crate::source::{self, ResolvedSource};
+use crate::tools;
+use crate::variant::{self, Detected, Method, Patch};
+use crate::{BuildEvent, BuildOptions, KernelArtifact, KernelSpec};
+
+const SOURCE_MARKER: &str = ".lazyinit-source";
+const PATCH_MARKER: &str = ".lazyinit-patch";
+
+/// Everything decided before touching a build tree.
+pub(crate) struct Plan {
+    pub resolved: ResolvedSource,
+    pub method: Method,
+    pub patches: Vec<Patch>,
+    pub merged: String,
+    pub compiler: String,
+    pub key: String,
+    pub slug: String,
+    pub final_dir: PathBuf,
+}
+
+pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelError> {
+    let resolved = source::resolve(&spec.source, cache_dir)?;
+    let (method, patches) = variant::plan(
+        resolved.facts.released,
+        spec.variant,
+        &resolved.facts.version,
+    )
+    .map_err(|detail| KernelError::Patch {
+        source_name: spec.source.to_string(),
+        version: resolved.facts.version.clone(),
+        variant: spec.variant.to_string(),
+        detail,
+    })?;
+    let merged = fragments::merged_config(spec.arch, spec.hz, spec.variant, spec.profile);
+    let compiler = tools::compiler_version(spec.arch)?;
+    let material = cache::key_material(
+        &resolved.facts.identity,
+        spec.arch,
+        spec.profile,
+        spec.hz,
+        spec.variant,
+        method,
+        &patches,
+        &merged,
+        &compiler,
+    );
+    let key = cache::cache_key(&material);
+    let slug = cache::source_slug(&spec.source, &resolved.facts.identity);
+    let final_dir = cache::builds_dir(cache_dir).join(cache::build_dir_name(
+        &slug,
+        spec.arch,
+        spec.hz,
+        spec.variant,
+        spec.profile,
+        &key,
+    ));
+    Ok(Plan {
+        resolved,
+        method,
+        patches,
+        merged,
+        compiler,
+        key,
+        slug,
+        final_dir,
+    })
+}
+
+pub(crate) fn artifact_at(dir: &Path) -> Option<KernelArtifact> {
+    let (manifest, manifest_path) = cache::load(dir)?;
+    Some(KernelArtifact {
+        image: dir.join(&manifest.image_file),
+        manifest_path,
+        manifest,
+    })
+}
+
+struct Ctx<'a> {
+    spec: &'a KernelSpec,
+    opts: &'a BuildOptions,
+    log: PathBuf,
+}
+
+impl Ctx<'_> {
+    fn step(&self, s: impl Into<String>) {
+        if let Some(p) = &self.opts.progress {
+            p(BuildEvent::Step(s.into()));
+        }
+    }
+
+    /// Run a command in `dir`, appending its output to the slot's log and
+    /// passing lines to the progress callback; on failure the error carries
+    /// the log's tail.
+    async fn run(&self, step: &str, dir: &Path, argv: &[String]) -> Result<(), KernelError> {
+        tracing::info!(step, cmd = argv.join(" "), "kernel build step");
+        let mut log = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .await
+            .map_err(|e| KernelError::io(&self.log, e))?;
+        let _ = log
+            .write_all(format!("$ {}\n", argv.join(" ")).as_bytes())
+            .await;
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| KernelError::Step(format!("{step}: cannot start {}: {e}", argv[0])))?;
+        let out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let err = BufReader::new(child.stderr.take().unwrap()).lines();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        pump(out, tx.clone());
+        pump(err, tx.clone());
+        drop(tx);
+        let mut tail: std::collections::VecDeque<String> = Default::default();
+        while let Some(line) = rx.recv().await {
+            let _ = log.write_all(line.as_bytes()).await;
+            let _ = log.write_all(b"\n").await;
+            if let Some(p) = &self.opts.progress {
+                p(BuildEvent::Line(line.clone()));
+            }
+            tail.push_back(line);
+            if tail.len() > 20 {
+                tail.pop_front();
+            }
+        }
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| KernelError::Step(format!("{step}: {e}")))?;
+        let _ = log.flush().await;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(KernelError::Build {
+                step: step.to_string(),
+                code: status.code().unwrap_or(-1),
+                log: self.log.clone(),
+                tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
+            })
+        }
+    }
+
+    fn make_argv(&self, target: &str, extra: &[String]) -> Vec<String> {
+        let mut v = vec![
+            "nice".to_string(),
+            "-n".into(),
+            self.opts.nice.to_string(),
+            "make".into(),
+            format!("ARCH={}", self.spec.arch.kernel_arch()),
+            format!("CROSS_COMPILE={}", tools::cross_prefix(self.spec.arch)),
+            format!("-j{}", self.opts.jobs.max(1)),
+            // Same build identity every time, so a rebuild of unchanged
+            // inputs does not recompile init/version.o for a new user/host.
+            "KBUILD_BUILD_USER=lazyinit".into(),
+            "KBUILD_BUILD_HOST=lazyinit-bench".into(),
+        ];
+        v.extend_from_slice(extra);
+        v.push(target.to_string());
+        v
+    }
+}
+
+/// Forward a child's output lines to one channel (stdout and stderr merged
+/// in arrival order).
+fn pump<R>(mut lines: tokio::io::Lines<R>, tx: tokio::sync::mpsc::UnboundedSender<String>)
+where
+    R: tokio::io::AsyncBufRead + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        while let Ok(Some(l)) = lines.next_line().await {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Hold an exclusive lock on a slot for the life of the value.
+fn lock_slot(slot: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, KernelError> {
+    std::fs::create_dir_all(slot).map_err(|e| KernelError::io(slot, e))?;
+    let path = slot.join("slot.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| KernelError::io(&path, e))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| KernelError::Step(format!("locking {}: {e}", path.display())))
+}
+
+fn read(path: &Path) -> Result<String, KernelError> {
+    std::fs::read_to_string(path).map_err(|e| KernelError::io(path, e))
+}
+
+pub(crate) async fn build(
+    spec: &KernelSpec,
+    opts: &BuildOptions,
+) -> Result<KernelArtifact, KernelError> {
+    tools::check(spec.arch)?;
+    if let lazyinit_core::KernelSource::Version(v) = &spec.source {
+        let fo = crate::fetch::FetchOptions {
+            mirror: opts.mirror.clone(),
+            progress: opts.progress.clone(),
+            ..Default::default()
+        };
+        crate::fetch::fetch_version(v, &opts.cache_dir, &fo).await?;
+    }
+    let cache_dir = opts.cache_dir.clone();
+    let spec_c = spec.clone();
+    let plan = tokio::task::spawn_blocking(move || plan(&spec_c, &cache_dir))
+        .await
+        .map_err(|e| KernelError::Step(format!("planning the build: {e}")))??;
+    if let Some(a) = artifact_at(&plan.final_dir) {
+        return Ok(a);
+    }
+
+    let slot = cache::slot_dir(
+        &opts.cache_dir,
+        &plan.slug,
+        spec.arch,
+        spec.hz,
+        spec.profile,
+    );
+    let slot_c = slot.clone();
+    // Another process may be building in this slot: wait for it, then
+    // look again, it may have built exactly this.
+    let _lock = tokio::task::spawn_blocking(move || lock_slot(&slot_c))
+        .await
+        .map_err(|e| KernelError::Step(format!("locking the build slot: {e}")))??;
+    if let Some(a) = artifact_at(&plan.final_dir) {
+        return Ok(a);
+    }
+    let ctx = Ctx {
+        spec,
+        opts,
+        log: slot.join("build.log"),
+    };
+    let _ = std::fs::remove_file(&ctx.log);
+    let started = Instant::now();
+    let tree = prepare_tree(&ctx, &plan, &slot).await?;
+    let patch = switch_variant(&ctx, &plan, &tree).await?;
+    let (config_text, merged_opts) = configure(&ctx, &plan, &slot, &tree).await?;
+
+    ctx.step(format!("make {}", image_target(spec)));
+    ctx.run("make", &tree, &ctx.make_argv(image_target(spec), &[]))
+        .await?;
+    let build_seconds = started.elapsed().as_secs_f64();
+
+    let release = read(&tree.join("include/config/kernel.release"))?
+        .trim()
+        .to_string();
+    let localversion = fragments::localversion(spec.hz, spec.variant);
+    if !release.ends_with(&localversion) {
+        return Err(KernelError::Step(format!(
+            "the built kernel calls itself `{release}`, not ...`{localversion}`: was LOCALVERSION overridden?"
+        )));
+    }
+    // The tree may have changed under us only through this slot, which is
+    // locked; still, confirm the variant the compiled text had.
+    let now = variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?);
+    if now.variant() != Some(spec.variant) {
+        return Err(KernelError::VariantCheck {
+            wanted: spec.variant.to_string(),
+            found: format!("{now:?}"),
+            tree: tree.clone(),
+        });
+    }
+    drop(merged_opts);
+
+    ctx.step("publish");
+    let image_src = tree.join(spec.arch.image_path());
+    let image_file = image_src
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "Image".into());
+    let image = std::fs::read(&image_src).map_err(|e| KernelError::io(&image_src, e))?;
+    let manifest = Manifest {
+        arch: spec.arch,
+        hz: spec.hz,
+        variant: spec.variant,
+        profile: spec.profile,
+        source: spec.source.clone(),
+        source_identity: plan.resolved.facts.identity.clone(),
+        source_version: plan.resolved.facts.version.clone(),
+        kernel_release: release,
+        localversion,
+        variant_method: plan.method,
+        patch: patch.map(|p| p.name.to_string()),
+        patch_sha256: patch.map(|p| lazyinit_core::paths::sha256_hex(p.text)),
+        released_variant: plan.resolved.facts.released.variant(),
+        config_sha256: lazyinit_core::paths::sha256_hex(&config_text),
+        fragment_sha256: lazyinit_core::paths::sha256_hex(&plan.merged),
+        image_file: image_file.clone(),
+        image_sha256: lazyinit_core::paths::sha256_hex(&image),
+        image_bytes: image.len() as u64,
+        compiler: plan.compiler.clone(),
+        build_seconds,
+        built_at: chrono::Utc::now(),
+        cache_key: plan.key.clone(),
+        recipe_version: cache::RECIPE_VERSION,
+    };
+    publish(
+        &plan.final_dir,
+        &manifest,
+        &image,
+        &config_text,
+        &plan.merged,
+        &ctx.log,
+    )?;
+    artifact_at(&plan.final_dir).ok_or_else(|| {
+        KernelError::Step(format!(
+            "{} vanished right after publishing",
+            plan.final_dir.display()
+        ))
+    })
+}
+
+fn image_target(spec: &KernelSpec) -> &'static str {
+    match spec.arch {
+        lazyinit_core::Arch::X86_64 => "bzImage",
+        lazyinit_core::Arch::Arm64 => "Image",
+    }
+}
+
+/// Make sure `slot/linux` is an unpacked copy of exactly this source.
+async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf, KernelError> {
+    let tree = slot.join("linux");
+    let marker = tree.join(SOURCE_MARKER);
+    let identity = &plan.resolved.facts.identity;
+    if std::fs::read_to_string(&marker)
+        .ok()
+        .as_deref()
+        .map(str::trim)
+        == Some(identity.as_str())
+    {
+        return Ok(tree);
+    }
+    ctx.step(format!("unpack {}", plan.resolved.source));
+    let tmp = slot.join("linux.tmp");
+    for d in [&tree, &tmp] {
+        if d.exists() {
+            std::fs::remove_dir_all(d).map_err(|e| KernelError::io(d, e))?;
+        }
+    }
+    let kind = plan.resolved.kind.clone();
+    let tmp_c = tmp.clone();
+    tokio::task::spawn_blocking(move || source::unpack(&kind, &tmp_c))
+        .await
+        .map_err(|e| KernelError::Step(format!("unpacking: {e}")))??;
+    std::fs::write(tmp.join(SOURCE_MARKER), format!("{identity}\n"))
+        .map_err(|e| KernelError::io(&tmp, e))?;
+    std::fs::rename(&tmp, &tree).map_err(|e| KernelError::io(&tree, e))?;
+    Ok(tree)
+}
+
+/// Bring the tree to the asked variant and prove it by its text. Returns the
+/// patch the tree now carries (None when as released).
+async fn switch_variant(
+    ctx: &Ctx<'_>,
+    plan: &Plan,
+    tree: &Path,
+) -> Result<Option<Patch>, KernelError> {
+    let super_c = tree.join("fs/ext4/super.c");
+    let marker = tree.join(PATCH_MARKER);
+    let applied: Option<Patch> = std::fs::read_to_string(&marker).ok().and_then(|n| {
+        variant::PATCHES
+            .iter()
+            .copied()
+            .find(|p| p.name == n.trim())
+    });
+    let wanted = ctx.spec.variant;
+    let now = variant::detect_file(&read(&super_c)?);
+    let mut carried = applied;
+    if now.variant() != Some(wanted) {
+        if let Some(p) = applied {
+            // The tree carries the other variant's patch: take it back out.
+            ctx.step(format!("unapply {}", p.name));
+            apply_patch(ctx, tree, &p, true).await?;
+            let _ = std::fs::remove_file(&marker);
+            carried = None;
+        }
+        if plan.method != Method::AsReleased {
+            carried = Some(apply_first(ctx, plan, tree).await?);
+            std::fs::write(&marker, carried.unwrap().name)
+                .map_err(|e| KernelError::io(&marker, e))?;
+        }
+    }
+    let after = variant::detect_file(&read(&super_c)?);
+    if after.variant() != Some(wanted) {
+        return Err(KernelError::VariantCheck {
+            wanted: wanted.to_string(),
+            found: match after {
+                Detected::Unknown => "neither form".into(),
+                d => format!("{d:?}").to_lowercase(),
+            },
+            tree: tree.to_path_buf(),
+        });
+    }
+    Ok(carried)
+}
+
+async fn apply_first(ctx: &Ctx<'_>, plan: &Plan, tree: &Path) -> Result<Patch, KernelError> {
+    let mut tried = Vec::new();
+    for p in &plan.patches {
+        if apply_patch_dry(tree, p).await? {
+            ctx.step(format!("apply {}", p.name));
+            apply_patch(ctx, tree, p, false).await?;
+            return Ok(*p);
+        }
+        tried.push(p.name);
+    }
+    Err(KernelError::Patch {
+        source_name: plan.resolved.source.to_string(),
+        version: plan.resolved.facts.version.clone(),
+        variant: ctx.spec.variant.to_string(),
+        detail: format!(
+            "no variant patch applies cleanly (tried {}); add one for this series under kernels/patches/",
+            tried.join(", ")
+        ),
+    })
+}
+
+fn patch_file(tree: &Path, p: &Patch) -> Result<PathBuf, KernelError> {
+    let dir = tree.parent().unwrap_or(tree).join("patches");
+    std::fs::create_dir_all(&dir).map_err(|e| KernelError::io(&dir, e))?;
+    let f = dir.join(p.name);
+    std::fs::write(&f, p.text).map_err(|e| KernelError::io(&f, e))?;
+    Ok(f)
+}
+
+fn patch_argv(file: &Path, reverse: bool, dry: bool) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "patch",
+        "-p1",
+        "-F0",
+        "--forward",
+        "--no-backup-if-mismatch",
+        "-r",
+        "-",
+        "-i",
+    ]
+    .map(String::from)
+    .to_vec();
+    v.push(file.display().to_string());
+    if reverse {
+        v.retain(|a| a != "--forward");
+        v.push("-R".into());
+    }
+    if dry {
+        v.push("--dry-run".into());
+    }
+    v
+}
+
+async fn apply_patch_dry(tree: &Path, p: &Patch) -> Result<bool, KernelError> {
+    let f = patch_file(tree, p)?;
+    let argv = patch_argv(&f, false, true);
+    let st = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(tree)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await
+        .map_err(|e| KernelError::Step(format!("patch: {e}")))?;
+    Ok(st.success())
+}
+
+async fn apply_patch(
+    ctx: &Ctx<'_>,
+    tree: &Path,
+    p: &Patch,
+    reverse: bool,
+) -> Result<(), KernelError> {
+    let f = patch_file(tree, p)?;
+    let step = if reverse { "unapplying " } else { "applying " };
+    ctx.run(
+        &format!("{step}{}", p.name),
+        tree,
+        &patch_argv(&f, reverse, false),
+    )
+    .await
+}
+
+/// `make allnoconfig` with the merged fragment, then check every requested
+/// option in the resolved `.config`.
+async fn configure(
+    ctx: &Ctx<'_>,
+    plan: &Plan,
+    slot: &Path,
+    tree: &Path,
+) -> Result<(String, fragments::Options), KernelError> {
+    let frag = slot.join("lazyinit.config");
+    std::fs::write(&frag, &plan.merged).map_err(|e| KernelError::io(&frag, e))?;
+    ctx.step("configure");
+    ctx.run(
+        "configure (make allnoconfig)",
+        tree,
+        &ctx.make_argv(
+            "allnoconfig",
+            &[format!("KCONFIG_ALLCONFIG={}", frag.display())],
+        ),
+    )
+    .await?;
+    let config_path = tree.join(".config");
+    let config = read(&config_path)?;
+    let wanted = fragments::parse(&plan.merged);
+    let bad = fragments::check_resolved(&wanted, &config);
+    if !bad.is_empty() {
+        return Err(KernelError::ConfigCheck {
+            missing: bad.iter().map(|m| m.to_string()).collect(),
+            config: config_path,
+        });
+    }
+    Ok((config, wanted))
+}
+
+/// Write the build's files under a temporary name, then rename it into
+/// place: a build directory either is complete or does not exist.
+fn publish(
+    final_dir: &Path,
+    manifest: &Manifest,
+    image: &[u8],
+    config: &str,
+    fragment: &str,
+    log: &Path,
+) -> Result<(), KernelError> {
+    let parent = final_dir.parent().unwrap();
+    std::fs::create_dir_all(parent).map_err(|e| KernelError::io(parent, e))?;
+    let tmp = parent.join(format!(
+        ".tmp-{}-{}",
+        final_dir.file_name().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| KernelError::io(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| KernelError::io(&tmp, e))?;
+    let w = |name: &str, bytes: &[u8]| {
+        let p = tmp.join(name);
+        std::fs::write(&p, bytes).map_err(|e| KernelError::io(&p, e))
+    };
+    w(&manifest.image_file, image)?;
+    w("config", config.as_bytes())?;
+    w("fragment.config", fragment.as_bytes())?;
+    if let Ok(l) = std::fs::read(log) {
+        w("build.log", &l)?;
+    }
+    w(
+        "manifest.json",
+        &serde_json::to_vec_pretty(manifest).expect("manifest serialises"),
+    )?;
+    match std::fs::rename(&tmp, final_dir) {
+        Ok(()) => Ok(()),
+        // Someone published the same key first: theirs is as good.
+        Err(_) if cache::load(final_dir).is_some() => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Err(KernelError::io(final_dir, e))
+        }
+    }
+}
+
+/// The build future must be Send so callers can spawn it.
+#[allow(dead_code)]
+fn assert_send(spec: &KernelSpec, opts: &BuildOptions) {
+    fn is_send<T: Send>(_: T) {}
+    is_send(build(spec, opts));
+}

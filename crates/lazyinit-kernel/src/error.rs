@@ -1,0 +1,91 @@
+//! What can go wrong in a kernel build, each with what to do about it.
+
+use std::path::{Path, PathBuf};
+
+use lazyinit_core::exit;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// A wrong request: unknown source, unreadable path, not a kernel tree.
+    #[error("{0}")]
+    BadInput(String),
+    #[error("{tool} is missing: install it with `{install}` (or run scripts/setup-host.sh)")]
+    MissingTool { tool: String, install: String },
+    #[error(
+        "kernel {0} is not downloaded yet: build it with `--source {0}` (which fetches it) first"
+    )]
+    NotFetched(String),
+    /// No variant patch applies to this tree.
+    #[error("cannot make the `{variant}` variant of {source_name} ({version}): {detail}")]
+    Patch {
+        source_name: String,
+        version: String,
+        variant: String,
+        detail: String,
+    },
+    /// After patching, the text of ext4_run_li_request says another variant.
+    #[error("variant check failed: asked `{wanted}` but ext4_run_li_request in {tree} reads as `{found}`")]
+    VariantCheck {
+        wanted: String,
+        found: String,
+        tree: PathBuf,
+    },
+    /// The resolved .config does not honour the fragments.
+    #[error("the resolved kernel config is missing required options: {}; see {}", .missing.join(", "), .config.display())]
+    ConfigCheck {
+        missing: Vec<String>,
+        config: PathBuf,
+    },
+    /// A build step (unpack, patch, make) failed; the log has the details.
+    #[error("{step} failed (exit {code}); log: {}\n{tail}", .log.display())]
+    Build {
+        step: String,
+        code: i32,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error("{0}")]
+    Step(String),
+    #[error("downloading {url} failed: {detail} (mirror: {mirror}; set --mirror or `mirror` in the config file for a local mirror or proxy)")]
+    Download {
+        url: String,
+        mirror: String,
+        detail: String,
+    },
+    #[error("{url}: no such kernel release on the mirror (HTTP 404): check the version")]
+    UnknownVersion { url: String },
+    #[error(
+        "checksum mismatch for {file}: expected {expected}, got {got}; the download was deleted"
+    )]
+    Checksum {
+        file: String,
+        expected: String,
+        got: String,
+    },
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl KernelError {
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        KernelError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The process exit code this error should end the CLI with.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            KernelError::BadInput(_)
+            | KernelError::NotFetched(_)
+            | KernelError::Patch { .. }
+            | KernelError::UnknownVersion { .. } => exit::BAD_INPUT,
+            KernelError::MissingTool { .. } => exit::MISSING_TOOL,
+            _ => exit::INFRASTRUCTURE,
+        }
+    }
+}
