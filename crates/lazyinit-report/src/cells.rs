@@ -153,27 +153,46 @@ pub struct CellStats {
     pub reported: Option<ReportedValue>,
 }
 
-/// The model for a cell. Without the fix `L = W` whatever the zeroing time
-/// (below a tick), so the plain prediction is the right one. With the fix
-/// `L` comes from the first group's zeroing time, which the model cannot
-/// know: when every run of the cell measured the same `L`, predict at it.
+/// The zeroing time of the first measured group that makes the kernel
+/// choose `l` ticks of sleep, if any does: with the fix any z1 in
+/// [L, L+1) / (W * HZ) (take the middle); without it L = W * k for a first
+/// tick-crossing zeroing of k ticks (take half a tick under k).
+fn z1_for_sleep(key: &CellKey, l: u64) -> Option<f64> {
+    let (w, hz) = (key.wait_mult as u64, key.hz.get() as f64);
+    if w == 0 {
+        return None;
+    }
+    match key.variant {
+        Variant::Fix => Some((l as f64 + 0.5) / (w as f64 * hz)),
+        Variant::NoFix if l > 0 && l % w == 0 => Some(((l / w) as f64 - 0.5) / hz),
+        Variant::NoFix => None,
+    }
+}
+
+/// The model for a cell. The sleep `L` comes from the first group's
+/// zeroing time z1, which the model cannot know (with the fix it sets L
+/// directly; without it, a first tick-crossing zeroing of k ticks gives
+/// L = W * k instead of W). When every run of the cell measured the same
+/// L, predict at that L; otherwise at the default zeroing time.
 pub fn model_for(key: &CellKey, sleep_ticks: &[u64], metric: Metric) -> ModelValue {
     let groups = model::groups(key.volume());
-    let (pred, basis) = match (key.variant, sleep_ticks) {
-        (Variant::Fix, [l]) if key.wait_mult > 0 => {
-            let w_hz = key.wait_mult as f64 * key.hz.get() as f64;
+    let measured = match sleep_ticks {
+        [l] => z1_for_sleep(key, *l).map(|z1| (*l, z1)),
+        _ => None,
+    };
+    let (pred, basis) = match measured {
+        Some((l, z1_s)) => {
             let p = model::predict(ModelInputs {
                 hz: key.hz,
                 variant: key.variant,
                 wait_mult: key.wait_mult,
                 groups,
-                // Any z1 in [L, L+1) / (W * HZ) gives L; take the middle.
-                z1_s: (*l as f64 + 0.5) / w_hz,
+                z1_s,
                 z_s: DEFAULT_ZEROING_S,
             });
             (p, format!("L={l} measured"))
         }
-        _ => {
+        None => {
             let p = model::predict_cell(key.hz, key.variant, key.wait_mult, key.volume());
             let z_ms = DEFAULT_ZEROING_S * 1000.0;
             (p, format!("L={} from z1={z_ms} ms", p.sleep_ticks))
@@ -315,12 +334,21 @@ mod tests {
     }
 
     #[test]
-    fn nofix_model_ignores_measured_sleep() {
+    fn nofix_model_follows_the_measured_multiple_of_w() {
         let k = key(Arch::X86_64, 100, Variant::NoFix, 64 * GIB);
-        let m = model_for(&k, &[11], Metric::MsPerGroup);
+        let m = model_for(&k, &[10], Metric::MsPerGroup);
         // (10 + 1) ticks of 10 ms plus 3 ms of zeroing.
         assert!((m.value - 113.0).abs() < 1e-9, "{m:?}");
-        assert_eq!(m.sleep_ticks, 10);
+        assert_eq!((m.sleep_ticks, m.basis.as_str()), (10, "L=10 measured"));
+        // A first zeroing of 3 ticks (a loaded host): L = 30.
+        let m = model_for(&k, &[30], Metric::MsPerGroup);
+        assert_eq!(m.sleep_ticks, 30);
+        assert!((m.value - 313.0).abs() < 1e-9, "{m:?}");
+        // 11 is no multiple of W: the kernel cannot have chosen it.
+        assert_eq!(model_for(&k, &[11], Metric::MsPerGroup).sleep_ticks, 10);
+        assert!(model_for(&k, &[11], Metric::MsPerGroup)
+            .basis
+            .contains("z1"));
     }
 
     #[test]

@@ -3,6 +3,8 @@
 use lazyinit_core::results::{ResultRow, Status};
 use serde::Serialize;
 
+use lazyinit_core::Variant;
+
 use crate::cells::{aggregate, CellKey, CellStats, Metric};
 use crate::ratios::{ratios, RatioRow};
 
@@ -51,7 +53,7 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
         ));
     }
     for c in &cells {
-        if c.key.variant == lazyinit_core::Variant::Fix && c.concurrency.len() > 1 {
+        if c.key.variant == Variant::Fix && c.concurrency.len() > 1 {
             let cs: Vec<String> = c.concurrency.iter().map(u32::to_string).collect();
             notes.push(format!(
                 "{}: runs at different concurrency ({} guests at once) pooled; with the fix, \
@@ -68,6 +70,22 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
                 c.key.label(),
                 ls.join(", ")
             ));
+        }
+        if let ([l], Variant::NoFix) = (c.sleep_ticks.as_slice(), c.key.variant) {
+            let w = c.key.wait_mult as u64;
+            if *l != w {
+                notes.push(format!(
+                    "{}: runs slept L = {l} ticks between groups, not W = {w}: the first group \
+                     whose zeroing crossed a tick took {} ticks (slow zeroing or a loaded host); \
+                     the model is shown at the measured L",
+                    c.key.label(),
+                    if w > 0 && l % w == 0 {
+                        (l / w).to_string()
+                    } else {
+                        "an unexpected number of".into()
+                    }
+                ));
+            }
         }
         if c.missing_metric > 0 {
             notes.push(format!(
@@ -92,7 +110,6 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
 mod tests {
     use super::*;
     use crate::cells::tests_support::row;
-    use lazyinit_core::Variant;
 
     #[test]
     fn notes_flag_jiffies_and_mixed_concurrency() {
@@ -111,5 +128,15 @@ mod tests {
             r.notes
         );
         assert!(build(&[a], Metric::LazyinitS).notes.is_empty());
+    }
+
+    #[test]
+    fn notes_flag_a_nofix_sleep_other_than_w() {
+        let mut a = row("debian-6.1", 16.5);
+        a.sleep_ticks = Some(30);
+        let r = build(&[a], Metric::LazyinitS);
+        assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
+        assert!(r.notes[0].contains("L = 30 ticks") && r.notes[0].contains("took 3 ticks"));
+        assert_eq!(r.cells[0].model.sleep_ticks, 30);
     }
 }
