@@ -258,7 +258,17 @@ pub(crate) async fn build(
     };
     let _ = std::fs::remove_file(&ctx.log);
     let started = Instant::now();
-    let tree = prepare_tree(&ctx, &plan, &slot).await?;
+    let mut tree = prepare_tree(&ctx, &plan, &slot).await?;
+    // An interrupted or hand-edited tree whose ext4 text is neither variant
+    // cannot be switched by patches: start again from the source.
+    let released = plan.resolved.facts.released;
+    if released != Detected::Unknown
+        && variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?) == Detected::Unknown
+    {
+        ctx.step("ext4_run_li_request in the build tree is neither variant: unpacking again");
+        let _ = std::fs::remove_file(tree.join(SOURCE_MARKER));
+        tree = prepare_tree(&ctx, &plan, &slot).await?;
+    }
     let patch = switch_variant(&ctx, &plan, &tree).await?;
     let (config_text, merged_opts) = configure(&ctx, &plan, &slot, &tree).await?;
 
