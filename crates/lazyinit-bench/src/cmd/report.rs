@@ -17,14 +17,14 @@ pub struct ReportArgs {
     /// per cell, and cells never mix providers, machines, accels or kernels.
     #[arg(required = true)]
     pub csv: Vec<PathBuf>,
-    /// Output format [default: from --out's extension, else markdown].
+    /// Output format: markdown, csv or json [default: from --out's extension, else markdown].
     #[arg(long, value_parser = clap::value_parser!(Format))]
     pub format: Option<Format>,
     /// Also draw an SVG of the cells (bars, 95% CI, model, 2021); when runs
     /// have groups.csv beside them, a cycle-time plot goes to <PATH>-cycles.svg.
     #[arg(long, value_name = "PATH")]
     pub svg: Option<PathBuf>,
-    /// What to aggregate.
+    /// What to aggregate: lazyinit_s (mount to thread exit) or ms_per_group.
     #[arg(long, default_value = "lazyinit_s", value_parser = clap::value_parser!(Metric))]
     pub metric: Metric,
     /// Write the report here instead of stdout.
@@ -46,13 +46,14 @@ pub struct CompareArgs {
     /// Significance level of Welch's t-test.
     #[arg(long, default_value_t = 0.05)]
     pub alpha: f64,
+    /// What to compare: lazyinit_s or ms_per_group.
     #[arg(long, default_value = "lazyinit_s", value_parser = clap::value_parser!(Metric))]
     pub metric: Metric,
     /// Key fields not used to match cells, e.g. `kernel_source` to gate a
     /// new kernel against the old one (each side still never pools them).
     #[arg(long, value_delimiter = ',', value_name = "FIELD", value_parser = clap::value_parser!(KeyField))]
     pub ignore: Vec<KeyField>,
-    /// Output format [default: from --out's extension, else markdown].
+    /// Output format: markdown, csv or json [default: from --out's extension, else markdown].
     #[arg(long, value_parser = clap::value_parser!(Format))]
     pub format: Option<Format>,
     /// Write the verdicts here instead of stdout.
