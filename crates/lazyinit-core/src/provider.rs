@@ -115,6 +115,13 @@ pub trait Machine: Send {
     fn needs_kernel_install(&self) -> bool {
         false
     }
+    /// A small scratch block device for a warm-up lazy-init before the
+    /// measured one (QEMU: under TCG the first zeroing otherwise pays for
+    /// translating the kernel's code paths, and without the fix that first
+    /// timing sets the sleep for the whole run). `None`: no warm-up.
+    fn warmup_device(&self) -> Option<String> {
+        None
+    }
     /// The last `lines` lines of the guest console, for error messages.
     fn console_tail(&self, lines: usize) -> String;
     /// Whether the machine is still running (a dead QEMU means no answer will come).

@@ -21,6 +21,7 @@ const MKFS_SH: &str = include_str!("../scripts/mkfs.sh");
 const TRACE_SETUP_SH: &str = include_str!("../scripts/trace-setup.sh");
 const MOUNT_SH: &str = include_str!("../scripts/mount.sh");
 const POLL_SH: &str = include_str!("../scripts/poll.sh");
+const WARMUP_SH: &str = include_str!("../scripts/warmup.sh");
 
 /// What the booted guest must be.
 #[derive(Debug, Clone)]
@@ -62,6 +63,8 @@ pub struct ProtocolOptions {
     pub cell_id: String,
     /// The blank volume inside the guest.
     pub device: String,
+    /// Scratch device for a warm-up lazy-init before the measured one.
+    pub warmup_device: Option<String>,
     /// Extra mkfs.ext4 arguments (recorded in the row).
     pub mkfs_args: Vec<String>,
     pub wait_mult: u32,
@@ -227,6 +230,15 @@ pub fn run(
         .join(" ");
     // mkfs and dumpe2fs of a 3 TiB device take a while under emulation.
     let heavy = opts.gate.heavy();
+    if let Some(dev) = &opts.warmup_device {
+        check(
+            remote.exec(
+                &script_with_args(WARMUP_SH, std::slice::from_ref(dev)),
+                short,
+            )?,
+            "warm-up",
+        )?;
+    }
     let kv = key_values(&check(
         remote.exec(
             &script_with_args(MKFS_SH, &mkfs_args),
@@ -530,6 +542,7 @@ mod tests {
         ProtocolOptions {
             cell_id: "c".into(),
             device: "/dev/vda".into(),
+            warmup_device: None,
             mkfs_args: vec![],
             wait_mult: 10,
             poll_interval: Duration::from_millis(1),

@@ -75,6 +75,7 @@ pub async fn probe_kvm(
         ssh_port: None,
         volume: None,
         storage: args::Storage::default(),
+        warmup: None,
     };
     let mut p = QemuProcess::spawn(
         arch.qemu_binary(),

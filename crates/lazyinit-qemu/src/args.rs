@@ -165,8 +165,22 @@ pub fn volume_args(volume: &Path, storage: Storage) -> Vec<OsString> {
     vec![
         "-drive".into(),
         drive,
+        // First virtio-blk device: the guest's /dev/vda.
         "-device".into(),
         "virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,romfile=".into(),
+    ]
+}
+
+/// The warm-up scratch disk, the guest's /dev/vdb (same driver path as the volume).
+pub fn warmup_args(disk: &Path) -> Vec<OsString> {
+    let mut drive = OsString::from("file=");
+    drive.push(disk);
+    drive.push(",format=raw,if=none,id=warm0,cache=unsafe,discard=unmap,detect-zeroes=unmap");
+    vec![
+        "-drive".into(),
+        drive,
+        "-device".into(),
+        "virtio-blk-pci,drive=warm0,discard=on,write-zeroes=on,romfile=".into(),
     ]
 }
 
@@ -184,6 +198,7 @@ pub struct GuestArgs<'a> {
     pub ssh_port: Option<u16>,
     pub volume: Option<&'a Path>,
     pub storage: Storage,
+    pub warmup: Option<&'a Path>,
 }
 
 pub fn guest_args(g: &GuestArgs<'_>) -> Vec<OsString> {
@@ -197,6 +212,9 @@ pub fn guest_args(g: &GuestArgs<'_>) -> Vec<OsString> {
     }
     if let Some(v) = g.volume {
         a.extend(volume_args(v, g.storage));
+    }
+    if let Some(w) = g.warmup {
+        a.extend(warmup_args(w));
     }
     a
 }
@@ -272,6 +290,7 @@ mod tests {
             ssh_port: Some(4000),
             volume: None,
             storage: Storage::default(),
+            warmup: None,
         };
         let s = joined(&guest_args(&g));
         assert!(s.starts_with("-nodefaults -no-reboot -display none"));

@@ -38,6 +38,9 @@ pub struct QemuConfig {
     pub kvm_probe_timeout: Duration,
     /// Host TSC rate for x86 guests; detected when absent.
     pub tsc_khz: Option<u64>,
+    /// Warm-up lazy-init on a 1 GiB scratch disk before the measured one
+    /// (see `Machine::warmup_device`).
+    pub warmup: bool,
 }
 
 impl Default for QemuConfig {
@@ -49,6 +52,7 @@ impl Default for QemuConfig {
             volume_dir: None,
             kvm_probe_timeout: Duration::from_secs(20),
             tsc_khz: None,
+            warmup: true,
         }
     }
 }
@@ -246,6 +250,25 @@ impl Provider for QemuProvider {
                     volume_path.display()
                 ))
             })?;
+        let warm = if self.config.warmup {
+            let p = self
+                .volume_dir
+                .join(&req.run_id)
+                .join(format!("{}.warmup.raw", req.cell.id()));
+            let _ = std::fs::remove_file(&p);
+            Some(
+                volume::SparseVolume::create(p.clone(), lazyinit_core::ByteSize(1 << 30)).map_err(
+                    |e| {
+                        ProviderError::infra(format!(
+                            "cannot create the warm-up disk {}: {e}",
+                            p.display()
+                        ))
+                    },
+                )?,
+            )
+        } else {
+            None
+        };
         let mut last_err = String::new();
         // A port can be taken between our probe and QEMU's bind: retry.
         for _ in 0..3 {
@@ -257,12 +280,13 @@ impl Provider for QemuProvider {
                 tsc_khz: self.tsc_khz,
                 port,
                 volume: vol.path(),
+                warmup: warm.as_ref().map(|w| w.path()),
                 storage,
             })
             .await
             {
                 Ok(mut m) => {
-                    m.own_volume(vol);
+                    m.own_volume(vol, warm);
                     return Ok(Box::new(m));
                 }
                 Err(e)

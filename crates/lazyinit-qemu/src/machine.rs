@@ -19,6 +19,7 @@ pub(crate) struct StartArgs<'a> {
     pub tsc_khz: Option<u64>,
     pub port: u16,
     pub volume: &'a Path,
+    pub warmup: Option<&'a Path>,
     pub storage: Storage,
 }
 
@@ -28,6 +29,7 @@ pub struct QemuMachine {
     port: u16,
     process: Option<QemuProcess>,
     volume: Option<SparseVolume>,
+    warmup: Option<SparseVolume>,
     console_log: PathBuf,
     qmp_socket: PathBuf,
     command_line: String,
@@ -55,6 +57,7 @@ impl QemuMachine {
             ssh_port: Some(a.port),
             volume: Some(a.volume),
             storage: a.storage,
+            warmup: a.warmup,
         });
         let command_line = std::iter::once(arch.qemu_binary().to_string())
             .chain(argv.iter().map(|s| shell_quote(&s.to_string_lossy())))
@@ -92,14 +95,16 @@ impl QemuMachine {
             port: a.port,
             process: Some(process),
             volume: None,
+            warmup: None,
             console_log,
             qmp_socket,
             command_line,
         })
     }
 
-    pub(crate) fn own_volume(&mut self, v: SparseVolume) {
+    pub(crate) fn own_volume(&mut self, v: SparseVolume, warmup: Option<SparseVolume>) {
         self.volume = Some(v);
+        self.warmup = warmup;
     }
 
     pub fn command_line(&self) -> &str {
@@ -140,6 +145,10 @@ impl Machine for QemuMachine {
         }
     }
 
+    fn warmup_device(&self) -> Option<String> {
+        self.warmup.as_ref().map(|_| "/dev/vdb".to_string())
+    }
+
     fn console_tail(&self, lines: usize) -> String {
         let mut out = tail_lines(&self.console_log, lines);
         if let Some(p) = &self.process {
@@ -171,6 +180,9 @@ impl Machine for QemuMachine {
             p.stop(grace).await;
         }
         let _ = std::fs::remove_file(&self.qmp_socket);
+        if let Some(mut w) = self.warmup.take() {
+            let _ = w.remove();
+        }
         if let Some(mut v) = self.volume.take() {
             let path = v.path().to_path_buf();
             v.remove().map_err(|e| {
@@ -190,6 +202,7 @@ impl Drop for QemuMachine {
         // QemuProcess and SparseVolume clean up after themselves on drop;
         // this only makes the order explicit: process first, then its file.
         self.process.take();
+        self.warmup.take();
         if let Some(v) = self.volume.take() {
             let dir = v.path().parent().map(Path::to_path_buf);
             drop(v);
