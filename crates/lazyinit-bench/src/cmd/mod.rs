@@ -4,8 +4,10 @@
 pub mod cleanup;
 pub mod image;
 pub mod kernel;
+pub mod providers;
 pub mod report;
 pub mod run;
+pub mod ui;
 
 /// Logs go to stderr through tracing; `RUST_LOG` overrides the level.
 pub fn init_logging(verbose: u8) {

@@ -1,15 +1,283 @@
-//! `lazyinit-bench run` and `plan` (being written; see the local-run issue).
+//! `lazyinit-bench run` and `plan`.
 
-#[derive(clap::Args)]
-pub struct RunArgs {}
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-#[derive(clap::Args)]
-pub struct PlanArgs {}
+use lazyinit_core::exit::{self, bad_input};
+use lazyinit_core::provider::Provider;
+use lazyinit_core::{Arch, ByteSize, Hz, KernelSource, Variant};
+use lazyinit_orchestrator::spec::{self, Spec};
 
-pub async fn run(_a: RunArgs) -> anyhow::Result<u8> {
-    Err(lazyinit_core::exit::bad_input("`run` is not built yet").into())
+#[derive(clap::Args, Debug)]
+pub struct SpecArgs {
+    /// A spec file (.toml) or a preset: quick (default), reported, smoke.
+    /// Without it and with --arch/--hz/--variant/--size, runs that one cell.
+    pub spec: Option<String>,
+    /// One cell: guest arch (x86_64, arm64).
+    #[arg(long)]
+    pub arch: Option<Arch>,
+    /// One cell: CONFIG_HZ (100, 250, 300, 1000).
+    #[arg(long)]
+    pub hz: Option<Hz>,
+    /// One cell: fix or nofix.
+    #[arg(long)]
+    pub variant: Option<Variant>,
+    /// One cell: volume size, e.g. 64GiB, 2TiB.
+    #[arg(long)]
+    pub size: Option<ByteSize>,
+    /// One cell: kernel source (debian-6.1, debian-6.12, a version, a path).
+    #[arg(long)]
+    pub source: Option<KernelSource>,
+    /// Override the spec's repetitions.
+    #[arg(long)]
+    pub repetitions: Option<u32>,
+    /// Override how many cells run at once (default: what the host holds).
+    #[arg(long)]
+    pub concurrency: Option<u32>,
+    /// QEMU accelerator: auto (KVM if it works, else TCG), kvm, tcg.
+    #[arg(long)]
+    pub accel: Option<lazyinit_qemu::AccelChoice>,
+    /// Storage latency profile for the volume: none, or iops:N (qemu).
+    #[arg(long)]
+    pub storage_profile: Option<String>,
 }
 
-pub async fn plan(_a: PlanArgs) -> anyhow::Result<u8> {
-    Err(lazyinit_core::exit::bad_input("`plan` is not built yet").into())
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Results folder (default: results/<spec name>-<spec hash>; rerunning
+    /// the same spec there resumes it).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Let with-fix cells start while others boot (their first-group timing,
+    /// which sets their sleep, then competes for the CPU).
+    #[arg(long)]
+    pub no_isolate: bool,
+    /// Seconds to wait for SSH after launch.
+    #[arg(long, default_value_t = 300)]
+    pub boot_timeout: u64,
+    /// Do not print the table at the end.
+    #[arg(long)]
+    pub no_report: bool,
+    /// Run the cells one at a time, into `<results folder>-alone`: the
+    /// baseline for `compare --baseline ...-alone/results.csv --candidate
+    /// .../results.csv --metric ms-per-group`, which shows what running
+    /// concurrently changed per cell.
+    #[arg(long)]
+    pub alone: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The spec to run: a file, a preset, or one cell from flags.
+pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
+    let one_cell = a.arch.is_some() || a.hz.is_some() || a.variant.is_some() || a.size.is_some();
+    let mut spec = match (&a.spec, one_cell) {
+        (Some(_), true) => {
+            return Err(bad_input(
+                "give either a spec/preset or --arch/--hz/--variant/--size, not both",
+            )
+            .into())
+        }
+        (None, true) => {
+            let (Some(arch), Some(hz), Some(variant), Some(size)) =
+                (a.arch, a.hz, a.variant, a.size)
+            else {
+                return Err(
+                    bad_input("one cell needs all of --arch, --hz, --variant and --size").into(),
+                );
+            };
+            let text = format!(
+                "name = \"cell\"\narches = [\"{arch}\"]\nhz = [{hz}]\nvariants = [\"{variant}\"]\nsizes = [\"{size}\"]\nsources = [\"{}\"]\n",
+                a.source.clone().unwrap_or_default()
+            );
+            Spec::parse(&text, "command line").map_err(|e| bad_input(e.to_string()))?
+        }
+        (spec_arg, false) => {
+            let name = spec_arg.as_deref().unwrap_or("quick");
+            if let Some(text) = spec::preset(name) {
+                Spec::parse(text, name).map_err(|e| bad_input(e.to_string()))?
+            } else if std::path::Path::new(name).exists() {
+                Spec::load(std::path::Path::new(name)).map_err(|e| bad_input(e.to_string()))?
+            } else {
+                return Err(bad_input(format!(
+                    "`{name}` is neither a spec file nor a preset ({})",
+                    spec::PRESETS.join(", ")
+                ))
+                .into());
+            }
+        }
+    };
+    if let Some(r) = a.repetitions {
+        spec.repetitions = r;
+    }
+    if let Some(c) = a.concurrency {
+        if c == 0 {
+            return Err(bad_input("--concurrency must be at least 1").into());
+        }
+        spec.concurrency = spec::Concurrency::Fixed(c);
+    }
+    if let Some(p) = &a.storage_profile {
+        lazyinit_qemu::parse_storage_profile(p).map_err(|e| bad_input(e.to_string()))?;
+        spec.storage_profile = p.clone();
+    }
+    if let Some(accel) = a.accel {
+        spec.provider_config
+            .qemu
+            .get_or_insert_with(Default::default)
+            .accel = accel;
+    }
+    Ok(spec)
+}
+
+fn qemu_config(spec: &Spec) -> lazyinit_qemu::QemuConfig {
+    spec.provider_config.qemu.clone().unwrap_or_default()
+}
+
+pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
+    let spec = resolve_spec(&a.spec)?;
+    let qc = qemu_config(&spec);
+    let p = lazyinit_orchestrator::plan(
+        &spec,
+        qc.memory_mib as u64,
+        lazyinit_orchestrator::plan::host_available_mib(),
+    );
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+    } else {
+        print!("{}", lazyinit_orchestrator::plan::render(&p));
+        if spec.provider == "ec2" {
+            println!("{}", super::providers::plan_cost(&spec, &p)?);
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn provider_for(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
+    match spec.provider.as_str() {
+        "qemu" => Ok(Arc::new(lazyinit_qemu::QemuProvider::new(qemu_config(
+            spec,
+        )))),
+        "ec2" => super::providers::ec2_provider(spec),
+        other => Err(bad_input(format!("unknown provider `{other}`")).into()),
+    }
+}
+
+/// SIGINT/SIGTERM set the cancel flag; the runner stops guests and records
+/// interrupted cells. A second signal only says that cleanup is under way.
+fn install_signal_handler(cancel: Arc<AtomicBool>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            if cancel.swap(true, Ordering::SeqCst) {
+                eprintln!("still stopping guests and removing volumes; this takes a few seconds");
+            } else {
+                eprintln!("interrupted: stopping every guest (press Ctrl-C again to see this message again)");
+            }
+        }
+    });
+}
+
+pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
+    let mut spec = resolve_spec(&a.spec)?;
+    if a.alone {
+        spec.concurrency = spec::Concurrency::Fixed(1);
+    }
+    let qc = qemu_config(&spec);
+    let plan = lazyinit_orchestrator::plan(
+        &spec,
+        qc.memory_mib as u64,
+        lazyinit_orchestrator::plan::host_available_mib(),
+    );
+    let mut out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(&plan.run_id));
+    if a.alone {
+        let name = out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.set_file_name(format!("{name}-alone"));
+    }
+    let provider = provider_for(&spec)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    install_signal_handler(cancel.clone());
+
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let ui = super::ui::spawn(rx, &plan, out.join("events.jsonl"), show_bars());
+    eprintln!(
+        "run {}: {} cells, {} at once, results in {}",
+        plan.run_id,
+        plan.cells.len(),
+        plan.concurrency,
+        out.display()
+    );
+    let opts = lazyinit_orchestrator::RunOptions {
+        out_dir: out.clone(),
+        cache_dir: lazyinit_core::paths::cache_dir(),
+        state_dir: lazyinit_core::paths::state_dir(),
+        events: lazyinit_core::events::EventSink::new(tx),
+        cancel: cancel.clone(),
+        jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        isolate_fix_start: !a.no_isolate,
+        kernel_profile: if spec.provider == "ec2" {
+            lazyinit_kernel::Profile::Cloud
+        } else {
+            lazyinit_kernel::Profile::Qemu
+        },
+        boot_timeout: Duration::from_secs(a.boot_timeout),
+    };
+    let result = lazyinit_orchestrator::run(&spec, &plan, provider, opts).await;
+    let _ = ui.await;
+    let summary = result?;
+    eprintln!(
+        "{} ok, {} failed, {} interrupted, {} already done; rows in {}",
+        summary.ok,
+        summary.failed,
+        summary.interrupted,
+        summary.skipped,
+        summary.results_csv.display()
+    );
+    if !a.no_report && summary.results_csv.exists() {
+        match super::providers::table_for(&summary.results_csv) {
+            Ok(t) => println!("{t}"),
+            Err(e) => eprintln!("(no table: {e:#})"),
+        }
+    }
+    Ok(
+        if cancel.load(Ordering::SeqCst) || summary.interrupted > 0 {
+            eprintln!("interrupted: rerun the same command to resume");
+            exit::INTERRUPTED
+        } else if summary.failed > 0 {
+            exit::REGRESSION_OR_CELL_FAILED
+        } else {
+            exit::OK
+        },
+    )
+}
+
+fn show_bars() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
 }

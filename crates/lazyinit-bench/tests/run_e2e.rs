@@ -1,0 +1,268 @@
+//! End to end on real components: kernels built from Debian's source, real
+//! QEMU (TCG here), the project's initramfs with dropbear, mkfs and mount in
+//! the guest, the tracepoint, and the result CSV. Slow (minutes on a cold
+//! cache: it builds the kernels it needs), so it runs the `smoke` preset.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lazyinit_core::results::{read_rows, Status};
+use lazyinit_core::{model, Variant};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench"))
+}
+
+/// QEMU processes whose command line mentions `needle`.
+fn qemu_processes_with(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.starts_with("qemu-system") && cmd.contains(needle) {
+            out.push(cmd);
+        }
+    }
+    out
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.path().is_dir() {
+                v.extend(files_under(&e.path()));
+            } else {
+                v.push(e.path());
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn smoke_run_measures_both_variants() {
+    let out = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = out.path().join("smoke.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "{}\n[provider-config.qemu]\nvolume-dir = \"{}\"\n",
+            include_str!("../../../specs/smoke.toml"),
+            vols.path().display()
+        ),
+    )
+    .unwrap();
+    let status = Command::new(bin())
+        .args(["run", spec.to_str().unwrap(), "--out"])
+        .arg(out.path().join("res"))
+        .status()
+        .unwrap();
+    let csv = out.path().join("res/results.csv");
+    let rows = read_rows(&csv).unwrap();
+    for r in &rows {
+        if r.status != Status::Ok {
+            let err =
+                std::fs::read_to_string(out.path().join("res").join(&r.cell_id).join("error.txt"))
+                    .unwrap_or_default();
+            panic!("cell {} {}: {}\n{err}", r.cell_id, r.status, r.error);
+        }
+    }
+    assert!(status.success(), "run exited with {status}");
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        let groups = r.groups.unwrap();
+        assert_eq!(
+            groups,
+            model::groups(lazyinit_core::ByteSize(r.volume_bytes))
+        );
+        assert_eq!(r.traced_groups, Some(groups), "every group traced");
+        assert!(r
+            .kernel_release
+            .contains(&format!("hz{}-{}", r.hz, r.variant)));
+        assert!(!r.clocksource.contains("jiffies"));
+        assert!(r.lazyinit_s.unwrap() > 0.0 && r.mkfs_s.is_some() && r.mount_s.is_some());
+        assert!(r.boot_s.is_some() && r.first_group_s.is_some() && r.sleep_ticks.is_some());
+        assert!(!r.machine.is_empty() && !r.accel.is_empty() && !r.mkfs_cmd.is_empty());
+        assert!(out
+            .path()
+            .join("res")
+            .join(&r.cell_id)
+            .join("groups.csv")
+            .exists());
+    }
+    let nofix = rows.iter().find(|r| r.variant == Variant::NoFix).unwrap();
+    let fix = rows.iter().find(|r| r.variant == Variant::Fix).unwrap();
+    // Without the fix the cycle is (W + 1) ticks whatever the zeroing time.
+    let model_ms = model::predict_cell(
+        nofix.hz,
+        Variant::NoFix,
+        10,
+        lazyinit_core::ByteSize(nofix.volume_bytes),
+    )
+    .per_group_s
+        * 1000.0;
+    let got = nofix.ms_per_group.unwrap();
+    assert!(
+        (got / model_ms - 1.0).abs() < 0.10,
+        "no-fix {got:.1} ms/group vs model {model_ms:.1}"
+    );
+    // The fix shortens the cycle (that is the whole point of the fix).
+    assert!(
+        fix.ms_per_group.unwrap() < 0.8 * got,
+        "fix {:?} vs nofix {got}",
+        fix.ms_per_group
+    );
+    // Nothing left behind.
+    assert!(
+        files_under(vols.path()).is_empty(),
+        "volumes left: {:?}",
+        files_under(vols.path())
+    );
+    assert!(qemu_processes_with(vols.path().to_str().unwrap()).is_empty());
+
+    // Rerunning the same spec into the same folder resumes: nothing to do,
+    // no duplicated rows.
+    let again = Command::new(bin())
+        .args(["run", spec.to_str().unwrap(), "--no-report", "--out"])
+        .arg(out.path().join("res"))
+        .status()
+        .unwrap();
+    assert!(again.success());
+    assert_eq!(read_rows(&csv).unwrap().len(), 2);
+}
+
+/// Waits until the run's event log shows `phase` for some cell.
+fn wait_for_phase(events: &Path, phase: &str, deadline: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if std::fs::read_to_string(events)
+            .unwrap_or_default()
+            .contains(&format!("\"phase\":\"{phase}\""))
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+fn interrupt_during(phase: &str) {
+    let out = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = out.path().join("smoke.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "{}\n[provider-config.qemu]\nvolume-dir = \"{}\"\n",
+            include_str!("../../../specs/smoke.toml").replace("16GiB", "64GiB"),
+            vols.path().display()
+        ),
+    )
+    .unwrap();
+    let res = out.path().join("res");
+    let mut child = Command::new(bin())
+        .args(["run", spec.to_str().unwrap(), "--no-report", "--out"])
+        .arg(&res)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let reached = wait_for_phase(&res.join("events.jsonl"), phase, Duration::from_secs(900));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(reached, "the run never reached {phase}");
+    assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
+    assert!(
+        qemu_processes_with(vols.path().to_str().unwrap()).is_empty(),
+        "QEMU left running"
+    );
+    assert!(
+        files_under(vols.path()).is_empty(),
+        "volumes left: {:?}",
+        files_under(vols.path())
+    );
+    let rows = read_rows(res.join("results.csv")).unwrap();
+    assert!(
+        rows.iter().all(|r| r.status == Status::Interrupted),
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn sigint_during_boot_leaves_nothing() {
+    interrupt_during("boot");
+}
+
+#[test]
+fn sigint_during_lazyinit_leaves_nothing() {
+    interrupt_during("lazyinit");
+}
+
+#[test]
+fn bad_input_fails_before_anything_starts() {
+    for (args, needle) in [
+        (
+            vec![
+                "run",
+                "--arch",
+                "sparc",
+                "--hz",
+                "100",
+                "--variant",
+                "fix",
+                "--size",
+                "8GiB",
+            ],
+            "sparc",
+        ),
+        (
+            vec![
+                "run",
+                "--arch",
+                "x86_64",
+                "--hz",
+                "100",
+                "--variant",
+                "fix",
+                "--size",
+                "lots",
+            ],
+            "not a size",
+        ),
+        (
+            vec![
+                "run",
+                "--arch",
+                "x86_64",
+                "--hz",
+                "100",
+                "--variant",
+                "fix",
+                "--size",
+                "1000000TiB",
+            ],
+            "sparse",
+        ),
+        (
+            vec!["run", "no-such-spec"],
+            "neither a spec file nor a preset",
+        ),
+        (
+            vec!["run", "--arch", "x86_64", "--hz", "100"],
+            "needs all of",
+        ),
+    ] {
+        let out = Command::new(bin()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

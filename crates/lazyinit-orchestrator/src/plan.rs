@@ -1,0 +1,266 @@
+//! From a spec to the matrix of cells, what must be built, and what the run
+//! will cost in time, memory and disk. Pure: `plan` launches nothing.
+
+use std::collections::BTreeSet;
+
+use lazyinit_core::model::{self, Prediction};
+use lazyinit_core::{Arch, Cell, Hz, KernelSource, Variant};
+use serde::Serialize;
+
+use crate::spec::{Concurrency, Spec};
+
+/// Boot, SSH, mkfs and teardown around lazy-init, per cell, under TCG.
+pub const OVERHEAD_S: f64 = 30.0;
+/// Host memory per guest: guest RAM plus QEMU's own (TCG code cache).
+pub const QEMU_OVERHEAD_MIB: u64 = 300;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct KernelNeed {
+    pub arch: Arch,
+    pub source: KernelSource,
+    pub hz: Hz,
+    pub variant: Variant,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedCell {
+    pub cell: Cell,
+    pub id: String,
+    pub groups: u64,
+    pub predicted: Prediction,
+    /// Lazy-init plus mean start delay plus overhead.
+    pub predicted_wall_s: f64,
+    pub reported_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub run_id: String,
+    pub cells: Vec<PlannedCell>,
+    pub kernels: Vec<KernelNeed>,
+    pub arches: Vec<Arch>,
+    pub concurrency: usize,
+    /// Slowest cell alone (the floor for the whole run).
+    pub slowest_cell_s: f64,
+    /// Sum of all cells (one after another).
+    pub serial_s: f64,
+    /// Estimate with `concurrency` cells at once (longest first).
+    pub parallel_s: f64,
+    pub memory_mib: u64,
+    pub disk_bytes: u64,
+}
+
+pub fn cells(spec: &Spec) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for &arch in &spec.arches {
+        for source in &spec.sources {
+            for hz in spec.hz.for_arch(arch) {
+                for &variant in &spec.variants {
+                    for &volume in &spec.sizes {
+                        for repetition in 1..=spec.repetitions {
+                            out.push(Cell {
+                                provider: spec.provider.clone(),
+                                arch,
+                                source: source.clone(),
+                                hz,
+                                variant,
+                                volume,
+                                wait_mult: spec.wait_mult,
+                                repetition,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Cells this host can hold at once: memory is the limit (guests mostly
+/// sleep, so CPU is not), and never more than there are cells.
+pub fn auto_concurrency(n_cells: usize, guest_mib: u64, host_available_mib: u64) -> usize {
+    let per = guest_mib + QEMU_OVERHEAD_MIB;
+    let fit = (host_available_mib.saturating_sub(2048) / per.max(1)) as usize;
+    fit.clamp(1, n_cells.max(1))
+}
+
+/// Longest-processing-time-first schedule length on `slots` machines.
+pub fn makespan(mut durations: Vec<f64>, slots: usize) -> f64 {
+    durations.sort_by(|a, b| b.total_cmp(a));
+    let mut load = vec![0.0f64; slots.max(1)];
+    for d in durations {
+        let i = (0..load.len())
+            .min_by(|&a, &b| load[a].total_cmp(&load[b]))
+            .unwrap_or(0);
+        load[i] += d;
+    }
+    load.into_iter().fold(0.0, f64::max)
+}
+
+pub fn host_available_mib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb / 1024)
+        .unwrap_or(4096)
+}
+
+pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
+    let cells = cells(spec);
+    let planned: Vec<PlannedCell> = cells
+        .into_iter()
+        .map(|cell| {
+            let predicted = model::predict_cell(cell.hz, cell.variant, cell.wait_mult, cell.volume);
+            let reported_s =
+                lazyinit_core::reported::lookup(cell.arch, cell.hz, cell.variant, cell.volume.0)
+                    .map(|r| r.seconds);
+            PlannedCell {
+                id: cell.id(),
+                groups: model::groups(cell.volume),
+                predicted_wall_s: predicted.lazyinit_s + model::MEAN_START_DELAY_S + OVERHEAD_S,
+                predicted,
+                reported_s,
+                cell,
+            }
+        })
+        .collect();
+    let kernels: BTreeSet<KernelNeed> = planned
+        .iter()
+        .map(|p| KernelNeed {
+            arch: p.cell.arch,
+            source: p.cell.source.clone(),
+            hz: p.cell.hz,
+            variant: p.cell.variant,
+        })
+        .collect();
+    let arches: BTreeSet<Arch> = planned.iter().map(|p| p.cell.arch).collect();
+    let concurrency = match spec.concurrency {
+        Concurrency::Fixed(n) => (n as usize).min(planned.len().max(1)),
+        Concurrency::Named(_) => auto_concurrency(planned.len(), guest_mib, host_available_mib),
+    };
+    let durations: Vec<f64> = planned.iter().map(|p| p.predicted_wall_s).collect();
+    Plan {
+        run_id: spec.run_id(),
+        slowest_cell_s: durations.iter().cloned().fold(0.0, f64::max),
+        serial_s: durations.iter().sum(),
+        parallel_s: makespan(durations, concurrency),
+        memory_mib: concurrency as u64 * (guest_mib + QEMU_OVERHEAD_MIB),
+        disk_bytes: planned
+            .iter()
+            .map(|p| lazyinit_qemu::volume::expected_host_bytes(p.cell.volume))
+            .sum(),
+        cells: planned,
+        kernels: kernels.into_iter().collect(),
+        arches: arches.into_iter().collect(),
+        concurrency,
+    }
+}
+
+fn hms(s: f64) -> String {
+    let s = s.round() as u64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The plan as text for a terminal.
+pub fn render(p: &Plan) -> String {
+    let mut s = format!(
+        "run {} — {} cells, {} at once\n\n",
+        p.run_id,
+        p.cells.len(),
+        p.concurrency
+    );
+    s.push_str("| cell | groups | model L (ticks) | model lazyinit | reported |\n|---|---:|---:|---:|---:|\n");
+    for c in &p.cells {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            c.id,
+            c.groups,
+            c.predicted.sleep_ticks,
+            hms(c.predicted.lazyinit_s),
+            c.reported_s.map(hms).unwrap_or_else(|| "-".into())
+        ));
+    }
+    s.push_str("\nkernels to have (built unless cached):\n");
+    for k in &p.kernels {
+        s.push_str(&format!(
+            "  {} {} HZ={} {}\n",
+            k.arch, k.source, k.hz, k.variant
+        ));
+    }
+    s.push_str(&format!(
+        "\nestimated wall time: {} (slowest cell alone {}, all cells one after another {})\n",
+        hms(p.parallel_s),
+        hms(p.slowest_cell_s),
+        hms(p.serial_s)
+    ));
+    s.push_str(&format!(
+        "host memory: ~{} MiB for {} guests; host disk: ~{:.1} GiB of sparse volumes\n",
+        p.memory_mib,
+        p.concurrency,
+        p.disk_bytes as f64 / (1u64 << 30) as f64
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{preset, Spec};
+
+    #[test]
+    fn quick_preset_is_four_cells() {
+        let spec = Spec::parse(preset("quick").unwrap(), "quick").unwrap();
+        let p = plan(&spec, 512, 20_000);
+        assert_eq!(p.cells.len(), 4);
+        assert_eq!(p.kernels.len(), 4);
+        assert_eq!(p.concurrency, 4);
+        assert!(p.parallel_s < p.serial_s);
+        assert!((p.parallel_s - p.slowest_cell_s).abs() < 1e-9);
+    }
+
+    #[test]
+    fn reported_preset_matches_report_cells() {
+        let spec = Spec::parse(preset("reported").unwrap(), "reported").unwrap();
+        let p = plan(&spec, 512, 20_000);
+        assert_eq!(p.cells.len(), 8);
+        assert!(p.cells.iter().all(|c| c.reported_s.is_some()));
+        let arm_nofix_2t = p
+            .cells
+            .iter()
+            .find(|c| c.id.contains("arm64") && c.id.contains("nofix-2TiB"))
+            .unwrap();
+        assert_eq!(arm_nofix_2t.groups, 16384);
+    }
+
+    #[test]
+    fn concurrency_bounded_by_memory_and_cells() {
+        assert_eq!(auto_concurrency(8, 512, 3000), 1);
+        assert_eq!(auto_concurrency(8, 512, 24_000), 8);
+        assert_eq!(auto_concurrency(100, 512, 24_000), 27);
+    }
+
+    #[test]
+    fn makespan_lpt() {
+        assert_eq!(makespan(vec![4.0, 3.0, 3.0, 2.0], 2), 6.0);
+        assert_eq!(makespan(vec![5.0, 1.0], 4), 5.0);
+    }
+
+    #[test]
+    fn cell_ids_are_unique() {
+        let spec = Spec::parse(preset("reported").unwrap(), "r").unwrap();
+        let ids: BTreeSet<String> = cells(&spec).iter().map(|c| c.id()).collect();
+        assert_eq!(ids.len(), 8);
+    }
+}

@@ -1,0 +1,503 @@
+//! Runs the cells of a plan: build what is missing, then every cell on its
+//! own machine, concurrently, writing each row as soon as its cell ends.
+//! Interrupts (SIGINT/SIGTERM) stop every guest and record the cells that
+//! were running as interrupted; rerunning the same spec resumes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use lazyinit_core::events::{Event, EventSink, Phase};
+use lazyinit_core::provider::{LaunchRequest, Machine, Provider};
+use lazyinit_core::results::{ResultRow, ResultsWriter, Status};
+use lazyinit_core::{model, Arch, Cell, Variant};
+use lazyinit_guest::{Expectation, GuestError, ProtocolOptions, SshRemote};
+
+use crate::gate::HostGate;
+use crate::plan::Plan;
+use crate::spec::Spec;
+
+/// Where and how a run happens.
+#[derive(Clone)]
+pub struct RunOptions {
+    pub out_dir: PathBuf,
+    pub cache_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub events: EventSink,
+    /// Set by the signal handler; every task checks it.
+    pub cancel: Arc<AtomicBool>,
+    /// Build parallelism for kernels.
+    pub jobs: usize,
+    /// Give each with-fix cell's first group the host alone.
+    pub isolate_fix_start: bool,
+    /// Kernel profile: `qemu` for local guests, `cloud` for EC2.
+    pub kernel_profile: lazyinit_kernel::Profile,
+    /// Deadline for SSH after launch.
+    pub boot_timeout: Duration,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    pub ok: usize,
+    pub failed: usize,
+    pub interrupted: usize,
+    /// Cells already complete in the results folder (resume).
+    pub skipped: usize,
+    pub results_csv: PathBuf,
+}
+
+pub const RESULTS_FILE: &str = "results.csv";
+
+/// Cell ids that already have an `ok` row: those are not run again.
+pub fn completed_cells(csv: &std::path::Path) -> anyhow::Result<HashSet<String>> {
+    if !csv.exists() {
+        return Ok(HashSet::new());
+    }
+    let rows = lazyinit_core::results::read_rows(csv)?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.status == Status::Ok)
+        .map(|r| r.cell_id)
+        .collect())
+}
+
+struct Shared {
+    spec: Spec,
+    opts: RunOptions,
+    run_id: String,
+    provider: Arc<dyn Provider>,
+    writer: Mutex<ResultsWriter>,
+    keys: lazyinit_ssh::Keys,
+    kernels: BTreeMap<(Arch, String, u32, Variant), lazyinit_kernel::KernelArtifact>,
+    initramfs: BTreeMap<Arch, PathBuf>,
+    gate: HostGate,
+    concurrency: u32,
+}
+
+pub async fn run(
+    spec: &Spec,
+    plan: &Plan,
+    provider: Arc<dyn Provider>,
+    opts: RunOptions,
+) -> anyhow::Result<RunSummary> {
+    let csv = opts.out_dir.join(RESULTS_FILE);
+    let done = completed_cells(&csv)?;
+    let todo: Vec<Cell> = plan
+        .cells
+        .iter()
+        .filter(|c| !done.contains(&c.id))
+        .map(|c| c.cell.clone())
+        .collect();
+    let mut summary = RunSummary {
+        skipped: plan.cells.len() - todo.len(),
+        results_csv: csv.clone(),
+        ..Default::default()
+    };
+    // Bad input and missing tools fail here, before anything is written.
+    if !todo.is_empty() {
+        provider.preflight(&todo).await?;
+    }
+    std::fs::create_dir_all(&opts.out_dir).with_context(|| {
+        format!(
+            "cannot create the results folder {}",
+            opts.out_dir.display()
+        )
+    })?;
+    let writer = ResultsWriter::open(&csv)?;
+    std::fs::write(
+        opts.out_dir.join("spec.toml"),
+        toml::to_string_pretty(spec).unwrap_or_default(),
+    )
+    .with_context(|| format!("cannot write to {}", opts.out_dir.display()))?;
+    if todo.is_empty() {
+        return Ok(summary);
+    }
+    for c in &todo {
+        opts.events.phase(&c.id(), Phase::Queued);
+    }
+
+    let keys = {
+        let dir = opts.state_dir.clone();
+        tokio::task::spawn_blocking(move || lazyinit_ssh::Keys::load_or_create(&dir))
+            .await?
+            .context("cannot set up the project's SSH keys")?
+    };
+
+    // Kernels one after another: each build already uses every core.
+    let mut kernels = BTreeMap::new();
+    for need in &plan.kernels {
+        if !todo.iter().any(|c| {
+            c.arch == need.arch
+                && c.source == need.source
+                && c.hz == need.hz
+                && c.variant == need.variant
+        }) {
+            continue;
+        }
+        if opts.cancel.load(Ordering::SeqCst) {
+            anyhow::bail!(lazyinit_core::provider::ProviderError::Interrupted);
+        }
+        let waiting: Vec<String> = todo
+            .iter()
+            .filter(|c| {
+                c.arch == need.arch
+                    && c.hz == need.hz
+                    && c.variant == need.variant
+                    && c.source == need.source
+            })
+            .map(|c| c.id())
+            .collect();
+        for id in &waiting {
+            opts.events.phase(id, Phase::Build);
+        }
+        let spec_k = lazyinit_kernel::KernelSpec {
+            arch: need.arch,
+            hz: need.hz,
+            variant: need.variant,
+            source: need.source.clone(),
+            profile: opts.kernel_profile,
+        };
+        let events = opts.events.clone();
+        let first = waiting.first().cloned().unwrap_or_default();
+        let progress: lazyinit_kernel::ProgressFn = Arc::new(move |e| {
+            if let lazyinit_kernel::BuildEvent::Step(s) = e {
+                events.note(&first, format!("kernel: {s}"));
+            }
+        });
+        let bo = lazyinit_kernel::BuildOptions {
+            cache_dir: opts.cache_dir.clone(),
+            jobs: opts.jobs,
+            progress: Some(progress),
+            ..Default::default()
+        };
+        let art = tokio::select! {
+            r = lazyinit_kernel::build(&spec_k, &bo) => r,
+            _ = cancelled(&opts.cancel) => anyhow::bail!(lazyinit_core::provider::ProviderError::Interrupted),
+        }
+        .with_context(|| {
+                format!(
+                    "building the {} HZ={} {} kernel from {}",
+                    need.arch, need.hz, need.variant, need.source
+                )
+            })?;
+        kernels.insert(
+            (
+                need.arch,
+                need.source.to_string(),
+                need.hz.get(),
+                need.variant,
+            ),
+            art,
+        );
+    }
+
+    let mut initramfs = BTreeMap::new();
+    for arch in todo
+        .iter()
+        .map(|c| c.arch)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let path = crate::artifacts::initramfs_for(arch, &keys, &opts.cache_dir, &opts.state_dir)
+            .await
+            .with_context(|| format!("preparing the {arch} guest image"))?;
+        initramfs.insert(arch, path);
+    }
+
+    let concurrency = plan.concurrency.min(todo.len()).max(1);
+    let shared = Arc::new(Shared {
+        spec: spec.clone(),
+        run_id: plan.run_id.clone(),
+        provider,
+        writer: Mutex::new(writer),
+        keys,
+        kernels,
+        initramfs,
+        gate: HostGate::new(
+            opts.isolate_fix_start && concurrency > 1,
+            todo.iter().filter(|c| c.variant == Variant::Fix).count(),
+        ),
+        concurrency: concurrency as u32,
+        opts,
+    });
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    // With-fix cells first: their sensitive start then overlaps the others' boots
+    // only through the gate, and their long no-fix neighbours start right after.
+    let mut order = todo;
+    order.sort_by_key(|c| (c.variant != Variant::Fix, std::cmp::Reverse(c.volume)));
+    let mut tasks = tokio::task::JoinSet::new();
+    // Slots are taken here, in order, so every with-fix cell holds a slot
+    // before any no-fix cell does (no-fix cells wait for them before mounting).
+    let mut never_started = Vec::new();
+    for cell in order {
+        let slot = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore never closes");
+        if shared.opts.cancel.load(Ordering::SeqCst) {
+            never_started.push(cell);
+            continue;
+        }
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            let _slot = slot;
+            run_cell(&shared, cell).await
+        });
+    }
+    for cell in never_started {
+        shared.gate.for_cell(cell.variant == Variant::Fix).release();
+    }
+    while let Some(res) = tasks.join_next().await {
+        match res {
+            Ok(Status::Ok) => summary.ok += 1,
+            Ok(Status::Failed) => summary.failed += 1,
+            Ok(Status::Interrupted) => summary.interrupted += 1,
+            Err(e) => {
+                tracing::error!("cell task panicked: {e}");
+                summary.failed += 1;
+            }
+        }
+    }
+    Ok(summary)
+}
+
+/// Resolves once the cancel flag is set (checked every 200 ms).
+pub async fn cancelled(flag: &AtomicBool) {
+    while !flag.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+async fn run_cell(sh: &Shared, cell: Cell) -> Status {
+    let id = cell.id();
+    let ev = &sh.opts.events;
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let log_dir = sh.opts.out_dir.join(&id);
+    let _ = std::fs::create_dir_all(&log_dir);
+    let kernel = &sh.kernels[&(
+        cell.arch,
+        cell.source.to_string(),
+        cell.hz.get(),
+        cell.variant,
+    )];
+    let req = LaunchRequest {
+        run_id: sh.run_id.clone(),
+        cell: cell.clone(),
+        kernel_image: kernel.image.clone(),
+        kernel_release: kernel.manifest.kernel_release.clone(),
+        initramfs: sh.initramfs[&cell.arch].clone(),
+        log_dir: log_dir.clone(),
+        extra_cmdline: vec![],
+        storage_profile: sh.spec.storage_profile.clone(),
+    };
+    let mut row = ResultRow {
+        run_id: sh.run_id.clone(),
+        cell_id: id.clone(),
+        provider: sh.provider.name().to_string(),
+        machine: String::new(),
+        accel: String::new(),
+        arch: cell.arch,
+        kernel_release: kernel.manifest.kernel_release.clone(),
+        kernel_source: cell.source.to_string(),
+        hz: cell.hz,
+        variant: cell.variant,
+        wait_mult: cell.wait_mult,
+        volume_bytes: cell.volume.0,
+        groups: None,
+        mkfs_s: None,
+        mount_s: None,
+        lazyinit_s: None,
+        lazyinit_poll_s: None,
+        ms_per_group: None,
+        traced_groups: None,
+        repetition: cell.repetition,
+        started_at,
+        harness_version: lazyinit_core::HARNESS_VERSION.into(),
+        status: Status::Failed,
+        error: String::new(),
+        clocksource: String::new(),
+        sleep_ticks: None,
+        boot_s: None,
+        first_group_s: None,
+        storage_profile: sh.spec.storage_profile.clone(),
+        concurrency: sh.concurrency,
+        mkfs_cmd: String::new(),
+    };
+
+    ev.phase(&id, Phase::Launch);
+    let launch_started = Instant::now();
+    let heavy = sh.gate.heavy_async().await;
+    let machine = match sh.provider.launch(&req).await {
+        Ok(m) => m,
+        Err(e) => {
+            drop(heavy);
+            sh.gate.for_cell(cell.variant == Variant::Fix).release();
+            return finish(sh, row, Err(e.to_string()), None, &log_dir);
+        }
+    };
+    let info = machine.info();
+    row.machine = info.machine;
+    row.accel = info.accel;
+
+    let gate = sh.gate.for_cell(cell.variant == Variant::Fix);
+    let (mut machine, result) = measure(
+        sh,
+        &cell,
+        &req,
+        machine,
+        launch_started,
+        heavy,
+        &gate,
+        &mut row,
+    )
+    .await;
+    gate.release();
+    let tail = machine.console_tail(40);
+    ev.phase(&id, Phase::Teardown);
+    if let Err(e) = machine.teardown().await {
+        tracing::error!(cell = %id, "teardown failed: {e}");
+    }
+    finish(sh, row, result, Some(tail), &log_dir)
+}
+
+/// Boot, then the guest protocol. Returns the machine for teardown.
+async fn measure(
+    sh: &Shared,
+    cell: &Cell,
+    req: &LaunchRequest,
+    machine: Box<dyn Machine>,
+    launch_started: Instant,
+    heavy: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
+    gate: &crate::gate::CellGate,
+    row: &mut ResultRow,
+) -> (Box<dyn Machine>, Result<(), String>) {
+    let id = cell.id();
+    sh.opts.events.phase(&id, Phase::Boot);
+    let ep = machine.endpoint();
+    let keys = sh.keys.clone();
+    let cancel = sh.opts.cancel.clone();
+    let deadline = Instant::now() + sh.opts.boot_timeout;
+    let mut machine = machine;
+    let joined = tokio::task::spawn_blocking(move || {
+        let r = SshRemote::wait_ready(&ep, &keys, deadline, || {
+            !cancel.load(Ordering::SeqCst) && machine.is_alive()
+        });
+        (machine, r)
+    })
+    .await;
+    drop(heavy);
+    let (machine, remote) = match joined {
+        Ok(x) => x,
+        Err(e) => panic!("boot wait panicked: {e}"),
+    };
+    let mut remote = match remote {
+        Ok(r) => r,
+        Err(_) if sh.opts.cancel.load(Ordering::SeqCst) => {
+            return (machine, Err(INTERRUPTED.into()))
+        }
+        Err(e) => {
+            return (
+                machine,
+                Err(format!("guest did not become reachable over SSH: {e}")),
+            )
+        }
+    };
+    row.boot_s = Some(launch_started.elapsed().as_secs_f64());
+    if machine.needs_kernel_install() {
+        return (machine, Err("this provider needs the kernel installed over SSH, which this harness version cannot do yet".into()));
+    }
+
+    let exp = Expectation {
+        arch: cell.arch,
+        hz: cell.hz,
+        variant: cell.variant,
+        kernel_release: req.kernel_release.clone(),
+    };
+    let nofix =
+        model::predict_cell(cell.hz, Variant::NoFix, cell.wait_mult, cell.volume).lazyinit_s;
+    let popts = ProtocolOptions {
+        cell_id: id.clone(),
+        device: ep_device(&*machine),
+        warmup_device: machine.warmup_device(),
+        mkfs_args: sh.spec.mkfs_args.clone(),
+        wait_mult: cell.wait_mult,
+        poll_interval: sh.spec.poll_interval,
+        // Emulation can slow zeroing a lot; the no-fix model is the slow bound.
+        lazyinit_deadline: Duration::from_secs_f64(nofix * 4.0 + 600.0),
+        log_dir: req.log_dir.clone(),
+        cancel: sh.opts.cancel.clone(),
+        events: sh.opts.events.clone(),
+        gate: Arc::new(gate.clone()),
+    };
+    let m =
+        tokio::task::spawn_blocking(move || lazyinit_guest::run(&mut remote, &exp, &popts)).await;
+    let m = match m {
+        Ok(Ok(m)) => m,
+        Ok(Err(GuestError::Interrupted)) => return (machine, Err(INTERRUPTED.into())),
+        Ok(Err(e)) => return (machine, Err(e.to_string())),
+        Err(e) => return (machine, Err(format!("guest protocol panicked: {e}"))),
+    };
+    row.kernel_release = m.kernel_release;
+    row.clocksource = m.clocksource;
+    row.groups = Some(m.groups);
+    row.mkfs_s = m.mkfs_s;
+    row.mount_s = m.mount_s;
+    row.lazyinit_s = m.lazyinit_s;
+    row.lazyinit_poll_s = m.lazyinit_poll_s;
+    row.ms_per_group = m.ms_per_group;
+    row.traced_groups = Some(m.traced_groups);
+    row.first_group_s = m.first_group_s;
+    row.sleep_ticks = m.sleep_ticks;
+    row.mkfs_cmd = m.mkfs_cmd;
+    (machine, Ok(()))
+}
+
+fn ep_device(m: &dyn Machine) -> String {
+    m.endpoint().volume_device
+}
+
+const INTERRUPTED: &str = "interrupted";
+
+fn finish(
+    sh: &Shared,
+    mut row: ResultRow,
+    result: Result<(), String>,
+    tail: Option<String>,
+    log_dir: &std::path::Path,
+) -> Status {
+    row.status = match &result {
+        Ok(()) => Status::Ok,
+        Err(e) if e == INTERRUPTED || sh.opts.cancel.load(Ordering::SeqCst) => Status::Interrupted,
+        Err(_) => Status::Failed,
+    };
+    if let Err(e) = &result {
+        row.error = one_line(e);
+        let mut text = format!("{e}\n");
+        if let Some(t) = &tail {
+            text.push_str("\n--- console tail ---\n");
+            text.push_str(t);
+            text.push('\n');
+        }
+        let _ = std::fs::write(log_dir.join("error.txt"), text);
+    }
+    if let Err(e) = sh.writer.lock().unwrap().append(&row) {
+        tracing::error!("cannot write the result row of {}: {e}", row.cell_id);
+    }
+    sh.opts.events.emit(Event::Finished {
+        cell: row.cell_id.clone(),
+        status: row.status.to_string(),
+        lazyinit_s: row.lazyinit_s,
+        error: result.err().map(|e| match tail {
+            Some(t) if !t.is_empty() => format!("{e}\n--- console tail ---\n{t}"),
+            _ => e,
+        }),
+    });
+    row.status
+}

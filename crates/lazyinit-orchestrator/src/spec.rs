@@ -1,0 +1,311 @@
+//! Experiment specs (TOML): the axes of the matrix and per-provider settings.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use lazyinit_core::{Arch, ByteSize, Hz, KernelSource, Variant};
+use serde::{Deserialize, Serialize};
+
+/// HZ values: one list for every arch, or a list per arch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum HzAxis {
+    All(Vec<Hz>),
+    PerArch(BTreeMap<Arch, Vec<Hz>>),
+}
+
+// By hand, so a bad value is named (an untagged enum only says "no variant matched").
+impl<'de> Deserialize<'de> for HzAxis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            All(Vec<u32>),
+            PerArch(BTreeMap<String, Vec<u32>>),
+        }
+        let hz = |v: Vec<u32>| {
+            v.into_iter()
+                .map(|n| Hz::new(n).map_err(D::Error::custom))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        match Raw::deserialize(d).map_err(|_| D::Error::custom("hz: write a list like [100, 250] or a table like { x86_64 = [250], arm64 = [100] }"))? {
+            Raw::All(v) => Ok(HzAxis::All(hz(v)?)),
+            Raw::PerArch(m) => {
+                let mut out = BTreeMap::new();
+                for (k, v) in m {
+                    out.insert(k.parse::<Arch>().map_err(D::Error::custom)?, hz(v)?);
+                }
+                Ok(HzAxis::PerArch(out))
+            }
+        }
+    }
+}
+
+impl HzAxis {
+    pub fn for_arch(&self, arch: Arch) -> Vec<Hz> {
+        match self {
+            HzAxis::All(v) => v.clone(),
+            HzAxis::PerArch(m) => m.get(&arch).cloned().unwrap_or_default(),
+        }
+    }
+}
+
+/// How many cells may run at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Concurrency {
+    Fixed(u32),
+    Named(ConcurrencyName),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConcurrencyName {
+    Auto,
+}
+
+impl Default for Concurrency {
+    fn default() -> Self {
+        Concurrency::Named(ConcurrencyName::Auto)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Spec {
+    /// Names the results folder: `results/<name>-<hash of the spec>`.
+    pub name: String,
+    #[serde(default = "default_provider")]
+    pub provider: String,
+    pub arches: Vec<Arch>,
+    #[serde(default = "default_sources")]
+    pub sources: Vec<KernelSource>,
+    pub hz: HzAxis,
+    #[serde(default = "default_variants")]
+    pub variants: Vec<Variant>,
+    pub sizes: Vec<ByteSize>,
+    #[serde(default = "one")]
+    pub repetitions: u32,
+    #[serde(default = "default_wait_mult")]
+    pub wait_mult: u32,
+    /// `none`, or provider-specific (qemu: `iops:N`).
+    #[serde(default = "default_profile")]
+    pub storage_profile: String,
+    #[serde(default)]
+    pub concurrency: Concurrency,
+    /// Host polling of the ext4lazyinit thread (the duration itself comes
+    /// from the guest's trace clock).
+    #[serde(default = "default_poll", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Extra mkfs.ext4 arguments; none by default, as in the report.
+    #[serde(default)]
+    pub mkfs_args: Vec<String>,
+    /// Per-provider settings, `[provider-config.qemu]` / `[provider-config.ec2]`.
+    #[serde(default)]
+    pub provider_config: ProviderConfigs,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ProviderConfigs {
+    #[serde(default)]
+    pub qemu: Option<lazyinit_qemu::QemuConfig>,
+    /// Passed to the EC2 provider, which validates it.
+    #[serde(default)]
+    pub ec2: Option<toml::Value>,
+}
+
+fn default_provider() -> String {
+    "qemu".into()
+}
+fn default_sources() -> Vec<KernelSource> {
+    vec![KernelSource::Debian61]
+}
+fn default_variants() -> Vec<Variant> {
+    Variant::ALL.to_vec()
+}
+fn one() -> u32 {
+    1
+}
+fn default_wait_mult() -> u32 {
+    lazyinit_core::cell::DEFAULT_WAIT_MULT
+}
+fn default_profile() -> String {
+    "none".into()
+}
+fn default_poll() -> Duration {
+    Duration::from_secs(5)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read spec {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl Spec {
+    pub fn parse(text: &str, origin: &str) -> Result<Spec, SpecError> {
+        let spec: Spec = toml::from_str(text).map_err(|e| SpecError::Invalid {
+            path: origin.into(),
+            // toml's message names the key and shows the offending line.
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        spec.validate().map_err(|message| SpecError::Invalid {
+            path: origin.into(),
+            message,
+        })?;
+        Ok(spec)
+    }
+
+    pub fn load(path: &Path) -> Result<Spec, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Spec::parse(&text, &path.display().to_string())
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !self
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            || self.name.is_empty()
+        {
+            return Err(format!(
+                "name `{}`: use letters, digits, - and _",
+                self.name
+            ));
+        }
+        if !["qemu", "ec2"].contains(&self.provider.as_str()) {
+            return Err(format!("provider `{}`: use qemu or ec2", self.provider));
+        }
+        for (what, empty) in [
+            ("arches", self.arches.is_empty()),
+            ("sources", self.sources.is_empty()),
+            ("variants", self.variants.is_empty()),
+            ("sizes", self.sizes.is_empty()),
+        ] {
+            if empty {
+                return Err(format!("{what}: list at least one"));
+            }
+        }
+        for a in &self.arches {
+            if self.hz.for_arch(*a).is_empty() {
+                return Err(format!("hz: no value for arch {a}"));
+            }
+        }
+        for s in &self.sizes {
+            if s.0 < lazyinit_core::model::GROUP_BYTES * 8 {
+                return Err(format!(
+                    "sizes: {s} is too small; use at least 1GiB (8 block groups)"
+                ));
+            }
+        }
+        if self.repetitions == 0 || self.repetitions > 100 {
+            return Err("repetitions: use 1 to 100".into());
+        }
+        if self.wait_mult == 0 || self.wait_mult > 1000 {
+            return Err("wait-mult: use 1 to 1000 (the kernel's init_itable=n)".into());
+        }
+        if let Concurrency::Fixed(0) = self.concurrency {
+            return Err("concurrency: use auto or a number >= 1".into());
+        }
+        if self.poll_interval < Duration::from_millis(200) {
+            return Err("poll-interval: use at least 200ms".into());
+        }
+        Ok(())
+    }
+
+    /// Short content hash: a spec names its results folder, so rerunning the
+    /// same spec resumes it, and a changed spec gets a new folder.
+    pub fn hash(&self) -> String {
+        let text = toml::to_string(self).unwrap_or_default();
+        lazyinit_core::paths::sha256_hex(text)[..8].to_string()
+    }
+
+    pub fn run_id(&self) -> String {
+        format!("{}-{}", self.name, self.hash())
+    }
+}
+
+/// Built-in presets, also shipped as files under `specs/`.
+pub fn preset(name: &str) -> Option<&'static str> {
+    match name {
+        "quick" => Some(include_str!("../../../specs/quick.toml")),
+        "reported" => Some(include_str!("../../../specs/reported.toml")),
+        "smoke" => Some(include_str!("../../../specs/smoke.toml")),
+        _ => None,
+    }
+}
+
+pub const PRESETS: &[&str] = &["quick", "reported", "smoke"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse() {
+        for p in PRESETS {
+            Spec::parse(preset(p).unwrap(), p).unwrap();
+        }
+    }
+
+    #[test]
+    fn per_arch_hz() {
+        let s = Spec::parse(preset("quick").unwrap(), "quick").unwrap();
+        assert_eq!(s.hz.for_arch(Arch::Arm64), vec![Hz::new(100).unwrap()]);
+        assert_eq!(s.hz.for_arch(Arch::X86_64), vec![Hz::new(250).unwrap()]);
+    }
+
+    #[test]
+    fn unknown_key_names_the_key() {
+        let e = Spec::parse(
+            "name='x'\narches=['x86_64']\nhz=[100]\nsizes=['8GiB']\nsizez=1\n",
+            "t.toml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("sizez"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let base = "name='x'\narches=['x86_64']\nsizes=['8GiB']\n";
+        for (extra, needle) in [
+            ("hz=[200]", "HZ"),
+            ("hz=[100]\nvariants=['maybe']", "variant"),
+            ("hz=[100]\nrepetitions=0", "repetitions"),
+            ("hz={arm64=[100]}", "no value for arch x86_64"),
+            ("hz=[100]\nprovider='gcp'", "provider"),
+            ("hz=[100]\nconcurrency=0", "concurrency"),
+        ] {
+            let e = Spec::parse(&format!("{base}{extra}\n"), "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{extra}: {e}");
+        }
+        let e = Spec::parse(
+            "name='x'\narches=['x86_64']\nhz=[100]\nsizes=['2TB']\n",
+            "t",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("2TB"), "{e}");
+    }
+
+    #[test]
+    fn hash_is_stable_and_sensitive() {
+        let a = Spec::parse(preset("quick").unwrap(), "q").unwrap();
+        let mut b = a.clone();
+        assert_eq!(a.hash(), b.hash());
+        b.repetitions += 1;
+        assert_ne!(a.hash(), b.hash());
+    }
+}
