@@ -237,7 +237,15 @@ pub fn fetch(arch: Arch, pkgs: &[Package], debs_dir: &Path) -> Result<Vec<PathBu
                 .iter()
                 .map(|p| format!("{}:{}={}", p.name, arch.debian_arch(), p.version)),
         );
-        let result = run(&mut cmd, "apt-get download").and_then(|_| {
+        let result = run(&mut cmd, "apt-get download")
+            .map_err(|e| match e {
+                ImageError::Tool { what, stderr } => ImageError::Tool {
+                    what,
+                    stderr: format!("{stderr}\n(if the mirror no longer has these versions, run `apt-get update` and build again)"),
+                },
+                e => e,
+            })
+            .and_then(|_| {
             for entry in std::fs::read_dir(&tmp).map_err(|e| ImageError::io("read", &tmp, e))? {
                 let path = entry.map_err(|e| ImageError::io("read", &tmp, e))?.path();
                 let bytes = std::fs::read(&path).map_err(|e| ImageError::io("read", &path, e))?;
