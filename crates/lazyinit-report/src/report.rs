@@ -65,8 +65,9 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
         if c.sleep_ticks.len() > 1 {
             let ls: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
             notes.push(format!(
-                "{}: runs slept different numbers of ticks between groups (L = {}); \
-                 with-fix cells are comparable only at equal L (first-group zeroing time z1)",
+                "{}: runs slept different numbers of ticks between groups (L = {}), pooled; \
+                 L is set by the first group's zeroing time z1 (with the fix directly, without \
+                 it as W x ticks seen), so compare runs at equal L",
                 c.key.label(),
                 ls.join(", ")
             ));
