@@ -4,7 +4,6 @@
 
 use std::path::Path;
 
-use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -48,8 +47,11 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
         .flatten()
         .fold(0.0f64, f64::max)
         * 1.1;
+    let labels: Vec<String> = cells.iter().map(|c| lab.cell(&c.key)).collect();
+    // Room below the axis for the longest rotated label (~7 px a character).
+    let label_area = 30 + 7 * labels.iter().map(|l| l.chars().count()).max().unwrap_or(10) as u32;
     let width = (160 + 90 * n as u32).max(640);
-    let root = SVGBackend::new(path, (width, 560)).into_drawing_area();
+    let root = SVGBackend::new(path, (width, 400 + label_area)).into_drawing_area();
     tryp!(root.fill(&WHITE), path);
     let mut chart = tryp!(
         ChartBuilder::on(&root)
@@ -62,12 +64,13 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
                 ("sans-serif", 18)
             )
             .margin(12)
-            .x_label_area_size(170)
+            .x_label_area_size(label_area)
             .y_label_area_size(70)
-            .build_cartesian_2d((0..n).into_segmented(), 0.0..top.max(1.0)),
+            // Cell i is centred on x = i; a float axis keeps one cell as
+            // well-formed as many (plotters' segmented integer axis is not).
+            .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..top.max(1.0)),
         path
     );
-    let labels: Vec<String> = cells.iter().map(|c| lab.cell(&c.key)).collect();
     tryp!(
         chart
             .configure_mesh()
@@ -77,13 +80,12 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
                 report.metric.name(),
                 report.metric.unit()
             ))
-            .x_labels(cells.len())
-            .x_label_formatter(&|_| String::new())
+            .x_labels(0)
             .y_max_light_lines(1)
             .draw(),
         path
     );
-    let at = |i: usize| SegmentValue::CenterOf(i as i32);
+    let at = |i: usize| i as f64;
     // Cell names hang below the axis, rotated. plotters centres rotated
     // axis labels on the tick (they would cross the bars), so they are
     // drawn here, anchored at their start.
@@ -109,13 +111,10 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
     tryp!(
         chart.draw_series(with_summary().map(|(i, s)| {
             let mut r = Rectangle::new(
-                [
-                    (SegmentValue::Exact(i as i32), 0.0),
-                    (SegmentValue::Exact(i as i32 + 1), s.mean),
-                ],
+                [(at(i) - 0.35, 0.0), (at(i) + 0.35, s.mean)],
                 BLUE.mix(0.45).filled(),
             );
-            r.set_margin(0, 0, 14, 14);
+            r.set_margin(0, 0, 0, 0);
             r
         })),
         path
