@@ -277,14 +277,18 @@ pub async fn fetch_version(
     let facts = tokio::task::spawn_blocking(move || crate::source::identify_tarball(&p2))
         .await
         .map_err(|e| KernelError::Step(format!("reading the tarball: {e}")))?;
-    if let Err(e) = facts {
-        let _ = tokio::fs::remove_file(&partial).await;
-        return Err(e);
-    }
+    let facts = match facts {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(e);
+        }
+    };
     let dest = dir.join(format!("linux-{version}-{}.tar.xz", &got[..16]));
     tokio::fs::rename(&partial, &dest)
         .await
         .map_err(|e| KernelError::io(&dest, e))?;
+    crate::source::remember_tarball(cache_dir, &dest, &facts)?;
     Ok(dest)
 }
 

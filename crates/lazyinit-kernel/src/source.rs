@@ -174,6 +174,19 @@ pub fn identify_tarball(path: &Path) -> Result<SourceFacts, KernelError> {
     tarball_facts(path)
 }
 
+/// Remember what [`identify_tarball`] found for a tarball now at `path`, so
+/// the first build from it does not read it again.
+pub fn remember_tarball(
+    cache_dir: &Path,
+    path: &Path,
+    facts: &SourceFacts,
+) -> Result<(), KernelError> {
+    match memo_key(path) {
+        Some(key) => write_memo(cache_dir, key, facts),
+        None => Ok(()),
+    }
+}
+
 fn tarball_facts(path: &Path) -> Result<SourceFacts, KernelError> {
     let sum = run(Command::new("sha256sum").arg(path), "sha256sum")?;
     let hex = String::from_utf8_lossy(&sum)
