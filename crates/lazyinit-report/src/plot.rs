@@ -198,10 +198,17 @@ pub fn cycles(series: &[Cycles], path: &Path) -> Result<(), PlotError> {
         .flat_map(|s| s.ms.iter().copied())
         .fold(0.0f64, f64::max)
         * 1.1;
-    let root = SVGBackend::new(path, (1000, 520)).into_drawing_area();
+    // The legend gets its own strip below the chart: inside, it hid lines
+    // wherever it went. With dozens of runs, only the first few are named.
+    const LEGEND_MAX: usize = 12;
+    const ROW: i32 = 18;
+    let legend_rows = series.len().min(LEGEND_MAX) as u32;
+    let root =
+        SVGBackend::new(path, (1000, 480 + 16 + legend_rows * ROW as u32)).into_drawing_area();
     tryp!(root.fill(&WHITE), path);
+    let (plot_area, legend_area) = root.split_vertically(480);
     let mut chart = tryp!(
-        ChartBuilder::on(&root)
+        ChartBuilder::on(&plot_area)
             .caption(
                 "cycle time per block group (trace timestamps)",
                 ("sans-serif", 18)
@@ -220,11 +227,9 @@ pub fn cycles(series: &[Cycles], path: &Path) -> Result<(), PlotError> {
             .draw(),
         path
     );
-    // A legend with dozens of runs hides the data; name the first few.
-    const LEGEND_MAX: usize = 12;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let drawn = tryp!(
+        tryp!(
             chart.draw_series(LineSeries::new(
                 s.ms.iter().enumerate().map(|(g, &ms)| (g + 1, ms)),
                 color.stroke_width(1)
@@ -232,20 +237,17 @@ pub fn cycles(series: &[Cycles], path: &Path) -> Result<(), PlotError> {
             path
         );
         if i < LEGEND_MAX {
-            drawn.label(s.cell_id.clone()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
+            let y = 8 + i as i32 * ROW;
+            let line = PathElement::new(vec![(72, y), (96, y)], color.stroke_width(2));
+            tryp!(legend_area.draw(&line), path);
+            let text = Text::new(
+                s.cell_id.clone(),
+                (104, y),
+                TextStyle::from(("sans-serif", 12)).pos(Pos::new(HPos::Left, VPos::Center)),
+            );
+            tryp!(legend_area.draw(&text), path);
         }
     }
-    tryp!(
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
-            .draw(),
-        path
-    );
     tryp!(root.present(), path);
     Ok(())
 }
