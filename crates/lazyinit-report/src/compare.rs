@@ -224,9 +224,13 @@ pub fn judge(
 }
 
 fn sleep_note(b: &CellStats, c: &CellStats) -> Option<String> {
-    if b.key.variant != Variant::Fix || b.sleep_ticks == c.sleep_ticks {
+    if b.sleep_ticks == c.sleep_ticks {
         return None;
     }
+    let how = match b.key.variant {
+        Variant::Fix => "with the fix L is set by the first group's zeroing time z1 as the clocksource measures it",
+        Variant::NoFix => "without the fix L = W x the ticks the first tick-crossing zeroing took",
+    };
     let l = |s: &CellStats| {
         s.sleep_ticks
             .iter()
@@ -235,7 +239,7 @@ fn sleep_note(b: &CellStats, c: &CellStats) -> Option<String> {
             .join(", ")
     };
     Some(format!(
-        "sleep between groups differs (baseline L = {}, candidate L = {}): with the fix L is set by the first group's zeroing time z1 as the clocksource measures it; check z1, concurrency and clocksource before blaming the kernel",
+        "sleep between groups differs (baseline L = {}, candidate L = {}): {how}; check z1, concurrency and clocksource before blaming the kernel",
         l(b),
         l(c)
     ))
