@@ -103,6 +103,18 @@ pub trait Provider: Send + Sync {
     /// returned machine owns every resource it made; dropping it without
     /// `teardown` must still not leak a process.
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError>;
+
+    /// Pauses every other running machine of this provider, with its guest
+    /// clocks, so that `cell` has the host to itself for a moment (a with-fix
+    /// cell's first measured group sets its sleep for the whole run). Returns
+    /// what was paused, for [`Provider::resume`]. Providers whose machines do
+    /// not share a host pause nothing.
+    async fn pause_others(&self, _cell: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Resumes machines paused by [`Provider::pause_others`].
+    async fn resume(&self, _cells: &[String]) {}
 }
 
 #[async_trait]

@@ -4,7 +4,9 @@
 //! group's zeroing time, which under TCG is mostly CPU time. So:
 //! - heavy steps (boot, mkfs) share the host;
 //! - a with-fix cell takes the host alone from mount until its first group
-//!   is traced (write lock; write-preferring, so new heavy steps queue);
+//!   is traced (write lock; write-preferring, so new heavy steps queue),
+//!   and every other guest is paused meanwhile (QMP stop: their clocks stop
+//!   too, so their own timings do not see the pause);
 //! - no-fix cells mount only once every with-fix cell of the run is past its
 //!   first group, so no sleeping neighbour's periodic zeroing competes.
 //!   No-fix timing does not depend on load, and they wait seconds, not minutes.
@@ -18,6 +20,8 @@ use tokio::sync::RwLock;
 #[derive(Clone)]
 pub struct HostGate {
     lock: Arc<RwLock<()>>,
+    /// Pauses the other guests during a quiet window (None: nothing to pause).
+    provider: Option<Arc<dyn lazyinit_core::provider::Provider>>,
     /// With-fix cells whose first group is still ahead.
     pending_fix: Arc<(Mutex<usize>, Condvar)>,
     enabled: bool,
@@ -27,12 +31,19 @@ impl HostGate {
     pub fn new(enabled: bool, fix_cells: usize) -> Self {
         Self {
             lock: Arc::new(RwLock::new(())),
+            provider: None,
             pending_fix: Arc::new((
                 Mutex::new(if enabled { fix_cells } else { 0 }),
                 Condvar::new(),
             )),
             enabled,
         }
+    }
+
+    /// Pause the provider's other machines during quiet windows.
+    pub fn pausing(mut self, provider: Arc<dyn lazyinit_core::provider::Provider>) -> Self {
+        self.provider = Some(provider);
+        self
     }
 
     pub async fn heavy_async(&self) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
@@ -43,9 +54,10 @@ impl HostGate {
     }
 
     /// The gate one cell uses; a with-fix cell counts itself done once.
-    pub fn for_cell(&self, fix: bool) -> CellGate {
+    pub fn for_cell(&self, cell: &str, fix: bool) -> CellGate {
         CellGate {
             host: self.clone(),
+            cell: cell.to_string(),
             fix_done: Arc::new(AtomicBool::new(!fix)),
         }
     }
@@ -68,6 +80,7 @@ impl HostGate {
 #[derive(Clone)]
 pub struct CellGate {
     host: HostGate,
+    cell: String,
     fix_done: Arc<AtomicBool>,
 }
 
@@ -81,11 +94,16 @@ impl CellGate {
 
 struct QuietGuard {
     _write: Option<tokio::sync::OwnedRwLockWriteGuard<()>>,
+    paused: Vec<String>,
     cell: CellGate,
 }
 
 impl Drop for QuietGuard {
     fn drop(&mut self) {
+        // Dropped on the protocol's blocking thread, inside the runtime.
+        if let (Some(p), false) = (&self.cell.host.provider, self.paused.is_empty()) {
+            tokio::runtime::Handle::current().block_on(p.resume(&self.paused));
+        }
         self.cell.release();
     }
 }
@@ -103,8 +121,15 @@ impl lazyinit_guest::Gate for CellGate {
         let write = self.host.enabled.then(|| {
             tokio::runtime::Handle::current().block_on(self.host.lock.clone().write_owned())
         });
+        let paused = match (&self.host.provider, self.host.enabled) {
+            (Some(p), true) => {
+                tokio::runtime::Handle::current().block_on(p.pause_others(&self.cell))
+            }
+            _ => Vec::new(),
+        };
         Box::new(QuietGuard {
             _write: write,
+            paused,
             cell: self.clone(),
         })
     }
@@ -126,9 +151,9 @@ mod tests {
     #[test]
     fn settle_waits_for_every_fix_cell() {
         let host = HostGate::new(true, 2);
-        let a = host.for_cell(true);
-        let b = host.for_cell(true);
-        let nofix = host.for_cell(false);
+        let a = host.for_cell("c", true);
+        let b = host.for_cell("c", true);
+        let nofix = host.for_cell("c", false);
         let cancel = Arc::new(AtomicBool::new(false));
         let waiter = {
             let c = cancel.clone();
@@ -149,7 +174,7 @@ mod tests {
     #[test]
     fn settle_honours_cancel() {
         let host = HostGate::new(true, 1);
-        let nofix = host.for_cell(false);
+        let nofix = host.for_cell("c", false);
         let cancel = AtomicBool::new(true);
         nofix.settle(&cancel); // returns at once
     }
@@ -157,13 +182,13 @@ mod tests {
     #[test]
     fn disabled_gate_never_waits() {
         let host = HostGate::new(false, 3);
-        host.for_cell(false).settle(&AtomicBool::new(false));
+        host.for_cell("c", false).settle(&AtomicBool::new(false));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn quiet_excludes_heavy() {
         let host = HostGate::new(true, 1);
-        let cell = host.for_cell(true);
+        let cell = host.for_cell("c", true);
         let guard = tokio::task::spawn_blocking(move || cell.quiet())
             .await
             .unwrap();

@@ -207,6 +207,7 @@ pub async fn run(
     }
 
     let concurrency = plan.concurrency.min(todo.len()).max(1);
+    let pausing_provider = provider.clone();
     let shared = Arc::new(Shared {
         spec: spec.clone(),
         run_id: plan.run_id.clone(),
@@ -218,7 +219,8 @@ pub async fn run(
         gate: HostGate::new(
             opts.isolate_fix_start && concurrency > 1,
             todo.iter().filter(|c| c.variant == Variant::Fix).count(),
-        ),
+        )
+        .pausing(pausing_provider),
         concurrency: concurrency as u32,
         opts,
     });
@@ -248,7 +250,10 @@ pub async fn run(
         });
     }
     for cell in never_started {
-        shared.gate.for_cell(cell.variant == Variant::Fix).release();
+        shared
+            .gate
+            .for_cell(&cell.id(), cell.variant == Variant::Fix)
+            .release();
     }
     while let Some(res) = tasks.join_next().await {
         match res {
@@ -338,7 +343,9 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
         Ok(m) => m,
         Err(e) => {
             drop(heavy);
-            sh.gate.for_cell(cell.variant == Variant::Fix).release();
+            sh.gate
+                .for_cell(&cell.id(), cell.variant == Variant::Fix)
+                .release();
             return finish(sh, row, Err(e.to_string()), None, &log_dir);
         }
     };
@@ -346,7 +353,7 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
     row.machine = info.machine;
     row.accel = info.accel;
 
-    let gate = sh.gate.for_cell(cell.variant == Variant::Fix);
+    let gate = sh.gate.for_cell(&cell.id(), cell.variant == Variant::Fix);
     let (mut machine, result) = measure(
         sh,
         &cell,

@@ -70,10 +70,13 @@ pub fn console_device(arch: Arch) -> &'static str {
 /// busy TCG host cannot make calibration fail and push the guest onto the
 /// jiffies clocksource (DESIGN §3), which would make the fix invisible.
 pub fn kernel_cmdline(arch: Arch, tsc_khz: Option<u64>, extra: &[String]) -> String {
+    // random.trust_cpu: seed the RNG from the CPU at once, or dropbear
+    // waits seconds of TCG time for entropy before it answers.
     let mut parts = vec![
         format!("console={}", console_device(arch)),
         "panic=-1".into(),
         "rdinit=/init".into(),
+        "random.trust_cpu=on".into(),
     ];
     if arch == Arch::X86_64 {
         if let Some(khz) = tsc_khz {
@@ -246,9 +249,12 @@ mod tests {
     #[test]
     fn cmdline_pins_tsc_on_x86_only() {
         let x = kernel_cmdline(Arch::X86_64, Some(2596130), &["lazyinit.net=static".into()]);
-        assert_eq!(x, "console=ttyS0 panic=-1 rdinit=/init tsc_early_khz=2596130 tsc=reliable lazyinit.net=static");
+        assert_eq!(x, "console=ttyS0 panic=-1 rdinit=/init random.trust_cpu=on tsc_early_khz=2596130 tsc=reliable lazyinit.net=static");
         let a = kernel_cmdline(Arch::Arm64, Some(2596130), &[]);
-        assert_eq!(a, "console=ttyAMA0 panic=-1 rdinit=/init");
+        assert_eq!(
+            a,
+            "console=ttyAMA0 panic=-1 rdinit=/init random.trust_cpu=on"
+        );
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub struct QemuProvider {
     tsc_khz: Option<u64>,
     accel: Arc<tokio::sync::Mutex<HashMap<Arch, Accel>>>,
     ports: Arc<Mutex<HashSet<u16>>>,
+    /// QMP sockets of live machines by cell id, for pause/resume.
+    live: machine::Registry,
 }
 
 impl QemuProvider {
@@ -111,6 +113,7 @@ impl QemuProvider {
             tsc_khz,
             accel: Default::default(),
             ports: Default::default(),
+            live: Default::default(),
         }
     }
 
@@ -287,6 +290,7 @@ impl Provider for QemuProvider {
             {
                 Ok(mut m) => {
                     m.own_volume(vol, warm);
+                    m.register(&self.live, req.cell.id());
                     return Ok(Box::new(m));
                 }
                 Err(e)

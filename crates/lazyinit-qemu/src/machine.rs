@@ -23,7 +23,12 @@ pub(crate) struct StartArgs<'a> {
     pub storage: Storage,
 }
 
+/// Live machines' QMP sockets by cell id.
+pub(crate) type Registry =
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>>;
+
 pub struct QemuMachine {
+    registered: Option<(Registry, String)>,
     arch: Arch,
     accel: Accel,
     port: u16,
@@ -90,6 +95,7 @@ impl QemuMachine {
         }
         tracing::debug!(%command_line, "QEMU started");
         Ok(Self {
+            registered: None,
             arch,
             accel: a.accel,
             port: a.port,
@@ -105,6 +111,19 @@ impl QemuMachine {
     pub(crate) fn own_volume(&mut self, v: SparseVolume, warmup: Option<SparseVolume>) {
         self.volume = Some(v);
         self.warmup = warmup;
+    }
+
+    pub(crate) fn register(&mut self, reg: &Registry, cell: String) {
+        reg.lock()
+            .unwrap()
+            .insert(cell.clone(), self.qmp_socket.clone());
+        self.registered = Some((reg.clone(), cell));
+    }
+
+    fn unregister(&mut self) {
+        if let Some((reg, cell)) = self.registered.take() {
+            reg.lock().unwrap().remove(&cell);
+        }
     }
 
     pub fn command_line(&self) -> &str {
@@ -168,6 +187,7 @@ impl Machine for QemuMachine {
     }
 
     async fn teardown(&mut self) -> Result<(), ProviderError> {
+        self.unregister();
         if let Some(mut p) = self.process.take() {
             let grace = if crate::qmp::quit(&self.qmp_socket, Duration::from_secs(2))
                 .await
@@ -201,6 +221,7 @@ impl Drop for QemuMachine {
     fn drop(&mut self) {
         // QemuProcess and SparseVolume clean up after themselves on drop;
         // this only makes the order explicit: process first, then its file.
+        self.unregister();
         self.process.take();
         self.warmup.take();
         if let Some(v) = self.volume.take() {

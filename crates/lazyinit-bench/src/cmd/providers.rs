@@ -8,14 +8,84 @@ use lazyinit_core::exit::bad_input;
 use lazyinit_core::provider::Provider;
 use lazyinit_orchestrator::{Plan, Spec};
 
-/// The EC2 provider from the spec's `[provider-config.ec2]` table.
-pub fn ec2_provider(_spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
-    Err(bad_input("the ec2 provider is not wired into `run` yet").into())
+/// The `[provider-config.ec2]` table of a spec, validated.
+#[cfg(feature = "ec2")]
+fn ec2_config(spec: &Spec) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
+    let table = spec
+        .provider_config
+        .ec2
+        .clone()
+        .unwrap_or_else(|| toml::Value::Table(Default::default()));
+    let cfg: lazyinit_ec2::Ec2Config = table
+        .try_into()
+        .map_err(|e: toml::de::Error| bad_input(format!("[provider-config.ec2]: {e}")))?;
+    cfg.validate()
+        .map_err(|e| bad_input(format!("[provider-config.ec2]: {e}")))?;
+    Ok(cfg)
 }
 
-/// The EC2 cost estimate line for `plan`.
+/// The project's keys as the EC2 user data needs them: the pinned host key
+/// in OpenSSH format (converted from dropbear's, never logged).
+#[cfg(feature = "ec2")]
+fn guest_keys() -> anyhow::Result<lazyinit_ec2::GuestKeys> {
+    use anyhow::Context;
+    let keys = lazyinit_ssh::Keys::load_or_create(&lazyinit_core::paths::state_dir())?;
+    let tmp = tempfile::tempdir().context("cannot make a private temp folder")?;
+    let out = tmp.path().join("host_openssh");
+    let st = std::process::Command::new("dropbearconvert")
+        .args(["dropbear", "openssh"])
+        .arg(&keys.host_private)
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|_| {
+            lazyinit_core::exit::missing_tool("dropbearconvert", "apt-get install dropbear-bin")
+        })?;
+    if !st.success() {
+        anyhow::bail!("dropbearconvert could not convert the guest host key");
+    }
+    let host_private = std::fs::read_to_string(&out)?;
+    Ok(lazyinit_ec2::GuestKeys {
+        host_private,
+        host_public: keys.host_public.public_line(),
+        client_public: keys.client_public.clone(),
+    })
+}
+
+/// The EC2 provider from the spec's `[provider-config.ec2]` table.
+#[cfg(feature = "ec2")]
+pub async fn ec2_provider(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
+    let cfg = ec2_config(spec)?;
+    let p = lazyinit_ec2::Ec2Provider::new(cfg, guest_keys()?).await?;
+    Ok(Arc::new(p))
+}
+
+#[cfg(not(feature = "ec2"))]
+pub async fn ec2_provider(_spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
+    Err(bad_input(
+        "this lazyinit-bench was built without the `ec2` feature: rebuild with default features",
+    )
+    .into())
+}
+
+/// The EC2 cost estimate for `plan`.
+#[cfg(feature = "ec2")]
+pub fn plan_cost(spec: &Spec, plan: &Plan) -> anyhow::Result<String> {
+    let cfg = ec2_config(spec)?;
+    let cells: Vec<lazyinit_core::Cell> = plan.cells.iter().map(|c| c.cell.clone()).collect();
+    let durations: Vec<_> = cells.iter().map(lazyinit_ec2::predicted_lazyinit).collect();
+    let est =
+        lazyinit_ec2::estimate(&cells, &durations, &cfg).map_err(|e| bad_input(e.to_string()))?;
+    Ok(format!(
+        "ec2: {:.1} instance-hours, {:.0} GB-hours of volumes, about ${:.2} on demand",
+        est.instance_hours, est.volume_gb_hours, est.usd
+    ))
+}
+
+#[cfg(not(feature = "ec2"))]
 pub fn plan_cost(_spec: &Spec, _plan: &Plan) -> anyhow::Result<String> {
-    Ok("cost: the ec2 estimate is not wired into `plan` yet".into())
+    Ok("ec2: cost estimate unavailable (built without the `ec2` feature)".into())
 }
 
 /// The table printed at the end of `run`: the same markdown as `report`.

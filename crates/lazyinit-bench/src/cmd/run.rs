@@ -164,12 +164,12 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-fn provider_for(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
+async fn provider_for(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
     match spec.provider.as_str() {
         "qemu" => Ok(Arc::new(lazyinit_qemu::QemuProvider::new(qemu_config(
             spec,
         )))),
-        "ec2" => super::providers::ec2_provider(spec),
+        "ec2" => super::providers::ec2_provider(spec).await,
         other => Err(bad_input(format!("unknown provider `{other}`")).into()),
     }
 }
@@ -221,7 +221,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             .unwrap_or_default();
         out.set_file_name(format!("{name}-alone"));
     }
-    let provider = provider_for(&spec)?;
+    let provider = provider_for(&spec).await?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone());
 
