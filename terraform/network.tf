@@ -5,7 +5,7 @@ locals {
 
 # Flow logs would cost more than the benchmark: the VPC carries nothing but
 # short-lived test instances.
-resource "aws_vpc" "bench" { #checkov:skip=CKV2_AWS_11:no flow logs for short-lived test instances
+resource "aws_vpc" "bench" {
   count                = local.create_vpc ? 1 : 0
   cidr_block           = var.vpc_cidr
   enable_dns_support   = true
@@ -36,7 +36,7 @@ resource "aws_subnet" "bench" {
   vpc_id                  = local.vpc_id
   cidr_block              = var.subnet_cidr
   availability_zone       = var.availability_zone
-  map_public_ip_on_launch = true #tfsec:ignore:aws-ec2-no-public-ip-subnet
+  map_public_ip_on_launch = true
   tags                    = { Name = "lazyinit-bench" }
 }
 

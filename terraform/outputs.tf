@@ -1,24 +1,24 @@
-# The first four are the network keys of the spec's [provider.ec2] table;
+# The first four are the network keys of the spec's [provider-config.ec2] table;
 # lazyinit_ec2::config::from_terraform_outputs reads these names from
 # `terraform output -json` (see README.md here).
 
 output "region" {
-  description = "region of [provider.ec2]"
+  description = "region of [provider-config.ec2]"
   value       = var.region
 }
 
 output "subnet_id" {
-  description = "subnet-id of [provider.ec2]"
+  description = "subnet-id of [provider-config.ec2]"
   value       = aws_subnet.bench.id
 }
 
 output "security_group_id" {
-  description = "security-group-id of [provider.ec2]"
+  description = "security-group-id of [provider-config.ec2]"
   value       = aws_security_group.ssh.id
 }
 
 output "key_name" {
-  description = "key-name of [provider.ec2]"
+  description = "key-name of [provider-config.ec2]"
   value       = aws_key_pair.harness.key_name
 }
 

@@ -1,5 +1,5 @@
 //! Reads `terraform output -json` on stdin and prints the network keys of
-//! the `[provider.ec2]` table:
+//! the `[provider-config.ec2]` table:
 //!
 //!     terraform -chdir=terraform output -json | cargo run -p lazyinit-ec2 --example terraform-config
 

@@ -1,4 +1,4 @@
-//! `[provider.ec2]`: everything the EC2 provider reads from the experiment spec.
+//! `[provider-config.ec2]`: everything the EC2 provider reads from the experiment spec.
 //!
 //! Keys are kebab-case, unknown keys are refused (a typo must not silently
 //! fall back to a default that costs money), durations are humantime
@@ -245,13 +245,13 @@ fn default_cell_overhead() -> Duration {
 
 impl Default for Ec2Config {
     fn default() -> Self {
-        // Same as an empty `[provider.ec2]` table.
+        // Same as an empty `[provider-config.ec2]` table.
         toml::from_str("").expect("an empty table takes every default")
     }
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("[provider.ec2]: {0}")]
+#[error("[provider-config.ec2]: {0}")]
 pub struct ConfigError(pub String);
 
 impl Ec2Config {
@@ -304,7 +304,7 @@ impl Ec2Config {
     }
 }
 
-/// Reads the `[provider.ec2]` table of an experiment spec; a spec without
+/// Reads the `[provider-config.ec2]` table of an experiment spec; a spec without
 /// one gets every default.
 pub fn from_spec_file(path: &std::path::Path) -> Result<Ec2Config, ConfigError> {
     let text = std::fs::read_to_string(path)
@@ -312,11 +312,11 @@ pub fn from_spec_file(path: &std::path::Path) -> Result<Ec2Config, ConfigError> 
     from_spec(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
 }
 
-/// The `[provider.ec2]` table of a spec's text.
+/// The `[provider-config.ec2]` table of a spec's text.
 pub fn from_spec(text: &str) -> Result<Ec2Config, ConfigError> {
     let spec: toml::Table = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
     let table = spec
-        .get("provider")
+        .get("provider-config")
         .and_then(|p| p.get("ec2"))
         .cloned()
         .unwrap_or_else(|| toml::Value::Table(toml::Table::new()));
@@ -328,7 +328,7 @@ pub fn from_spec(text: &str) -> Result<Ec2Config, ConfigError> {
 }
 
 /// Turns `terraform output -json` into the network keys of a
-/// `[provider.ec2]` table (region, subnet-id, security-group-id, key-name),
+/// `[provider-config.ec2]` table (region, subnet-id, security-group-id, key-name),
 /// ready to paste into a spec.
 pub fn from_terraform_outputs(json: &str) -> Result<String, ConfigError> {
     let v: serde_json::Value = serde_json::from_str(json)
@@ -354,7 +354,7 @@ pub fn from_terraform_outputs(json: &str) -> Result<String, ConfigError> {
         t.insert(key.into(), toml::Value::String(get(out)?));
     }
     let body = toml::to_string(&toml::Value::Table(t)).expect("strings serialise");
-    Ok(format!("[provider.ec2]\n{body}"))
+    Ok(format!("[provider-config.ec2]\n{body}"))
 }
 
 #[cfg(test)]
@@ -419,11 +419,13 @@ mod tests {
 
     #[test]
     fn spec_table_is_found_or_defaulted() {
-        let c = from_spec("[provider.ec2]\nregion = \"eu-north-1\"\n[provider.qemu]\njobs = 2\n")
-            .unwrap();
+        let c = from_spec(
+            "[provider-config.ec2]\nregion = \"eu-north-1\"\n[provider-config.qemu]\njobs = 2\n",
+        )
+        .unwrap();
         assert_eq!(c.region.as_deref(), Some("eu-north-1"));
         assert_eq!(from_spec("name = \"x\"\n").unwrap(), Ec2Config::default());
-        let e = from_spec("[provider.ec2]\nregoin = \"x\"\n").unwrap_err();
+        let e = from_spec("[provider-config.ec2]\nregoin = \"x\"\n").unwrap_err();
         assert!(e.to_string().contains("regoin"), "{e}");
     }
 
@@ -437,9 +439,9 @@ mod tests {
           "harness_policy_arn": {"sensitive": false, "type": "string", "value": "arn:x"}
         }"#;
         let t = from_terraform_outputs(json).unwrap();
-        assert!(t.starts_with("[provider.ec2]\n"), "{t}");
+        assert!(t.starts_with("[provider-config.ec2]\n"), "{t}");
         // The table must be accepted by the config it feeds.
-        let body = t.trim_start_matches("[provider.ec2]\n");
+        let body = t.trim_start_matches("[provider-config.ec2]\n");
         let c = Ec2Config::from_toml(body).unwrap();
         assert_eq!(c.subnet_id.as_deref(), Some("subnet-0a"));
         assert_eq!(c.security_group_id.as_deref(), Some("sg-0b"));

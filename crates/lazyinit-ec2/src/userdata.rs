@@ -41,6 +41,8 @@ pub enum KeyError {
     HostPrivate,
     #[error("client public key must be one line `<type> <base64> [comment]`")]
     ClientPublic,
+    #[error("cannot convert the dropbear host key {path} to OpenSSH form: {detail}")]
+    Convert { path: String, detail: String },
 }
 
 /// cloud-init's name for a host key type (`ssh_keys: <name>_private`).
@@ -55,6 +57,42 @@ fn cloud_init_key_name(public: &str) -> Result<&'static str, KeyError> {
 }
 
 impl GuestKeys {
+    /// From the project's key files (`lazyinit_ssh::Keys`): the guest host
+    /// key is kept in dropbear's format for the initramfs, cloud-init wants
+    /// OpenSSH's, so it is converted with `dropbearconvert`.
+    pub fn from_dropbear(
+        host_private: &std::path::Path,
+        host_public: &str,
+        client_public: &str,
+    ) -> Result<GuestKeys, KeyError> {
+        let err = |detail: String| KeyError::Convert {
+            path: host_private.display().to_string(),
+            detail,
+        };
+        let dir = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
+        let out = dir.path().join("host_openssh");
+        let run = std::process::Command::new("dropbearconvert")
+            .args(["dropbear", "openssh"])
+            .arg(host_private)
+            .arg(&out)
+            .output()
+            .map_err(|e| {
+                err(format!(
+                    "dropbearconvert: {e} (apt-get install dropbear-bin)"
+                ))
+            })?;
+        if !run.status.success() {
+            return Err(err(String::from_utf8_lossy(&run.stderr).trim().to_string()));
+        }
+        let keys = GuestKeys {
+            host_private: std::fs::read_to_string(&out).map_err(|e| err(e.to_string()))?,
+            host_public: host_public.trim().to_string(),
+            client_public: client_public.trim().to_string(),
+        };
+        keys.validate()?;
+        Ok(keys)
+    }
+
     pub fn validate(&self) -> Result<(), KeyError> {
         cloud_init_key_name(&self.host_public)?;
         let p = self.host_private.trim();
@@ -157,6 +195,35 @@ mod tests {
         let mut k = keys();
         k.host_public = "ecdsa-sha2-nistp256 AAAA".into();
         assert!(cloud_config(&k, exp).unwrap().contains("ecdsa_private: |"));
+    }
+
+    /// With the real dropbear tools: generate a host key as the image
+    /// helper does, convert it, and get a valid key set.
+    #[test]
+    fn dropbear_host_key_converts() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("host.dropbear");
+        let gen = std::process::Command::new("dropbearkey")
+            .args(["-t", "ed25519", "-f"])
+            .arg(&key)
+            .output()
+            .expect("dropbearkey (dropbear-bin, scripts/setup-host.sh)");
+        assert!(gen.status.success());
+        let public = String::from_utf8_lossy(&gen.stdout)
+            .lines()
+            .find(|l| l.starts_with("ssh-ed25519 "))
+            .unwrap()
+            .to_string();
+        let k = GuestKeys::from_dropbear(&key, &public, "ssh-ed25519 AAAAC3Nz client").unwrap();
+        assert!(k
+            .host_private
+            .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----"));
+        let exp = Utc.with_ymd_and_hms(2026, 11, 30, 0, 0, 0).unwrap();
+        assert!(cloud_config(&k, exp)
+            .unwrap()
+            .contains("ed25519_private: |"));
+        let e = GuestKeys::from_dropbear(&dir.path().join("missing"), &public, "x y").unwrap_err();
+        assert!(e.to_string().contains("cannot convert"), "{e}");
     }
 
     #[test]

@@ -179,7 +179,8 @@ fn outputs_feed_the_harness_config() {
         lazyinit_ec2::config::from_terraform_outputs(&serde_json::Value::Object(json).to_string())
             .expect("every output the config reads exists");
     let cfg =
-        lazyinit_ec2::Ec2Config::from_toml(table.trim_start_matches("[provider.ec2]\n")).unwrap();
+        lazyinit_ec2::Ec2Config::from_toml(table.trim_start_matches("[provider-config.ec2]\n"))
+            .unwrap();
     assert_eq!(cfg.subnet_id.as_deref(), Some("subnet_id-value"));
     assert_eq!(
         cfg.security_group_id.as_deref(),

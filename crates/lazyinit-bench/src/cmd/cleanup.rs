@@ -14,7 +14,7 @@ pub struct CleanupArgs {
     /// List what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Experiment spec whose [provider.ec2] table says region, profile and endpoint.
+    /// Experiment spec whose [provider-config.ec2] table says region, profile and endpoint.
     #[arg(long, value_name = "SPEC.toml")]
     pub config: Option<PathBuf>,
     /// EC2 API endpoint (an emulator or a VPC endpoint); overrides the spec.

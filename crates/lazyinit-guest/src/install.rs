@@ -1,0 +1,209 @@
+//! Installing the kernel under test on a machine that booted its own
+//! kernel (EC2: `Machine::needs_kernel_install()`): upload the kernel and
+//! the guest initramfs over SSH, load them with kexec, jump, reconnect and
+//! check `uname -r`. kexec skips the firmware and the AMI's boot loader, so
+//! nothing on the instance's disk is changed and a failed boot costs one
+//! instance, not a debugging session on a broken root volume.
+//!
+//! The initramfs carries the same pinned host key that user data installed
+//! for the AMI's sshd, so the reconnect is pinned too. Not wired into
+//! `lib.rs` by its author (the EC2 engineer): add `pub mod install;`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lazyinit_core::provider::Endpoint;
+use lazyinit_core::Arch;
+use lazyinit_ssh::{Keys, Session, UploadSource};
+
+use crate::protocol::sh_quote;
+use crate::GuestError;
+
+const REMOTE_DIR: &str = "/root/lazyinit-kexec";
+/// apt on a fresh instance can take minutes (mirror, dpkg triggers).
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
+const SHORT: Duration = Duration::from_secs(60);
+/// Pause between reconnect attempts while the old system still answers.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// Kernel command line for a kexec'd kernel on an EC2 instance: the serial
+/// console EC2 shows in GetConsoleOutput (ttyS0 on both c5 and c6g), panic
+/// ends the boot instead of hanging, and the NVMe timeout AWS recommends
+/// for EBS so a slow volume is not reset mid-run.
+pub fn ec2_cmdline(_arch: Arch, extra: &[String]) -> String {
+    let mut args = vec![
+        "console=ttyS0,115200n8".to_string(),
+        "panic=-1".to_string(),
+        "nvme_core.io_timeout=4294967295".to_string(),
+    ];
+    args.extend(extra.iter().cloned());
+    args.join(" ")
+}
+
+/// Makes sure `kexec` exists, installing kexec-tools with whatever package
+/// manager the AMI has (and keeping kexec-tools from hooking into reboots).
+pub fn ensure_kexec_script() -> String {
+    "set -e\n\
+     command -v kexec >/dev/null 2>&1 && exit 0\n\
+     if command -v apt-get >/dev/null 2>&1; then\n\
+       echo 'kexec-tools kexec-tools/load_kexec boolean false' | debconf-set-selections 2>/dev/null || true\n\
+       DEBIAN_FRONTEND=noninteractive apt-get -qq update\n\
+       DEBIAN_FRONTEND=noninteractive apt-get -qq install -y kexec-tools\n\
+     elif command -v dnf >/dev/null 2>&1; then dnf -q -y install kexec-tools\n\
+     elif command -v yum >/dev/null 2>&1; then yum -q -y install kexec-tools\n\
+     else echo 'no kexec and no package manager to install kexec-tools' >&2; exit 1\n\
+     fi\n\
+     command -v kexec >/dev/null"
+        .to_string()
+}
+
+/// Loads the uploaded kernel and initramfs (`kexec -l`), checked before
+/// the jump so a refused image is a clear error, not a silent reboot.
+pub fn kexec_load_script(kernel: &str, initrd: &str, cmdline: &str) -> String {
+    format!(
+        "kexec -l {} --initrd={} --command-line={}",
+        sh_quote(kernel),
+        sh_quote(initrd),
+        sh_quote(cmdline)
+    )
+}
+
+/// Jumps into the loaded kernel a moment after the SSH command returns.
+/// `systemctl kexec` stops services and unmounts first; plain `kexec -e`
+/// is the fallback on systems without systemd.
+pub fn kexec_exec_script() -> String {
+    "nohup sh -c 'sleep 1; sync; systemctl kexec 2>/dev/null || kexec -e' >/dev/null 2>&1 &".into()
+}
+
+fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
+    GuestError::Ssh(e.to_string())
+}
+
+/// Uploads, kexecs and reconnects; returns a session to the new kernel
+/// once `uname -r` reports `release`. `deadline` bounds the whole wait for
+/// the new kernel; `is_alive` stops it early when the machine is gone.
+#[allow(clippy::too_many_arguments)]
+pub fn install_and_kexec(
+    session: &Session,
+    ep: &Endpoint,
+    keys: &Keys,
+    kernel: &Path,
+    initrd: &Path,
+    cmdline: &str,
+    release: &str,
+    deadline: Instant,
+    mut is_alive: impl FnMut() -> bool,
+) -> Result<Session, GuestError> {
+    let k = format!("{REMOTE_DIR}/kernel");
+    let i = format!("{REMOTE_DIR}/initrd");
+    session
+        .exec_checked_with_timeout(&format!("mkdir -p {REMOTE_DIR}"), SHORT)
+        .map_err(ssh)?;
+    session
+        .upload(UploadSource::File(kernel), &k, 0o600)
+        .map_err(ssh)?;
+    session
+        .upload(UploadSource::File(initrd), &i, 0o600)
+        .map_err(ssh)?;
+    let step = |step: &'static str, cmd: &str, t: Duration| -> Result<(), GuestError> {
+        let out = session.exec_with_timeout(cmd, t).map_err(ssh)?;
+        if out.status != 0 {
+            return Err(GuestError::Command {
+                step,
+                status: out.status,
+                stderr: out.stderr,
+            });
+        }
+        Ok(())
+    };
+    step(
+        "installing kexec-tools",
+        &ensure_kexec_script(),
+        INSTALL_TIMEOUT,
+    )?;
+    step("kexec -l", &kexec_load_script(&k, &i, cmdline), SHORT)?;
+    // The connection dies with the old kernel; the exit status is moot.
+    let _ = session.exec_with_timeout(&kexec_exec_script(), SHORT);
+
+    // The old system may still answer for a few seconds (same host key):
+    // keep reconnecting until the new kernel does.
+    let mut last = String::from("no answer yet");
+    loop {
+        if Instant::now() >= deadline {
+            return Err(GuestError::WrongKernel {
+                what: format!("kernel after kexec (gave up at the deadline; last: {last})"),
+                expected: release.to_string(),
+                found: last,
+            });
+        }
+        let s = lazyinit_ssh::wait_until_ready(
+            &ep.host,
+            ep.port,
+            &ep.user,
+            keys,
+            deadline,
+            &mut is_alive,
+        )
+        .map_err(ssh)?;
+        match s.exec_with_timeout("uname -r", SHORT) {
+            Ok(out) if out.status == 0 && out.stdout.trim() == release => return Ok(s),
+            Ok(out) => last = out.stdout.trim().to_string(),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(RETRY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmdline_has_console_and_extras() {
+        let c = ec2_cmdline(Arch::Arm64, &["tsc=reliable".into()]);
+        assert!(c.starts_with("console=ttyS0,115200n8 panic=-1 "));
+        assert!(c.ends_with(" tsc=reliable"));
+    }
+
+    #[test]
+    fn load_script_quotes_the_command_line() {
+        let s = kexec_load_script("/root/k", "/root/i", "console=ttyS0 a='b c'");
+        assert!(s.starts_with("kexec -l "));
+        // Run the quoting through a real shell: it must come back intact.
+        let echo = s.replacen("kexec -l", "printf '%s\\n'", 1);
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&echo)
+            .output()
+            .unwrap();
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "/root/k",
+                "--initrd=/root/i",
+                "--command-line=console=ttyS0 a='b c'"
+            ]
+        );
+    }
+
+    #[test]
+    fn scripts_are_valid_sh() {
+        for s in [ensure_kexec_script(), kexec_exec_script()] {
+            let out = std::process::Command::new("sh")
+                .arg("-n")
+                .arg("-c")
+                .arg(&s)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{s}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
