@@ -121,8 +121,10 @@ impl Ctx<'_> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Same process group as the caller: a Ctrl-C on the terminal
+            // reaches make and the compilers too; dropping the build future
+            // kills make.
             .kill_on_drop(true)
-            .process_group(0)
             .spawn()
             .map_err(|e| KernelError::Step(format!("{step}: cannot start {}: {e}", argv[0])))?;
         let out = BufReader::new(child.stdout.take().unwrap()).lines();
