@@ -326,6 +326,22 @@ impl Ec2Provider {
     }
 }
 
+/// The last word when a provider goes away with resources still
+/// registered (a run that ended without `release_all`): name them and
+/// the sweep that removes them. Guards may still be tearing them down.
+impl Drop for Ec2Provider {
+    fn drop(&mut self) {
+        let ids = self.registry.live_ids();
+        if !ids.is_empty() {
+            let run = self.last_run.lock().map(|r| r.clone()).unwrap_or_default();
+            tracing::error!(
+                "EC2 resources may outlive this run: {}; remove them with `lazyinit-bench cleanup --run-id {run}`",
+                ids.join(", ")
+            );
+        }
+    }
+}
+
 /// Unique per launch attempt, at most 64 ASCII characters.
 fn client_token(run_id: &str, cell: &str) -> String {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
