@@ -159,7 +159,7 @@ fn interrupt_during(phase: &str) {
         &spec,
         format!(
             "{}\n[provider-config.qemu]\nvolume-dir = \"{}\"\n",
-            include_str!("../../../specs/smoke.toml").replace("16GiB", "64GiB"),
+            include_str!("../../../specs/smoke.toml").replace("32GiB", "128GiB"),
             vols.path().display()
         ),
     )
