@@ -99,7 +99,7 @@ impl PerArch {
 }
 
 /// An AMI per arch, or a lookup for the newest image matching a filter.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct AmiConfig {
     // kebab-case would spell this `x86-64`; the arch is written as Arch prints it.
@@ -109,16 +109,6 @@ pub struct AmiConfig {
     pub arm64: Option<String>,
     #[serde(default)]
     pub lookup: AmiLookup,
-}
-
-impl Default for AmiConfig {
-    fn default() -> Self {
-        AmiConfig {
-            x86_64: None,
-            arm64: None,
-            lookup: AmiLookup::default(),
-        }
-    }
 }
 
 impl AmiConfig {

@@ -128,15 +128,25 @@ mod tests {
     fn provisioned_gp3_extras_and_missing_prices() {
         let mut cfg = Ec2Config::default();
         let cell = reported_matrix().remove(0);
-        let base = estimate(&[cell.clone()], &[Duration::from_secs(3300)], &cfg).unwrap();
+        let base = estimate(
+            std::slice::from_ref(&cell),
+            &[Duration::from_secs(3300)],
+            &cfg,
+        )
+        .unwrap();
         cfg.volume.iops = Some(4000);
         cfg.volume.throughput = Some(225);
-        let more = estimate(&[cell.clone()], &[Duration::from_secs(3300)], &cfg).unwrap();
+        let more = estimate(
+            std::slice::from_ref(&cell),
+            &[Duration::from_secs(3300)],
+            &cfg,
+        )
+        .unwrap();
         let extra = (1000.0 * 0.005 + 100.0 * 0.04) / 730.0;
         assert!((more.usd - base.usd - extra).abs() < 1e-12);
 
         cfg.instance_types.arm64 = "c7g.2xlarge".into();
-        let e = estimate(&[cell.clone()], &[Duration::ZERO], &cfg).unwrap_err();
+        let e = estimate(std::slice::from_ref(&cell), &[Duration::ZERO], &cfg).unwrap_err();
         assert!(
             e.to_string()
                 .contains("prices.instance-hour.\"c7g.2xlarge\""),
