@@ -13,5 +13,11 @@ fi
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
+# terraform/ offline checks (fmt, checkov); the registry is unreachable.
+if command -v terraform >/dev/null 2>&1; then
+  bash terraform/check.sh
+else
+  echo "terraform not installed: skipping terraform/check.sh (fmt + checkov)"
+fi
 # Debug builds: the AWS SDK takes ~4 min in debug and ~11 in release.
 exec cargo nextest run --workspace --no-fail-fast "$@"

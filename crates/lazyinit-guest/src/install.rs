@@ -70,9 +70,10 @@ pub fn kexec_load_script(kernel: &str, initrd: &str, cmdline: &str) -> String {
 
 /// Jumps into the loaded kernel a moment after the SSH command returns.
 /// `systemctl kexec` stops services and unmounts first; plain `kexec -e`
-/// is the fallback on systems without systemd.
+/// is the fallback on systems without systemd. `setsid`, not `nohup`: the
+/// job must leave the SSH session, and busybox (our own guest) has no nohup.
 pub fn kexec_exec_script() -> String {
-    "nohup sh -c 'sleep 1; sync; systemctl kexec 2>/dev/null || kexec -e' >/dev/null 2>&1 &".into()
+    "setsid sh -c 'sleep 1; sync; systemctl kexec 2>/dev/null || kexec -e' </dev/null >/dev/null 2>&1 &".into()
 }
 
 fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
