@@ -208,9 +208,10 @@ impl FromStr for Variant {
 string_serde!(Variant);
 
 /// Where the kernel source comes from.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum KernelSource {
     /// Debian's `linux-source-6.1` package.
+    #[default]
     Debian61,
     /// Debian's `linux-source-6.12` package.
     Debian612,
@@ -218,12 +219,6 @@ pub enum KernelSource {
     Version(String),
     /// A user-given kernel tree or tarball.
     Path(PathBuf),
-}
-
-impl Default for KernelSource {
-    fn default() -> Self {
-        KernelSource::Debian61
-    }
 }
 
 impl fmt::Display for KernelSource {

@@ -293,7 +293,7 @@ pub fn run(
     let mounted_at = Instant::now();
     if key_values(&mount_out)
         .get("pid")
-        .map_or(true, |p| p.is_empty())
+        .is_none_or(|p| p.is_empty())
     {
         return Err(GuestError::Parse {
             step: "mount",
@@ -333,7 +333,7 @@ pub fn run(
             total: to_init,
             eta_s: Some(eta),
         });
-        if poll.get("pid").map_or(true, |p| p.is_empty()) {
+        if poll.get("pid").is_none_or(|p| p.is_empty()) {
             m.lazyinit_poll_s = Some(mounted_at.elapsed().as_secs_f64());
             break;
         }

@@ -9,7 +9,7 @@ pub fn parse_dmesg(log: &str) -> Option<u64> {
     let find = |needle: &str| {
         log.lines().rev().find_map(|l| {
             let rest = &l[l.find(needle)? + needle.len()..];
-            let mhz: f64 = rest.trim_start().split_whitespace().next()?.parse().ok()?;
+            let mhz: f64 = rest.split_whitespace().next()?.parse().ok()?;
             Some((mhz * 1000.0).round() as u64)
         })
     };
