@@ -40,7 +40,8 @@ pub struct SpecArgs {
     /// QEMU accelerator: auto (KVM if it works, else TCG), kvm, tcg.
     #[arg(long)]
     pub accel: Option<lazyinit_qemu::AccelChoice>,
-    /// Storage latency profile for the volume: none, or iops:N (qemu).
+    /// Storage profile for the volume (qemu): none (host cache, flushes reach
+    /// the host disk), unsafe (flushes dropped), or iops:N (throttled).
     #[arg(long)]
     pub storage_profile: Option<String>,
 }
@@ -65,7 +66,7 @@ pub struct RunArgs {
     pub no_report: bool,
     /// Run the cells one at a time, into `<results folder>-alone`: the
     /// baseline for `compare --baseline ...-alone/results.csv --candidate
-    /// .../results.csv --metric ms-per-group`, which shows what running
+    /// .../results.csv --metric ms_per_group`, which shows what running
     /// concurrently changed per cell.
     #[arg(long)]
     pub alone: bool,
