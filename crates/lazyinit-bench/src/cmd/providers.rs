@@ -25,32 +25,15 @@ fn ec2_config(spec: &Spec) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
 }
 
 /// The project's keys as the EC2 user data needs them: the pinned host key
-/// in OpenSSH format (converted from dropbear's, never logged).
+/// converted to OpenSSH format by the EC2 crate (never logged).
 #[cfg(feature = "ec2")]
 fn guest_keys() -> anyhow::Result<lazyinit_ec2::GuestKeys> {
-    use anyhow::Context;
     let keys = lazyinit_ssh::Keys::load_or_create(&lazyinit_core::paths::state_dir())?;
-    let tmp = tempfile::tempdir().context("cannot make a private temp folder")?;
-    let out = tmp.path().join("host_openssh");
-    let st = std::process::Command::new("dropbearconvert")
-        .args(["dropbear", "openssh"])
-        .arg(&keys.host_private)
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map_err(|_| {
-            lazyinit_core::exit::missing_tool("dropbearconvert", "apt-get install dropbear-bin")
-        })?;
-    if !st.success() {
-        anyhow::bail!("dropbearconvert could not convert the guest host key");
-    }
-    let host_private = std::fs::read_to_string(&out)?;
-    Ok(lazyinit_ec2::GuestKeys {
-        host_private,
-        host_public: keys.host_public.public_line(),
-        client_public: keys.client_public.clone(),
-    })
+    Ok(lazyinit_ec2::GuestKeys::from_dropbear(
+        &keys.host_private,
+        &keys.host_public.public_line(),
+        &keys.client_public,
+    )?)
 }
 
 /// The EC2 provider from the spec's `[provider-config.ec2]` table.
