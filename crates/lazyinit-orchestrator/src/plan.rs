@@ -22,6 +22,18 @@ pub struct KernelNeed {
     pub variant: Variant,
 }
 
+impl KernelNeed {
+    /// The kernel a cell boots.
+    pub fn of(cell: &Cell) -> Self {
+        KernelNeed {
+            arch: cell.arch,
+            source: cell.source.clone(),
+            hz: cell.hz,
+            variant: cell.variant,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct PlannedCell {
     pub cell: Cell,
@@ -130,15 +142,7 @@ pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
             }
         })
         .collect();
-    let kernels: BTreeSet<KernelNeed> = planned
-        .iter()
-        .map(|p| KernelNeed {
-            arch: p.cell.arch,
-            source: p.cell.source.clone(),
-            hz: p.cell.hz,
-            variant: p.cell.variant,
-        })
-        .collect();
+    let kernels: BTreeSet<KernelNeed> = planned.iter().map(|p| KernelNeed::of(&p.cell)).collect();
     let arches: BTreeSet<Arch> = planned.iter().map(|p| p.cell.arch).collect();
     let concurrency = match spec.concurrency {
         Concurrency::Fixed(n) => (n as usize).min(planned.len().max(1)),

@@ -17,7 +17,7 @@ use lazyinit_core::{model, Arch, Cell, Variant};
 use lazyinit_guest::{Expectation, GuestError, ProtocolOptions, SshRemote};
 
 use crate::gate::HostGate;
-use crate::plan::Plan;
+use crate::plan::{KernelNeed, Plan};
 use crate::spec::Spec;
 
 /// Where and how a run happens.
@@ -71,7 +71,7 @@ struct Shared {
     provider: Arc<dyn Provider>,
     writer: Mutex<ResultsWriter>,
     keys: lazyinit_ssh::Keys,
-    kernels: BTreeMap<(Arch, String, u32, Variant), lazyinit_kernel::KernelArtifact>,
+    kernels: BTreeMap<KernelNeed, lazyinit_kernel::KernelArtifact>,
     initramfs: BTreeMap<Arch, PathBuf>,
     gate: HostGate,
     concurrency: u32,
@@ -129,27 +129,17 @@ pub async fn run(
     // Kernels one after another: each build already uses every core.
     let mut kernels = BTreeMap::new();
     for need in &plan.kernels {
-        if !todo.iter().any(|c| {
-            c.arch == need.arch
-                && c.source == need.source
-                && c.hz == need.hz
-                && c.variant == need.variant
-        }) {
+        let waiting: Vec<String> = todo
+            .iter()
+            .filter(|c| KernelNeed::of(c) == *need)
+            .map(|c| c.id())
+            .collect();
+        if waiting.is_empty() {
             continue;
         }
         if opts.cancel.load(Ordering::SeqCst) {
             anyhow::bail!(lazyinit_core::provider::ProviderError::Interrupted);
         }
-        let waiting: Vec<String> = todo
-            .iter()
-            .filter(|c| {
-                c.arch == need.arch
-                    && c.hz == need.hz
-                    && c.variant == need.variant
-                    && c.source == need.source
-            })
-            .map(|c| c.id())
-            .collect();
         for id in &waiting {
             opts.events.phase(id, Phase::Build);
         }
@@ -183,15 +173,7 @@ pub async fn run(
                     need.arch, need.hz, need.variant, need.source
                 )
             })?;
-        kernels.insert(
-            (
-                need.arch,
-                need.source.to_string(),
-                need.hz.get(),
-                need.variant,
-            ),
-            art,
-        );
+        kernels.insert(need.clone(), art);
     }
 
     let mut initramfs = BTreeMap::new();
@@ -294,12 +276,7 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let log_dir = sh.opts.out_dir.join(&id);
     let _ = std::fs::create_dir_all(&log_dir);
-    let kernel = &sh.kernels[&(
-        cell.arch,
-        cell.source.to_string(),
-        cell.hz.get(),
-        cell.variant,
-    )];
+    let kernel = &sh.kernels[&KernelNeed::of(&cell)];
     let req = LaunchRequest {
         run_id: sh.run_id.clone(),
         cell: cell.clone(),
@@ -484,7 +461,7 @@ async fn measure(
         model::predict_cell(cell.hz, Variant::NoFix, cell.wait_mult, cell.volume).lazyinit_s;
     let popts = ProtocolOptions {
         cell_id: id.clone(),
-        device: ep_device(&*machine),
+        device: machine.endpoint().volume_device,
         warmup_device: machine.warmup_device(),
         mkfs_args: sh.spec.mkfs_args.clone(),
         wait_mult: cell.wait_mult,
@@ -517,10 +494,6 @@ async fn measure(
     row.sleep_ticks = m.sleep_ticks;
     row.mkfs_cmd = m.mkfs_cmd;
     (machine, Ok(()))
-}
-
-fn ep_device(m: &dyn Machine) -> String {
-    m.endpoint().volume_device
 }
 
 const INTERRUPTED: &str = "interrupted";
