@@ -29,6 +29,13 @@ fn qemu_processes_with(needle: &str) -> Vec<String> {
     out
 }
 
+/// No QMP or NBD socket left in a results folder.
+fn no_sockets(dir: &Path) -> bool {
+    files_under(dir)
+        .iter()
+        .all(|p| !p.to_string_lossy().ends_with(".sock"))
+}
+
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut v = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dir) {
@@ -111,6 +118,18 @@ fn smoke_run_measures_both_variants() {
         (got / model_ms - 1.0).abs() < 0.10,
         "no-fix {got:.1} ms/group vs model {model_ms:.1}"
     );
+    // The smoke preset uses the `ebs` profile: every zero request goes
+    // through the harness's NBD server with a delay, so z1 is about 3.4 ms
+    // and the fix sleeps L = floor(10 z1 HZ) = 8 ticks at HZ=250 (a raw file
+    // under TCG gives z1 about 1 ms: L = 2-3). A loaded host adds to z1.
+    let l = fix.sleep_ticks.unwrap();
+    assert!((6..=12).contains(&l), "fix slept L={l}, expected about 8");
+    for r in &rows {
+        let st =
+            std::fs::read_to_string(out.path().join("res").join(&r.cell_id).join("storage.txt"))
+                .unwrap();
+        assert!(st.contains("profile=ebs\nzero_delay_us=2300\n"), "{st}");
+    }
     // The fix shortens the cycle (that is the whole point of the fix).
     assert!(
         fix.ms_per_group.unwrap() < 0.8 * got,
@@ -124,6 +143,8 @@ fn smoke_run_measures_both_variants() {
         files_under(vols.path())
     );
     assert!(qemu_processes_with(vols.path().to_str().unwrap()).is_empty());
+    assert!(qemu_processes_with(out.path().to_str().unwrap()).is_empty());
+    assert!(no_sockets(&out.path().join("res")));
 
     // Rerunning the same spec into the same folder resumes: nothing to do,
     // no duplicated rows.
@@ -181,9 +202,11 @@ fn interrupt_during(phase: &str) {
     assert!(reached, "the run never reached {phase}");
     assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
     assert!(
-        qemu_processes_with(vols.path().to_str().unwrap()).is_empty(),
+        qemu_processes_with(vols.path().to_str().unwrap()).is_empty()
+            && qemu_processes_with(res.to_str().unwrap()).is_empty(),
         "QEMU left running"
     );
+    assert!(no_sockets(&res), "sockets left: {:?}", files_under(&res));
     assert!(
         files_under(vols.path()).is_empty(),
         "volumes left: {:?}",

@@ -242,11 +242,12 @@ pub fn preset(name: &str) -> Option<&'static str> {
         "quick" => Some(include_str!("../../../specs/quick.toml")),
         "reported" => Some(include_str!("../../../specs/reported.toml")),
         "smoke" => Some(include_str!("../../../specs/smoke.toml")),
+        "calibrate-z1" => Some(include_str!("../../../specs/calibrate-z1.toml")),
         _ => None,
     }
 }
 
-pub const PRESETS: &[&str] = &["quick", "reported", "smoke"];
+pub const PRESETS: &[&str] = &["quick", "reported", "smoke", "calibrate-z1"];
 
 #[cfg(test)]
 mod tests {

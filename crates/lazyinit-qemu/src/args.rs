@@ -136,11 +136,13 @@ pub struct Throttle {
     pub iops_total: u64,
 }
 
-/// How the volume's file is cached on the host, and throttled.
+/// How the volume's file is cached on the host, throttled, or served
+/// with a latency on zero requests (through the NBD server, `crate::nbd`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Storage {
     pub cache: &'static str,
     pub throttle: Option<Throttle>,
+    pub latency: Option<crate::nbd::LatencyProfile>,
 }
 
 impl Default for Storage {
@@ -148,18 +150,38 @@ impl Default for Storage {
         Storage {
             cache: "writeback",
             throttle: None,
+            latency: None,
         }
     }
+}
+
+/// Where QEMU reads the volume from: the file itself, or the NBD socket of
+/// the NBD server of a latency profile.
+#[derive(Debug, Clone, Copy)]
+pub enum VolumeSource<'a> {
+    File(&'a Path),
+    NbdUnix(&'a Path),
 }
 
 /// The blank volume: raw sparse file on virtio-blk. Discard and write-zeroes
 /// are passed through and `detect-zeroes=unmap` turns zero writes into holes,
 /// so a 2 TiB volume stays sparse while ext4 zeroes its inode tables.
-pub fn volume_args(volume: &Path, storage: Storage) -> Vec<OsString> {
-    let mut drive = OsString::from("file=");
-    drive.push(volume);
+pub fn volume_args(volume: VolumeSource<'_>, storage: Storage) -> Vec<OsString> {
+    let mut drive = match volume {
+        VolumeSource::File(p) => {
+            let mut d = OsString::from("file=");
+            d.push(p);
+            d.push(",format=raw,aio=threads");
+            d
+        }
+        VolumeSource::NbdUnix(sock) => {
+            let mut d = OsString::from("driver=nbd,server.type=unix,server.path=");
+            d.push(sock);
+            d
+        }
+    };
     drive.push(format!(
-        ",format=raw,if=none,id=vol0,cache={},aio=threads,discard=unmap,detect-zeroes=unmap",
+        ",if=none,id=vol0,cache={},discard=unmap,detect-zeroes=unmap",
         storage.cache
     ));
     if let Some(t) = storage.throttle {
@@ -199,7 +221,7 @@ pub struct GuestArgs<'a> {
     pub console_log: &'a Path,
     pub qmp_socket: &'a Path,
     pub ssh_port: Option<u16>,
-    pub volume: Option<&'a Path>,
+    pub volume: Option<VolumeSource<'a>>,
     pub storage: Storage,
     pub warmup: Option<&'a Path>,
 }
@@ -259,20 +281,33 @@ mod tests {
 
     #[test]
     fn volume_keeps_sparse() {
-        let s = joined(&volume_args(Path::new("/v/vol.raw"), Storage::default()));
+        let s = joined(&volume_args(
+            VolumeSource::File(Path::new("/v/vol.raw")),
+            Storage::default(),
+        ));
         assert!(s.contains("file=/v/vol.raw,format=raw"));
         assert!(s.contains("discard=unmap") && s.contains("detect-zeroes=unmap"));
         assert!(s.contains("write-zeroes=on"));
         assert!(!s.contains("throttling"));
         let t = joined(&volume_args(
-            Path::new("/v"),
+            VolumeSource::File(Path::new("/v")),
             Storage {
                 cache: "unsafe",
                 throttle: Some(Throttle { iops_total: 500 }),
+                latency: None,
             },
         ));
         assert!(t.contains("cache=unsafe"));
         assert!(t.contains("throttling.iops-total=500"));
+        let n = joined(&volume_args(
+            VolumeSource::NbdUnix(Path::new("/l/vol.sock")),
+            Storage::default(),
+        ));
+        assert!(n.starts_with(
+            "-drive driver=nbd,server.type=unix,server.path=/l/vol.sock,if=none,id=vol0"
+        ));
+        assert!(n.contains("discard=unmap") && n.contains("detect-zeroes=unmap"));
+        assert!(!n.contains("aio=") && n.contains("write-zeroes=on"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod accel;
 pub mod args;
 mod machine;
+pub mod nbd;
 pub mod process;
 mod qmp;
 pub mod tsc;
@@ -62,7 +63,13 @@ impl Default for QemuConfig {
 ///   (`fdatasync`), so zeroing time includes the host's flush latency;
 /// - `unsafe`: guest flushes are dropped on the host, so zeroing time is
 ///   the guest's own (emulated) work only;
-/// - `iops:N`: QEMU block throttling at N requests per second.
+/// - `iops:N`: QEMU block throttling at N requests per second;
+/// - `latency:D` (`2.2ms`, `2200us`): the volume is served over NBD and
+///   every zero request takes D (from 1 us to 1 s); flushes are answered at
+///   once. Zeroing time becomes D plus the guest's own part (see `nbd`);
+/// - `ebs`: a latency profile whose delay is chosen per arch and
+///   accelerator so that the first zeroing comes to [`nbd::EBS_Z1`], what
+///   the 2021 with-fix figures imply on EBS.
 pub fn parse_storage_profile(s: &str) -> Result<args::Storage, ProviderError> {
     let s = s.trim();
     match s {
@@ -70,7 +77,13 @@ pub fn parse_storage_profile(s: &str) -> Result<args::Storage, ProviderError> {
         "unsafe" => {
             return Ok(args::Storage {
                 cache: "unsafe",
-                throttle: None,
+                ..Default::default()
+            })
+        }
+        "ebs" => {
+            return Ok(args::Storage {
+                latency: Some(nbd::LatencyProfile::Z1Target(nbd::EBS_Z1)),
+                ..Default::default()
             })
         }
         _ => {}
@@ -85,8 +98,14 @@ pub fn parse_storage_profile(s: &str) -> Result<args::Storage, ProviderError> {
             }
         }
     }
+    if let Some(zero) = s.strip_prefix("latency:").and_then(nbd::parse_delay) {
+        return Ok(args::Storage {
+            latency: Some(nbd::LatencyProfile::Fixed(zero)),
+            ..Default::default()
+        });
+    }
     Err(ProviderError::BadInput(format!(
-        "unknown storage profile `{s}` for qemu: use none, unsafe or iops:N (N > 0)"
+        "unknown storage profile `{s}` for qemu: use none, unsafe, iops:N (N > 0), latency:D (D from 1us to 1000ms, e.g. 2.2ms) or ebs"
     )))
 }
 
@@ -325,7 +344,23 @@ mod tests {
             Some(args::Throttle { iops_total: 400 })
         );
         assert!(parse_storage_profile("iops:0").is_err());
-        assert!(parse_storage_profile("ebs").is_err());
+        assert_eq!(
+            parse_storage_profile("latency:2.5ms").unwrap().latency,
+            Some(nbd::LatencyProfile::Fixed(Duration::from_micros(2500)))
+        );
+        assert_eq!(
+            parse_storage_profile("ebs").unwrap().latency,
+            Some(nbd::LatencyProfile::Z1Target(nbd::EBS_Z1))
+        );
+        for bad in [
+            "latency:0ms",
+            "latency:",
+            "latency:2",
+            "latency:5000ms",
+            "fast",
+        ] {
+            assert!(parse_storage_profile(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

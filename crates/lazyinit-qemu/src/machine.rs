@@ -8,6 +8,7 @@ use lazyinit_core::provider::{Endpoint, LaunchRequest, Machine, MachineInfo, Pro
 use lazyinit_core::Arch;
 
 use crate::args::{self, Accel, Storage};
+use crate::nbd::NbdServer;
 use crate::process::{tail_lines, QemuProcess};
 use crate::volume::SparseVolume;
 use crate::QemuConfig;
@@ -33,6 +34,8 @@ pub struct QemuMachine {
     accel: Accel,
     port: u16,
     process: Option<QemuProcess>,
+    /// The NBD server of a latency profile; stops after QEMU.
+    nbd: Option<NbdServer>,
     volume: Option<SparseVolume>,
     warmup: Option<SparseVolume>,
     console_log: PathBuf,
@@ -49,6 +52,31 @@ impl QemuMachine {
         let mut extra = vec!["lazyinit.net=static".to_string()];
         extra.extend(a.req.extra_cmdline.iter().cloned());
         let cmdline = args::kernel_cmdline(arch, a.tsc_khz, &extra);
+        let nbd = match a.storage.latency {
+            Some(profile) => {
+                let lat = profile.resolve(arch, a.accel);
+                // What the profile came to for this guest, beside its cmdline.
+                let _ = std::fs::write(
+                    a.req.log_dir.join("storage.txt"),
+                    format!(
+                        "profile={}\nzero_delay_us={}\nguest_part_us={}\n",
+                        a.req.storage_profile,
+                        lat.zero.as_micros(),
+                        crate::nbd::guest_part(arch, a.accel).as_micros()
+                    ),
+                );
+                Some(NbdServer::start(
+                    a.volume,
+                    &a.req.log_dir.join("volume.nbd.sock"),
+                    lat,
+                )?)
+            }
+            None => None,
+        };
+        let volume = match &nbd {
+            Some(n) => args::VolumeSource::NbdUnix(n.socket()),
+            None => args::VolumeSource::File(a.volume),
+        };
         let argv = args::guest_args(&args::GuestArgs {
             arch,
             accel: a.accel,
@@ -60,7 +88,7 @@ impl QemuMachine {
             console_log: &console_log,
             qmp_socket: &qmp_socket,
             ssh_port: Some(a.port),
-            volume: Some(a.volume),
+            volume: Some(volume),
             storage: a.storage,
             warmup: a.warmup,
         });
@@ -100,6 +128,7 @@ impl QemuMachine {
             accel: a.accel,
             port: a.port,
             process: Some(process),
+            nbd,
             volume: None,
             warmup: None,
             console_log,
@@ -177,6 +206,7 @@ impl Machine for QemuMachine {
                 out.push_str(err.trim_end());
             }
         }
+
         out
     }
 
@@ -199,6 +229,7 @@ impl Machine for QemuMachine {
             };
             p.stop(grace).await;
         }
+        self.nbd.take();
         let _ = std::fs::remove_file(&self.qmp_socket);
         if let Some(mut w) = self.warmup.take() {
             let _ = w.remove();
@@ -223,6 +254,7 @@ impl Drop for QemuMachine {
         // this only makes the order explicit: process first, then its file.
         self.unregister();
         self.process.take();
+        self.nbd.take();
         self.warmup.take();
         if let Some(v) = self.volume.take() {
             let dir = v.path().parent().map(Path::to_path_buf);

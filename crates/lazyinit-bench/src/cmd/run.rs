@@ -167,9 +167,14 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
 
 async fn provider_for(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
     match spec.provider.as_str() {
-        "qemu" => Ok(Arc::new(lazyinit_qemu::QemuProvider::new(qemu_config(
-            spec,
-        )))),
+        "qemu" => {
+            // A bad profile from a spec file is bad input (2), before
+            // anything runs or is written.
+            lazyinit_qemu::parse_storage_profile(&spec.storage_profile)?;
+            Ok(Arc::new(lazyinit_qemu::QemuProvider::new(qemu_config(
+                spec,
+            ))))
+        }
         "ec2" => super::providers::ec2_provider(spec).await,
         other => Err(bad_input(format!("unknown provider `{other}`")).into()),
     }

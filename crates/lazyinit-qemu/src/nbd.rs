@@ -1,0 +1,595 @@
+//! A latency storage profile: the volume file is served to QEMU over NBD
+//! on a unix socket in the cell's folder, by a small server in this
+//! process that holds every zero (WRITE_ZEROES) request for a fixed time.
+//!
+//! Why: with the fix, the sleep between groups is set from the first
+//! group's zeroing time z1 (DESIGN §3). On a raw file under TCG, z1 is about
+//! a millisecond of emulated CPU, so a busy neighbour moves it and the fix
+//! multiplies that by W=10. A zero request that takes a fixed few
+//! milliseconds of I/O, as on EBS, makes z1 mostly a controlled quantity.
+//! Only zeroing is delayed: mkfs writes, the bitmap prefetch and mount reads
+//! run at host speed, and flushes are answered at once (never reach the
+//! host disk), so nothing but the delay adds to the guest's own time.
+//!
+//! Why not nbdkit's delay filter: it takes whole milliseconds, and under TCG
+//! the guest's own part of z1 is about 1 ms, so the delay must be set to a
+//! fraction of a millisecond to put z1 in the middle of a tick interval
+//! (`L = floor(W * z1 * HZ)`) rather than on its edge.
+//!
+//! The server speaks the fixed-newstyle handshake (NBD_OPT_GO,
+//! NBD_OPT_INFO, NBD_OPT_EXPORT_NAME) and simple replies, which is all QEMU's
+//! client needs; everything else is refused with NBD_REP_ERR_UNSUP.
+//! Replies may leave out of order (a delayed zero does not hold a read back).
+
+use std::fs::File;
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lazyinit_core::provider::ProviderError;
+
+/// Fixed per-request delays of the latency profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latency {
+    /// Added to each zero (WRITE_ZEROES) request, from its arrival.
+    pub zero: Duration,
+}
+
+impl std::fmt::Display for Latency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "zero {} us", self.zero.as_micros())
+    }
+}
+
+/// A latency profile as asked for: a fixed delay, or a target for the
+/// whole first zeroing (z1), from which the guest's own part is taken off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LatencyProfile {
+    /// `latency:D`: every zero request takes D more.
+    Fixed(Duration),
+    /// `ebs`: z1 should come to this much; the delay is the target minus
+    /// the guest's own part of a zeroing for the arch and accelerator.
+    Z1Target(Duration),
+}
+
+/// z1 that `ebs` aims at: the middle of what the 2021 with-fix figures
+/// imply on EBS. L = floor(W z1 HZ) with W = 10: x86_64 at HZ=250 slept
+/// L=7 at 2 TiB (33.2 ms/group: z1 in 2.8-3.2 ms) and L=8-9 at 3 TiB
+/// (37.9 ms/group: z1 in 3.2-4.0 ms); arm64 at HZ=100 slept L=3 (40.3 and
+/// 42.8 ms/group: z1 in 3-4 ms). 3.4 ms is inside every one of those but
+/// the first, and keeps a no-fix zeroing under one 4 ms tick (HZ=250).
+pub const EBS_Z1: Duration = Duration::from_micros(3400);
+
+/// The guest's own part of a first zeroing on this NBD path (everything but
+/// the delay: the guest's block and ext4 code, virtio, QEMU's NBD client),
+/// measured here under TCG with the calibration spec
+/// (`specs/calibrate-z1.toml`, README "Storage profiles"): W=100 makes the
+/// sleep 100 z1 HZ ticks, so z1 is read to 0.04 ms (HZ=250) or 0.1 ms
+/// (HZ=100). Under KVM the guest's part is tens of microseconds (an estimate:
+/// KVM does not work on the machines this was measured on).
+pub fn guest_part(arch: lazyinit_core::Arch, accel: crate::Accel) -> Duration {
+    use crate::Accel;
+    use lazyinit_core::Arch;
+    match (arch, accel) {
+        (Arch::X86_64, Accel::Tcg) => Duration::from_micros(GUEST_PART_TCG_X86_US),
+        (Arch::Arm64, Accel::Tcg) => Duration::from_micros(GUEST_PART_TCG_ARM64_US),
+        (_, Accel::Kvm) => Duration::from_micros(50),
+    }
+}
+
+const GUEST_PART_TCG_X86_US: u64 = 1100;
+const GUEST_PART_TCG_ARM64_US: u64 = 1000;
+
+impl LatencyProfile {
+    /// The zero delay for a guest of this arch under this accelerator.
+    pub fn resolve(self, arch: lazyinit_core::Arch, accel: crate::Accel) -> Latency {
+        let zero = match self {
+            LatencyProfile::Fixed(d) => d,
+            LatencyProfile::Z1Target(t) => t
+                .saturating_sub(guest_part(arch, accel))
+                .max(Duration::from_micros(1)),
+        };
+        Latency { zero }
+    }
+}
+
+/// Parses `2.4ms`, `2400us` or `3ms` (1 us to 1 s).
+pub fn parse_delay(s: &str) -> Option<Duration> {
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e-6)
+    } else {
+        return None;
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    let d = Duration::try_from_secs_f64(v * scale).ok()?;
+    // Whole microseconds: what the profile name says is what runs.
+    let d = Duration::from_micros((d.as_secs_f64() * 1e6).round() as u64);
+    (d >= Duration::from_micros(1) && d <= Duration::from_secs(1)).then_some(d)
+}
+
+// Protocol constants (NBD spec, doc/proto.md).
+const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
+const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
+const OPT_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
+const FLAG_FIXED_NEWSTYLE: u16 = 1;
+const FLAG_NO_ZEROES: u16 = 2;
+const CLIENT_NO_ZEROES: u32 = 2;
+const OPT_EXPORT_NAME: u32 = 1;
+const OPT_ABORT: u32 = 2;
+const OPT_INFO: u32 = 6;
+const OPT_GO: u32 = 7;
+const REP_ACK: u32 = 1;
+const REP_INFO: u32 = 3;
+const REP_ERR_UNSUP: u32 = 0x8000_0001;
+const REP_ERR_INVALID: u32 = 0x8000_0003;
+const INFO_EXPORT: u16 = 0;
+const INFO_BLOCK_SIZE: u16 = 3;
+/// HAS_FLAGS | SEND_FLUSH | SEND_TRIM | SEND_WRITE_ZEROES.
+const TRANSMISSION_FLAGS: u16 = 1 | (1 << 2) | (1 << 5) | (1 << 6);
+const REQUEST_MAGIC: u32 = 0x2560_9513;
+const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+const CMD_READ: u16 = 0;
+const CMD_WRITE: u16 = 1;
+const CMD_DISC: u16 = 2;
+const CMD_FLUSH: u16 = 3;
+const CMD_TRIM: u16 = 4;
+const CMD_WRITE_ZEROES: u16 = 6;
+const EIO: u32 = 5;
+const EINVAL: u32 = 22;
+const MAX_REQUEST: u32 = 32 << 20;
+
+struct Export {
+    file: File,
+    size: u64,
+    latency: Latency,
+    zero_requests: AtomicU64,
+    /// `kind,offset,len,arrived_us,replied_us` per request, when the
+    /// environment sets LAZYINIT_NBD_TRACE (a debugging aid).
+    trace: Option<Mutex<std::io::BufWriter<File>>>,
+    epoch: Instant,
+}
+
+impl Export {
+    fn log(&self, kind: u16, offset: u64, len: u32, arrived: Instant) {
+        if let Some(t) = &self.trace {
+            let us = |i: Instant| i.duration_since(self.epoch).as_micros();
+            let _ = writeln!(
+                t.lock().unwrap(),
+                "{kind},{offset},{len},{},{}",
+                us(arrived),
+                us(Instant::now())
+            );
+        }
+    }
+}
+
+/// The server for one volume: a listening socket and one thread per
+/// connection (QEMU opens one). Stops, and removes its socket, on drop.
+pub struct NbdServer {
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+    export: Arc<Export>,
+}
+
+impl NbdServer {
+    pub fn start(volume: &Path, socket: &Path, latency: Latency) -> Result<Self, ProviderError> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(volume)
+            .map_err(|e| ProviderError::infra(format!("cannot open {}: {e}", volume.display())))?;
+        let size = file
+            .metadata()
+            .map_err(|e| ProviderError::infra(e.to_string()))?
+            .len();
+        // A stale socket of an interrupted earlier attempt.
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket).map_err(|e| {
+            ProviderError::infra(format!("cannot listen on {}: {e}", socket.display()))
+        })?;
+        let export = Arc::new(Export {
+            file,
+            size,
+            latency,
+            zero_requests: AtomicU64::new(0),
+            trace: std::env::var_os("LAZYINIT_NBD_TRACE").and_then(|_| {
+                let f = File::create(socket.with_extension("trace.csv")).ok()?;
+                Some(Mutex::new(std::io::BufWriter::new(f)))
+            }),
+            epoch: Instant::now(),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let accept = {
+            let (export, stop) = (export.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("nbd-accept".into())
+                .spawn(move || {
+                    for conn in listener.incoming() {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let Ok(conn) = conn else { continue };
+                        let export = export.clone();
+                        let _ =
+                            std::thread::Builder::new()
+                                .name("nbd-conn".into())
+                                .spawn(move || {
+                                    if let Err(e) = serve(conn, &export) {
+                                        tracing::debug!(error = %e, "NBD connection ended");
+                                    }
+                                });
+                    }
+                })
+                .map_err(|e| ProviderError::infra(format!("cannot start the NBD server: {e}")))?
+        };
+        Ok(Self {
+            socket: socket.to_path_buf(),
+            stop,
+            accept: Some(accept),
+            export,
+        })
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Zero requests served so far.
+    pub fn zero_requests(&self) -> u64 {
+        self.export.zero_requests.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for NbdServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag; connection threads end
+        // when QEMU, stopped before this, closes its end.
+        let _ = UnixStream::connect(&self.socket);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn be_u16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+fn be_u32(b: &[u8]) -> u32 {
+    u32::from_be_bytes(b[..4].try_into().unwrap())
+}
+fn be_u64(b: &[u8]) -> u64 {
+    u64::from_be_bytes(b[..8].try_into().unwrap())
+}
+
+fn option_reply(w: &mut impl Write, opt: u32, kind: u32, data: &[u8]) -> io::Result<()> {
+    let mut m = Vec::with_capacity(20 + data.len());
+    m.extend_from_slice(&OPT_REPLY_MAGIC.to_be_bytes());
+    m.extend_from_slice(&opt.to_be_bytes());
+    m.extend_from_slice(&kind.to_be_bytes());
+    m.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    m.extend_from_slice(data);
+    w.write_all(&m)
+}
+
+/// Option haggling; true when the client moves on to transmission.
+fn handshake(r: &mut impl Read, w: &mut impl Write, size: u64) -> io::Result<bool> {
+    let mut hello = Vec::new();
+    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    w.write_all(&hello)?;
+    let mut cf = [0u8; 4];
+    r.read_exact(&mut cf)?;
+    let no_zeroes = be_u32(&cf) & CLIENT_NO_ZEROES != 0;
+    loop {
+        let mut h = [0u8; 16];
+        r.read_exact(&mut h)?;
+        if be_u64(&h) != IHAVEOPT {
+            return Err(io::Error::other("bad option magic"));
+        }
+        let (opt, len) = (be_u32(&h[8..]), be_u32(&h[12..]));
+        if len > 64 << 10 {
+            return Err(io::Error::other("option too long"));
+        }
+        let mut data = vec![0u8; len as usize];
+        r.read_exact(&mut data)?;
+        match opt {
+            OPT_EXPORT_NAME => {
+                let mut m = Vec::new();
+                m.extend_from_slice(&size.to_be_bytes());
+                m.extend_from_slice(&TRANSMISSION_FLAGS.to_be_bytes());
+                if !no_zeroes {
+                    m.extend_from_slice(&[0u8; 124]);
+                }
+                w.write_all(&m)?;
+                return Ok(true);
+            }
+            OPT_INFO | OPT_GO => {
+                // u32 name length, name, u16 count, count x u16 info types.
+                let requests = (|| {
+                    let n = be_u32(data.get(..4)?) as usize;
+                    let rest = data.get(4 + n..)?;
+                    let count = be_u16(rest.get(..2)?) as usize;
+                    let list = rest.get(2..2 + 2 * count)?;
+                    Some(list.chunks(2).map(be_u16).collect::<Vec<_>>())
+                })();
+                let Some(requests) = requests else {
+                    option_reply(w, opt, REP_ERR_INVALID, &[])?;
+                    continue;
+                };
+                let mut info = Vec::new();
+                info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+                info.extend_from_slice(&size.to_be_bytes());
+                info.extend_from_slice(&TRANSMISSION_FLAGS.to_be_bytes());
+                option_reply(w, opt, REP_INFO, &info)?;
+                if requests.contains(&INFO_BLOCK_SIZE) {
+                    let mut b = Vec::new();
+                    b.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+                    for v in [1u32, 4096, MAX_REQUEST] {
+                        b.extend_from_slice(&v.to_be_bytes());
+                    }
+                    option_reply(w, opt, REP_INFO, &b)?;
+                }
+                option_reply(w, opt, REP_ACK, &[])?;
+                if opt == OPT_GO {
+                    return Ok(true);
+                }
+            }
+            OPT_ABORT => {
+                let _ = option_reply(w, opt, REP_ACK, &[]);
+                return Ok(false);
+            }
+            _ => option_reply(w, opt, REP_ERR_UNSUP, &[])?,
+        }
+    }
+}
+
+fn reply(w: &Mutex<UnixStream>, cookie: u64, error: u32, data: &[u8]) -> io::Result<()> {
+    let mut m = Vec::with_capacity(16 + data.len());
+    m.extend_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
+    m.extend_from_slice(&error.to_be_bytes());
+    m.extend_from_slice(&cookie.to_be_bytes());
+    m.extend_from_slice(data);
+    // One write per reply keeps replies whole when threads answer at once.
+    w.lock().unwrap().write_all(&m)
+}
+
+/// Zeroes a range, leaving a hole (a 2 TiB volume must stay sparse).
+fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    use std::os::fd::AsRawFd;
+    fallocate(
+        file.as_raw_fd(),
+        FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+        offset as i64,
+        len as i64,
+    )
+    .map_err(io::Error::from)
+}
+
+/// Sleeps until `deadline` with a 1 us timer slack (the default 50 us
+/// would be a visible share of a sub-millisecond delay).
+fn sleep_until(deadline: Instant) {
+    let _ = nix::sys::prctl::set_timerslack(1000);
+    let now = Instant::now();
+    if deadline > now {
+        std::thread::sleep(deadline - now);
+    }
+}
+
+fn serve(conn: UnixStream, export: &Arc<Export>) -> io::Result<()> {
+    let mut r = BufReader::with_capacity(1 << 20, conn.try_clone()?);
+    let mut hw = conn.try_clone()?;
+    if !handshake(&mut r, &mut hw, export.size)? {
+        return Ok(());
+    }
+    let w = Arc::new(Mutex::new(conn));
+    loop {
+        let mut h = [0u8; 28];
+        match r.read_exact(&mut h) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let arrived = Instant::now();
+        if be_u32(&h) != REQUEST_MAGIC {
+            return Err(io::Error::other("bad request magic"));
+        }
+        let (kind, cookie, offset, len) = (
+            be_u16(&h[6..]),
+            be_u64(&h[8..]),
+            be_u64(&h[16..]),
+            be_u32(&h[24..]),
+        );
+        // The block size limit bounds payloads (reads and writes); a trim or
+        // zero request may cover up to 4 GiB of the export.
+        let in_range = offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= export.size)
+            && (len <= MAX_REQUEST || matches!(kind, CMD_TRIM | CMD_WRITE_ZEROES));
+        match kind {
+            CMD_WRITE => {
+                let mut buf = vec![0u8; len as usize];
+                r.read_exact(&mut buf)?;
+                let err = if !in_range {
+                    EINVAL
+                } else if export.file.write_all_at(&buf, offset).is_err() {
+                    EIO
+                } else {
+                    0
+                };
+                reply(&w, cookie, err, &[])?;
+                export.log(kind, offset, len, arrived);
+            }
+            CMD_READ => {
+                if !in_range {
+                    reply(&w, cookie, EINVAL, &[])?;
+                    continue;
+                }
+                let mut buf = vec![0u8; len as usize];
+                match export.file.read_exact_at(&mut buf, offset) {
+                    Ok(()) => reply(&w, cookie, 0, &buf)?,
+                    Err(_) => reply(&w, cookie, EIO, &[])?,
+                }
+                export.log(kind, offset, len, arrived);
+            }
+            CMD_FLUSH => {
+                reply(&w, cookie, 0, &[])?;
+                export.log(kind, offset, len, arrived);
+            }
+            CMD_TRIM | CMD_WRITE_ZEROES => {
+                if !in_range {
+                    reply(&w, cookie, EINVAL, &[])?;
+                    continue;
+                }
+                let delay = if kind == CMD_WRITE_ZEROES {
+                    export.zero_requests.fetch_add(1, Ordering::SeqCst);
+                    export.latency.zero
+                } else {
+                    Duration::ZERO
+                };
+                let (export, w) = (export.clone(), w.clone());
+                let work = move || {
+                    let err = match zero_range(&export.file, offset, len as u64) {
+                        Ok(()) => 0,
+                        Err(_) => EIO,
+                    };
+                    sleep_until(arrived + delay);
+                    let _ = reply(&w, cookie, err, &[]);
+                    export.log(kind, offset, len, arrived);
+                };
+                if delay.is_zero() {
+                    work();
+                } else {
+                    std::thread::Builder::new()
+                        .name("nbd-delay".into())
+                        .spawn(work)?;
+                }
+            }
+            CMD_DISC => return Ok(()),
+            _ => reply(&w, cookie, EINVAL, &[])?,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ebs_takes_the_guest_part_off_its_target() {
+        use crate::Accel;
+        use lazyinit_core::Arch;
+        let ebs = LatencyProfile::Z1Target(EBS_Z1);
+        assert_eq!(
+            ebs.resolve(Arch::X86_64, Accel::Tcg).zero,
+            Duration::from_micros(3400 - GUEST_PART_TCG_X86_US)
+        );
+        assert_eq!(
+            ebs.resolve(Arch::Arm64, Accel::Tcg).zero,
+            Duration::from_micros(3400 - GUEST_PART_TCG_ARM64_US)
+        );
+        let fixed = LatencyProfile::Fixed(Duration::from_micros(700));
+        assert_eq!(
+            fixed.resolve(Arch::Arm64, Accel::Kvm).zero,
+            Duration::from_micros(700)
+        );
+        // Never zero or negative, whatever the target.
+        let tiny = LatencyProfile::Z1Target(Duration::from_micros(10));
+        assert_eq!(
+            tiny.resolve(Arch::X86_64, Accel::Tcg).zero,
+            Duration::from_micros(1)
+        );
+    }
+
+    #[test]
+    fn delays_parse_in_ms_and_us() {
+        assert_eq!(parse_delay("2.4ms"), Some(Duration::from_micros(2400)));
+        assert_eq!(parse_delay("2400us"), Some(Duration::from_micros(2400)));
+        assert_eq!(parse_delay("3ms"), Some(Duration::from_millis(3)));
+        for bad in ["3", "0ms", "2s", "-1ms", "1001ms", "x ms", "NaNms"] {
+            assert_eq!(parse_delay(bad), None, "{bad}");
+        }
+    }
+
+    fn qemu_io(uri: &str, cmds: &[&str]) -> (Duration, String) {
+        let mut c = std::process::Command::new("qemu-io");
+        c.args(["-f", "raw"]);
+        for x in cmds {
+            c.args(["-c", x]);
+        }
+        c.arg(uri);
+        let t = Instant::now();
+        let out = c.output().expect("qemu-io (qemu-utils) runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            t.elapsed(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    /// QEMU's own NBD client against the server: data written comes back,
+    /// zeroed ranges read as zeros and become holes in the file, each zero
+    /// request waits the delay and plain writes do not.
+    #[test]
+    fn qemu_client_reads_writes_and_waits_on_zeroes() {
+        let dir = tempfile::tempdir().unwrap();
+        let vol = dir.path().join("v.raw");
+        File::create(&vol).unwrap().set_len(64 << 20).unwrap();
+        let sock = dir.path().join("v.sock");
+        let srv = NbdServer::start(
+            &vol,
+            &sock,
+            Latency {
+                zero: Duration::from_millis(200),
+            },
+        )
+        .unwrap();
+        let uri = format!("nbd+unix:///?socket={}", sock.display());
+
+        let (writes, _) = qemu_io(
+            &uri,
+            &["write -P 0xab 0 4M", "write -P 0xcd 8M 4M", "flush"],
+        );
+        let (_, out) = qemu_io(&uri, &["read -P 0xab 0 4M", "read -P 0xcd 8M 4M"]);
+        assert!(!out.contains("Pattern verification failed"), "{out}");
+        let allocated = |p: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(p).unwrap().blocks() * 512
+        };
+        assert!(allocated(&vol) >= 8 << 20);
+
+        let (zeroes, _) = qemu_io(&uri, &["write -z 0 2M", "write -z 2M 2M", "write -z 8M 4M"]);
+        assert_eq!(srv.zero_requests(), 3);
+        // A discard of the whole device in one request (mkfs does this) is
+        // not bound by the 32 MiB payload limit.
+        qemu_io(&uri, &["discard 0 64M"]);
+        let (_, out) = qemu_io(&uri, &["read -P 0 0 4M", "read -P 0 8M 4M"]);
+        assert!(!out.contains("Pattern verification failed"), "{out}");
+        assert!(allocated(&vol) < 1 << 20, "zeroed ranges are holes");
+        // Three zero requests in sequence: at least 3 x 200 ms; the writes
+        // were not delayed (a margin of 400 ms separates the two).
+        assert!(zeroes >= Duration::from_millis(600), "{zeroes:?}");
+        assert!(
+            writes + Duration::from_millis(400) < zeroes,
+            "{writes:?} vs {zeroes:?}"
+        );
+
+        drop(srv);
+        assert!(!sock.exists());
+    }
+}
