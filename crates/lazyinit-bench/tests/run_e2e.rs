@@ -130,6 +130,9 @@ fn smoke_run_measures_both_variants() {
                 .unwrap();
         assert!(st.contains("profile=ebs\nzero_delay_us=2300\n"), "{st}");
     }
+    // Log lines go to the run's log, not only to stderr.
+    let log = std::fs::read_to_string(out.path().join("res/run.log")).unwrap();
+    assert!(log.contains("launching"), "{log}");
     // The fix shortens the cycle (that is the whole point of the fix).
     assert!(
         fix.ms_per_group.unwrap() < 0.8 * got,

@@ -104,17 +104,14 @@ pub trait Provider: Send + Sync {
     /// `teardown` must still not leak a process.
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError>;
 
-    /// Pauses every other running machine of this provider, with its guest
-    /// clocks, so that `cell` has the host to itself for a moment (a with-fix
-    /// cell's first measured group sets its sleep for the whole run). Returns
-    /// what was paused, for [`Provider::resume`]. Providers whose machines do
-    /// not share a host pause nothing.
-    async fn pause_others(&self, _cell: &str) -> Vec<String> {
-        Vec::new()
+    /// Raises (`on`) or lowers `cell`'s machine's share of the host's CPU:
+    /// while a cell's sleep between groups is being set, its guest must not
+    /// wait for the CPU behind its neighbours (DESIGN §3). Returns whether
+    /// anything was raised. Providers whose machines do not share a host do
+    /// nothing.
+    async fn prioritize(&self, _cell: &str, _on: bool) -> bool {
+        false
     }
-
-    /// Resumes machines paused by [`Provider::pause_others`].
-    async fn resume(&self, _cells: &[String]) {}
 }
 
 #[async_trait]

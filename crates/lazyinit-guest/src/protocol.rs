@@ -34,17 +34,20 @@ pub struct Expectation {
 }
 
 /// How a cell shares the host with its neighbours (see the orchestrator's
-/// scheduler): CPU-heavy steps take a shared slot; a with-fix cell's first
-/// measured group takes the host alone, since that one zeroing time sets its
-/// sleep for the whole run (DESIGN §3).
+/// gate): `heavy` wraps CPU-heavy steps (warm-up, mkfs); `quiet` wraps the
+/// sensitive window, from mount until the sleep between groups is surely
+/// set (that one zeroing time sets it for the whole run, DESIGN §3).
 pub trait Gate: Send + Sync {
     fn heavy(&self) -> Box<dyn Send>;
     fn quiet(&self) -> Box<dyn Send>;
-    /// Called by a no-fix cell before it mounts: waits until no with-fix
-    /// cell still has its first group ahead (or `cancel` is set), so that
-    /// sleeping no-fix guests never load the host while a fix cell measures.
-    fn settle(&self, _cancel: &AtomicBool) {}
 }
+
+/// Groups traced before the sensitive window ends. With the fix the sleep
+/// is set by the first group; without it by the first zeroing that crosses
+/// a tick, and zeroings that cross none run back to back. With a ~1 ms
+/// zeroing at HZ=250 a zeroing crosses a tick one time in four, so 32
+/// groups leave a 1e-4 chance that the sleep is still unset.
+pub const SENSITIVE_GROUPS: u64 = 32;
 
 /// A gate that never waits (one cell alone, or tests).
 pub struct NoGate;
@@ -271,12 +274,9 @@ pub fn run(
     if cancelled() {
         return Err(GuestError::Interrupted);
     }
-    // With the fix, the first group's zeroing time sets the sleep for the
-    // whole run: hold the host quiet from mount until that group is traced.
-    if exp.variant == Variant::NoFix {
-        opts.gate.settle(&opts.cancel);
-    }
-    let mut quiet = (exp.variant == Variant::Fix).then(|| opts.gate.quiet());
+    // The first zeroing(s) set the sleep for the whole run: the window
+    // lasts from mount until that is surely done.
+    let mut quiet = Some(opts.gate.quiet());
     opts.events.phase(cell, Phase::Mount);
     let mount_opts = if opts.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
         format!("init_itable={}", opts.wait_mult)
@@ -323,7 +323,7 @@ pub fn run(
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let done = entries.saturating_sub(2).min(to_init);
-        if done > 0 && quiet.is_some() {
+        if done >= SENSITIVE_GROUPS.min(to_init) && quiet.is_some() {
             quiet = None;
         }
         let eta = (to_init - done) as f64 * per_group;
@@ -343,12 +343,9 @@ pub fn run(
                 after: opts.lazyinit_deadline,
             });
         }
-        let wait = if quiet.is_some() {
-            Duration::from_secs(1)
-        } else {
-            opts.poll_interval
-        };
-        sleep_unless_cancelled(wait, &opts.cancel)?;
+        // Every poll runs a shell in this very guest: no faster than asked,
+        // so that one rarely lands on a zeroing that sets the sleep.
+        sleep_unless_cancelled(opts.poll_interval, &opts.cancel)?;
     }
     drop(quiet);
 

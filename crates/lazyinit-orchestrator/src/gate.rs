@@ -1,144 +1,95 @@
 //! The host-sharing policy between concurrent cells (DESIGN §3).
 //!
-//! With the fix, a cell's sleep between groups is set once, from its first
-//! group's zeroing time, which under TCG is mostly CPU time. So:
-//! - heavy steps (boot, mkfs) share the host;
-//! - a with-fix cell takes the host alone from mount until its first group
-//!   is traced (write lock; write-preferring, so new heavy steps queue),
-//!   and every other guest is paused meanwhile (QMP stop: their clocks stop
-//!   too, so their own timings do not see the pause);
-//! - no-fix cells mount only once every with-fix cell of the run is past its
-//!   first group, so no sleeping neighbour's periodic zeroing competes.
-//!   No-fix timing does not depend on load, and they wait seconds, not minutes.
+//! A cell's sleep between groups is set once, near the start of lazy-init:
+//! with the fix from the first group's zeroing time z1, without it from the
+//! first zeroing that crosses a tick (which at HZ=250 a slow zeroing can
+//! cross twice). Under TCG part of that zeroing is the guest's CPU time, so
+//! a neighbour holding the CPU at that moment changes the whole run.
+//!
+//! So each cell runs its *sensitive window* (from mount until a few dozen
+//! groups are traced, long past the moment its sleep is set) at real-time
+//! priority on the host: the provider raises every thread of that cell's
+//! guest to SCHED_FIFO and lowers it again afterwards. A waking real-time
+//! thread preempts the other guests at once, so the zeroing runs as if the
+//! host were idle, while every other guest keeps running: nothing is paused
+//! or serialized, and the wall time of the matrix stays that of its slowest
+//! cell. The guest is idle between zeroings, so holding the priority costs
+//! the others nothing measurable.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use tokio::sync::RwLock;
+use lazyinit_core::provider::Provider;
 
 #[derive(Clone)]
 pub struct HostGate {
-    lock: Arc<RwLock<()>>,
-    /// Pauses the other guests during a quiet window (None: nothing to pause).
-    provider: Option<Arc<dyn lazyinit_core::provider::Provider>>,
-    /// With-fix cells whose first group is still ahead.
-    pending_fix: Arc<(Mutex<usize>, Condvar)>,
+    /// Raises a cell's guest during its sensitive window (None: nothing to
+    /// raise, as on EC2 where every cell has its own host).
+    provider: Option<Arc<dyn Provider>>,
     enabled: bool,
 }
 
 impl HostGate {
-    pub fn new(enabled: bool, fix_cells: usize) -> Self {
+    pub fn new(enabled: bool) -> Self {
         Self {
-            lock: Arc::new(RwLock::new(())),
             provider: None,
-            pending_fix: Arc::new((
-                Mutex::new(if enabled { fix_cells } else { 0 }),
-                Condvar::new(),
-            )),
             enabled,
         }
     }
 
-    /// Pause the provider's other machines during quiet windows.
-    pub fn pausing(mut self, provider: Arc<dyn lazyinit_core::provider::Provider>) -> Self {
+    /// Raise the provider's machines during sensitive windows.
+    pub fn prioritizing(mut self, provider: Arc<dyn Provider>) -> Self {
         self.provider = Some(provider);
         self
     }
 
-    pub async fn heavy_async(&self) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
-        if !self.enabled {
-            return None;
-        }
-        Some(self.lock.clone().read_owned().await)
-    }
-
-    /// The gate one cell uses; a with-fix cell counts itself done once.
-    pub fn for_cell(&self, cell: &str, fix: bool) -> CellGate {
+    /// The gate one cell uses.
+    pub fn for_cell(&self, cell: &str) -> CellGate {
         CellGate {
             host: self.clone(),
             cell: cell.to_string(),
-            fix_done: Arc::new(AtomicBool::new(!fix)),
         }
-    }
-
-    fn fix_passed(&self) {
-        let (m, cv) = &*self.pending_fix;
-        let mut n = m.lock().unwrap();
-        *n = n.saturating_sub(1);
-        cv.notify_all();
-    }
-
-    pub fn pending_fix(&self) -> usize {
-        *self.pending_fix.0.lock().unwrap()
     }
 }
 
-/// A cell's view of the gate. `release` is idempotent: the runner calls it
-/// when the cell ends, whatever happened, so a failed fix cell never holds
-/// the no-fix cells back.
+/// A cell's view of the gate.
 #[derive(Clone)]
 pub struct CellGate {
     host: HostGate,
     cell: String,
-    fix_done: Arc<AtomicBool>,
 }
 
-impl CellGate {
-    pub fn release(&self) {
-        if !self.fix_done.swap(true, Ordering::SeqCst) {
-            self.host.fix_passed();
-        }
-    }
+struct Raised {
+    provider: Arc<dyn Provider>,
+    cell: String,
 }
 
-struct QuietGuard {
-    _write: Option<tokio::sync::OwnedRwLockWriteGuard<()>>,
-    paused: Vec<String>,
-    cell: CellGate,
-}
-
-impl Drop for QuietGuard {
+impl Drop for Raised {
     fn drop(&mut self) {
         // Dropped on the protocol's blocking thread, inside the runtime.
-        if let (Some(p), false) = (&self.cell.host.provider, self.paused.is_empty()) {
-            tokio::runtime::Handle::current().block_on(p.resume(&self.paused));
-        }
-        self.cell.release();
+        tokio::runtime::Handle::current().block_on(self.provider.prioritize(&self.cell, false));
     }
 }
 
 impl lazyinit_guest::Gate for CellGate {
     fn heavy(&self) -> Box<dyn Send> {
-        if !self.host.enabled {
-            return Box::new(());
-        }
-        // Runs on the protocol's blocking thread, inside the runtime.
-        Box::new(tokio::runtime::Handle::current().block_on(self.host.lock.clone().read_owned()))
+        Box::new(())
     }
 
     fn quiet(&self) -> Box<dyn Send> {
-        let write = self.host.enabled.then(|| {
-            tokio::runtime::Handle::current().block_on(self.host.lock.clone().write_owned())
-        });
-        let paused = match (&self.host.provider, self.host.enabled) {
+        match (&self.host.provider, self.host.enabled) {
             (Some(p), true) => {
-                tokio::runtime::Handle::current().block_on(p.pause_others(&self.cell))
+                // Runs on the protocol's blocking thread, inside the runtime.
+                let raised =
+                    tokio::runtime::Handle::current().block_on(p.prioritize(&self.cell, true));
+                if raised {
+                    return Box::new(Raised {
+                        provider: p.clone(),
+                        cell: self.cell.clone(),
+                    });
+                }
+                Box::new(())
             }
-            _ => Vec::new(),
-        };
-        Box::new(QuietGuard {
-            _write: write,
-            paused,
-            cell: self.clone(),
-        })
-    }
-
-    fn settle(&self, cancel: &AtomicBool) {
-        let (m, cv) = &*self.host.pending_fix;
-        let mut n = m.lock().unwrap();
-        while *n > 0 && !cancel.load(Ordering::SeqCst) {
-            n = cv.wait_timeout(n, Duration::from_millis(200)).unwrap().0;
+            _ => Box::new(()),
         }
     }
 }
@@ -146,67 +97,59 @@ impl lazyinit_guest::Gate for CellGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use async_trait::async_trait;
+    use lazyinit_core::provider::{LaunchRequest, Machine, ProviderError};
     use lazyinit_guest::Gate;
+    use std::sync::Mutex;
 
-    #[test]
-    fn settle_waits_for_every_fix_cell() {
-        let host = HostGate::new(true, 2);
-        let a = host.for_cell("c", true);
-        let b = host.for_cell("c", true);
-        let nofix = host.for_cell("c", false);
-        let cancel = Arc::new(AtomicBool::new(false));
-        let waiter = {
-            let c = cancel.clone();
-            std::thread::spawn(move || {
-                nofix.settle(&c);
-                true
-            })
-        };
-        a.release();
-        a.release(); // idempotent: still one pending
-        assert_eq!(host.pending_fix(), 1);
-        assert!(!waiter.is_finished());
-        b.release();
-        assert!(waiter.join().unwrap());
-        assert_eq!(host.pending_fix(), 0);
-    }
+    /// Records prioritize calls.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<(String, bool)>>);
 
-    #[test]
-    fn settle_honours_cancel() {
-        let host = HostGate::new(true, 1);
-        let nofix = host.for_cell("c", false);
-        let cancel = AtomicBool::new(true);
-        nofix.settle(&cancel); // returns at once
-    }
-
-    #[test]
-    fn disabled_gate_never_waits() {
-        let host = HostGate::new(false, 3);
-        host.for_cell("c", false).settle(&AtomicBool::new(false));
+    #[async_trait]
+    impl Provider for Recorder {
+        fn name(&self) -> &str {
+            "recorder"
+        }
+        async fn preflight(&self, _: &[lazyinit_core::Cell]) -> Result<(), ProviderError> {
+            Ok(())
+        }
+        async fn launch(&self, _: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
+            Err(ProviderError::infra("not in this test"))
+        }
+        async fn prioritize(&self, cell: &str, on: bool) -> bool {
+            self.0.lock().unwrap().push((cell.to_string(), on));
+            true
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn quiet_excludes_heavy() {
-        let host = HostGate::new(true, 1);
-        let cell = host.for_cell("c", true);
+    async fn quiet_raises_the_cell_and_lowers_it_after() {
+        let rec = Arc::new(Recorder::default());
+        let host = HostGate::new(true).prioritizing(rec.clone());
+        let cell = host.for_cell("c1");
         let guard = tokio::task::spawn_blocking(move || cell.quiet())
             .await
             .unwrap();
-        let blocked = tokio::time::timeout(Duration::from_millis(100), host.heavy_async()).await;
-        assert!(
-            blocked.is_err(),
-            "heavy must wait while a fix cell is quiet"
-        );
-        drop(guard);
+        assert_eq!(*rec.0.lock().unwrap(), vec![("c1".to_string(), true)]);
+        tokio::task::spawn_blocking(move || drop(guard))
+            .await
+            .unwrap();
         assert_eq!(
-            host.pending_fix(),
-            0,
-            "leaving quiet counts the fix cell done"
+            *rec.0.lock().unwrap(),
+            vec![("c1".to_string(), true), ("c1".to_string(), false)]
         );
-        assert!(
-            tokio::time::timeout(Duration::from_secs(1), host.heavy_async())
-                .await
-                .is_ok()
-        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn disabled_gate_raises_nothing() {
+        let rec = Arc::new(Recorder::default());
+        let host = HostGate::new(false).prioritizing(rec.clone());
+        let cell = host.for_cell("c1");
+        let guard = tokio::task::spawn_blocking(move || cell.quiet())
+            .await
+            .unwrap();
+        drop(guard);
+        assert!(rec.0.lock().unwrap().is_empty());
     }
 }

@@ -31,8 +31,8 @@ pub struct RunOptions {
     pub cancel: Arc<AtomicBool>,
     /// Build parallelism for kernels.
     pub jobs: usize,
-    /// Give each with-fix cell's first group the host alone.
-    pub isolate_fix_start: bool,
+    /// Raise each cell's guest from mount until its sleep is set (gate).
+    pub prioritize_sensitive: bool,
     /// Kernel profile: `qemu` for local guests, `cloud` for EC2.
     pub kernel_profile: lazyinit_kernel::Profile,
     /// Deadline for SSH after launch.
@@ -189,7 +189,7 @@ pub async fn run(
     }
 
     let concurrency = plan.concurrency.min(todo.len()).max(1);
-    let pausing_provider = provider.clone();
+    let raising_provider = provider.clone();
     let shared = Arc::new(Shared {
         spec: spec.clone(),
         run_id: plan.run_id.clone(),
@@ -198,22 +198,18 @@ pub async fn run(
         keys,
         kernels,
         initramfs,
-        gate: HostGate::new(
-            opts.isolate_fix_start && concurrency > 1,
-            todo.iter().filter(|c| c.variant == Variant::Fix).count(),
-        )
-        .pausing(pausing_provider),
+        gate: HostGate::new(opts.prioritize_sensitive && concurrency > 1)
+            .prioritizing(raising_provider),
         concurrency: concurrency as u32,
         opts,
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
-    // With-fix cells first: their sensitive start then overlaps the others' boots
-    // only through the gate, and their long no-fix neighbours start right after.
+    // With-fix cells first, then the largest volumes: with fewer slots than
+    // cells, the long no-fix cells are not left for last.
     let mut order = todo;
     order.sort_by_key(|c| (c.variant != Variant::Fix, std::cmp::Reverse(c.volume)));
     let mut tasks = tokio::task::JoinSet::new();
-    // Slots are taken here, in order, so every with-fix cell holds a slot
-    // before any no-fix cell does (no-fix cells wait for them before mounting).
+    // Slots are taken here, in order.
     let mut never_started = Vec::new();
     for cell in order {
         let slot = slots
@@ -232,10 +228,7 @@ pub async fn run(
         });
     }
     for cell in never_started {
-        shared
-            .gate
-            .for_cell(&cell.id(), cell.variant == Variant::Fix)
-            .release();
+        tracing::debug!(cell = %cell.id(), "not started: interrupted");
     }
     while let Some(res) = tasks.join_next().await {
         match res {
@@ -322,35 +315,19 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
     };
 
     ev.phase(&id, Phase::Launch);
+    tracing::info!(cell = %id, storage = %sh.spec.storage_profile, "launching");
     let launch_started = Instant::now();
-    let heavy = sh.gate.heavy_async().await;
     let machine = match sh.provider.launch(&req).await {
         Ok(m) => m,
-        Err(e) => {
-            drop(heavy);
-            sh.gate
-                .for_cell(&cell.id(), cell.variant == Variant::Fix)
-                .release();
-            return finish(sh, row, Err(e.to_string()), None, &log_dir);
-        }
+        Err(e) => return finish(sh, row, Err(e.to_string()), None, &log_dir),
     };
     let info = machine.info();
     row.machine = info.machine;
     row.accel = info.accel;
 
-    let gate = sh.gate.for_cell(&cell.id(), cell.variant == Variant::Fix);
-    let (mut machine, result) = measure(
-        sh,
-        &cell,
-        &req,
-        machine,
-        launch_started,
-        heavy,
-        &gate,
-        &mut row,
-    )
-    .await;
-    gate.release();
+    let gate = sh.gate.for_cell(&cell.id());
+    let (mut machine, result) =
+        measure(sh, &cell, &req, machine, launch_started, &gate, &mut row).await;
     let tail = machine.console_tail(40);
     ev.phase(&id, Phase::Teardown);
     if let Err(e) = machine.teardown().await {
@@ -366,7 +343,6 @@ async fn measure(
     req: &LaunchRequest,
     machine: Box<dyn Machine>,
     launch_started: Instant,
-    heavy: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
     gate: &crate::gate::CellGate,
     row: &mut ResultRow,
 ) -> (Box<dyn Machine>, Result<(), String>) {
@@ -384,7 +360,6 @@ async fn measure(
         (machine, r)
     })
     .await;
-    drop(heavy);
     let (machine, remote) = match joined {
         Ok(x) => x,
         Err(e) => panic!("boot wait panicked: {e}"),

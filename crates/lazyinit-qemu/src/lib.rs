@@ -115,8 +115,10 @@ pub struct QemuProvider {
     tsc_khz: Option<u64>,
     accel: Arc<tokio::sync::Mutex<HashMap<Arch, Accel>>>,
     ports: Arc<Mutex<HashSet<u16>>>,
-    /// QMP sockets of live machines by cell id, for pause/resume.
+    /// QEMU pids of live machines by cell id, for `prioritize`.
     live: machine::Registry,
+    /// Set once a raise failed (not root), so the warning is said once.
+    raise_warned: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl QemuProvider {
@@ -133,6 +135,7 @@ impl QemuProvider {
             accel: Default::default(),
             ports: Default::default(),
             live: Default::default(),
+            raise_warned: Default::default(),
         }
     }
 
@@ -250,6 +253,33 @@ impl Provider for QemuProvider {
             })?;
         }
         Ok(())
+    }
+
+    /// Every thread of the cell's QEMU (vCPU, main loop, I/O) goes
+    /// SCHED_FIFO: a waking guest then preempts every other guest at once.
+    async fn prioritize(&self, cell: &str, on: bool) -> bool {
+        let Some(pid) = self.live.lock().unwrap().get(cell).copied() else {
+            return false;
+        };
+        match tokio::task::spawn_blocking(move || process::set_realtime(pid, true, on)).await {
+            Ok(Ok(())) => {
+                tracing::debug!(cell, on, "QEMU real-time priority");
+                true
+            }
+            Ok(Err(why)) => {
+                if on
+                    && !self
+                        .raise_warned
+                        .swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    tracing::warn!(
+                        "cannot give guests real-time priority ({why}): run as root (or with CAP_SYS_NICE) so that concurrent cells do not change each other's sleep"
+                    );
+                }
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {

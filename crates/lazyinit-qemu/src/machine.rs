@@ -24,9 +24,8 @@ pub(crate) struct StartArgs<'a> {
     pub storage: Storage,
 }
 
-/// Live machines' QMP sockets by cell id.
-pub(crate) type Registry =
-    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>>;
+/// Live machines' QEMU process ids by cell id (for `Provider::prioritize`).
+pub(crate) type Registry = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>;
 
 pub struct QemuMachine {
     registered: Option<(Registry, String)>,
@@ -143,9 +142,9 @@ impl QemuMachine {
     }
 
     pub(crate) fn register(&mut self, reg: &Registry, cell: String) {
-        reg.lock()
-            .unwrap()
-            .insert(cell.clone(), self.qmp_socket.clone());
+        if let Some(pid) = self.process.as_ref().and_then(|p| p.pid()) {
+            reg.lock().unwrap().insert(cell.clone(), pid);
+        }
         self.registered = Some((reg.clone(), cell));
     }
 

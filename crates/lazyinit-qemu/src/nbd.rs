@@ -377,13 +377,82 @@ fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
     .map_err(io::Error::from)
 }
 
-/// Sleeps until `deadline` with a 1 us timer slack (the default 50 us
-/// would be a visible share of a sub-millisecond delay).
-fn sleep_until(deadline: Instant) {
+/// Replies held back until their due time, answered by one thread per
+/// connection (earliest due first).
+struct DelayQueue {
+    due: Mutex<(std::collections::BinaryHeap<Held>, bool)>,
+    wake: std::sync::Condvar,
+}
+
+struct Held {
+    due: Instant,
+    cookie: u64,
+    err: u32,
+    log: (u16, u64, u32, Instant),
+}
+
+impl PartialEq for Held {
+    fn eq(&self, o: &Self) -> bool {
+        self.due == o.due
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    /// Reversed: the max-heap yields the earliest due first.
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        o.due.cmp(&self.due)
+    }
+}
+
+impl DelayQueue {
+    fn push(&self, h: Held) {
+        self.due.lock().unwrap().0.push(h);
+        self.wake.notify_one();
+    }
+
+    fn close(&self) {
+        self.due.lock().unwrap().1 = true;
+        self.wake.notify_one();
+    }
+
+    /// Answers each held reply at its due time, until closed and empty.
+    fn run(&self, w: &Mutex<UnixStream>, export: &Export) {
+        let mut g = self.due.lock().unwrap();
+        loop {
+            let now = Instant::now();
+            match g.0.peek() {
+                None if g.1 => return,
+                None => g = self.wake.wait(g).unwrap(),
+                Some(h) if h.due <= now => {
+                    let h = g.0.pop().expect("peeked");
+                    drop(g);
+                    let _ = reply(w, h.cookie, h.err, &[]);
+                    let (kind, offset, len, arrived) = h.log;
+                    export.log(kind, offset, len, arrived);
+                    g = self.due.lock().unwrap();
+                }
+                Some(h) => {
+                    let wait = h.due - now;
+                    g = self.wake.wait_timeout(g, wait).unwrap().0;
+                }
+            }
+        }
+    }
+}
+
+/// Runs the calling thread at real-time priority when the process may
+/// (root): a delayed reply must leave on time even when every core is busy
+/// with guests. Timer slack goes to 1 us for normal threads otherwise.
+fn realtime_thread() {
     let _ = nix::sys::prctl::set_timerslack(1000);
-    let now = Instant::now();
-    if deadline > now {
-        std::thread::sleep(deadline - now);
+    let tid = nix::unistd::gettid().as_raw() as u32;
+    if let Err(why) = crate::process::set_realtime(tid, false, true) {
+        tracing::debug!(%why, "NBD thread stays at normal priority");
     }
 }
 
@@ -394,6 +463,32 @@ fn serve(conn: UnixStream, export: &Arc<Export>) -> io::Result<()> {
         return Ok(());
     }
     let w = Arc::new(Mutex::new(conn));
+    realtime_thread();
+    let queue = Arc::new(DelayQueue {
+        due: Mutex::new((Default::default(), false)),
+        wake: std::sync::Condvar::new(),
+    });
+    let answerer = {
+        let (queue, w, export) = (queue.clone(), w.clone(), export.clone());
+        std::thread::Builder::new()
+            .name("nbd-delay".into())
+            .spawn(move || {
+                realtime_thread();
+                queue.run(&w, &export);
+            })?
+    };
+    let result = requests(&mut r, &w, export, &queue);
+    queue.close();
+    let _ = answerer.join();
+    result
+}
+
+fn requests(
+    r: &mut impl Read,
+    w: &Mutex<UnixStream>,
+    export: &Arc<Export>,
+    queue: &DelayQueue,
+) -> io::Result<()> {
     loop {
         let mut h = [0u8; 28];
         match r.read_exact(&mut h) {
@@ -428,28 +523,28 @@ fn serve(conn: UnixStream, export: &Arc<Export>) -> io::Result<()> {
                 } else {
                     0
                 };
-                reply(&w, cookie, err, &[])?;
+                reply(w, cookie, err, &[])?;
                 export.log(kind, offset, len, arrived);
             }
             CMD_READ => {
                 if !in_range {
-                    reply(&w, cookie, EINVAL, &[])?;
+                    reply(w, cookie, EINVAL, &[])?;
                     continue;
                 }
                 let mut buf = vec![0u8; len as usize];
                 match export.file.read_exact_at(&mut buf, offset) {
-                    Ok(()) => reply(&w, cookie, 0, &buf)?,
-                    Err(_) => reply(&w, cookie, EIO, &[])?,
+                    Ok(()) => reply(w, cookie, 0, &buf)?,
+                    Err(_) => reply(w, cookie, EIO, &[])?,
                 }
                 export.log(kind, offset, len, arrived);
             }
             CMD_FLUSH => {
-                reply(&w, cookie, 0, &[])?;
+                reply(w, cookie, 0, &[])?;
                 export.log(kind, offset, len, arrived);
             }
             CMD_TRIM | CMD_WRITE_ZEROES => {
                 if !in_range {
-                    reply(&w, cookie, EINVAL, &[])?;
+                    reply(w, cookie, EINVAL, &[])?;
                     continue;
                 }
                 let delay = if kind == CMD_WRITE_ZEROES {
@@ -458,26 +553,24 @@ fn serve(conn: UnixStream, export: &Arc<Export>) -> io::Result<()> {
                 } else {
                     Duration::ZERO
                 };
-                let (export, w) = (export.clone(), w.clone());
-                let work = move || {
-                    let err = match zero_range(&export.file, offset, len as u64) {
-                        Ok(()) => 0,
-                        Err(_) => EIO,
-                    };
-                    sleep_until(arrived + delay);
-                    let _ = reply(&w, cookie, err, &[]);
-                    export.log(kind, offset, len, arrived);
+                let err = match zero_range(&export.file, offset, len as u64) {
+                    Ok(()) => 0,
+                    Err(_) => EIO,
                 };
                 if delay.is_zero() {
-                    work();
+                    reply(w, cookie, err, &[])?;
+                    export.log(kind, offset, len, arrived);
                 } else {
-                    std::thread::Builder::new()
-                        .name("nbd-delay".into())
-                        .spawn(work)?;
+                    queue.push(Held {
+                        due: arrived + delay,
+                        cookie,
+                        err,
+                        log: (kind, offset, len, arrived),
+                    });
                 }
             }
             CMD_DISC => return Ok(()),
-            _ => reply(&w, cookie, EINVAL, &[])?,
+            _ => reply(w, cookie, EINVAL, &[])?,
         }
     }
 }

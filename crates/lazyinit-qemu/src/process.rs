@@ -95,6 +95,44 @@ impl Drop for QemuProcess {
     }
 }
 
+/// Puts a process (every thread of it, with `all_threads`) or one thread
+/// under SCHED_FIFO priority 1 (`on`), or back under SCHED_OTHER, with
+/// util-linux's `chrt`. Needs root or CAP_SYS_NICE; the error says why not.
+/// The kernel's real-time throttling (95% of each second by default) keeps
+/// a runaway real-time thread from taking a whole CPU.
+pub fn set_realtime(id: u32, all_threads: bool, on: bool) -> Result<(), String> {
+    let mut c = std::process::Command::new("chrt");
+    if on {
+        c.args(["-f"]);
+    } else {
+        c.args(["-o"]);
+    }
+    if all_threads {
+        c.arg("-a");
+    }
+    c.args(["-p", if on { "1" } else { "0" }, &id.to_string()]);
+    let out = c
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run chrt: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// The scheduling policy of a thread, from /proc (`0` SCHED_OTHER, `1`
+/// SCHED_FIFO): field 41 of `stat`.
+pub fn sched_policy(pid: u32, tid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..]
+        .split(' ')
+        .nth(38)?
+        .parse()
+        .ok()
+}
+
 /// The last `max_bytes` of a file, starting at a line boundary, lossily decoded.
 pub fn tail_file(path: &Path, max_bytes: usize) -> String {
     let Ok(bytes) = std::fs::read(path) else {
@@ -141,6 +179,40 @@ mod tests {
                 rest[0] != "Z" && rest[2] == pgid.to_string()
             })
             .count()
+    }
+
+    /// Every thread of a process goes real-time and back (as root; the
+    /// harness warns and goes on without it otherwise).
+    #[test]
+    fn realtime_on_every_thread_and_back() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let euid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap();
+        if euid != "0" {
+            eprintln!("skipping: needs root");
+            return;
+        }
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let tids = || -> Vec<u32> {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
+                .collect()
+        };
+        set_realtime(pid, true, true).unwrap();
+        assert!(tids().iter().all(|t| sched_policy(pid, *t) == Some(1)));
+        set_realtime(pid, true, false).unwrap();
+        assert!(tids().iter().all(|t| sched_policy(pid, *t) == Some(0)));
+        assert!(set_realtime(999_999_999, true, true).is_err());
+        child.kill().unwrap();
+        let _ = child.wait();
     }
 
     #[tokio::test]

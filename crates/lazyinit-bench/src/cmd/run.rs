@@ -54,8 +54,9 @@ pub struct RunArgs {
     /// the same spec there resumes it).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Let with-fix cells start while others boot (their first-group timing,
-    /// which sets their sleep, then competes for the CPU).
+    /// Do not raise each guest to real-time priority from mount until its
+    /// sleep is set (its first zeroings then compete for the CPU with the
+    /// other guests; README, "Concurrency policy").
     #[arg(long)]
     pub no_isolate: bool,
     /// Seconds to wait for SSH after launch.
@@ -247,7 +248,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         events: lazyinit_core::events::EventSink::new(tx),
         cancel: cancel.clone(),
         jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
-        isolate_fix_start: !a.no_isolate,
+        prioritize_sensitive: !a.no_isolate,
         kernel_profile: if spec.provider == "ec2" {
             lazyinit_kernel::Profile::Cloud
         } else {

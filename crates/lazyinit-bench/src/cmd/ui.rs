@@ -41,6 +41,7 @@ pub fn spawn(
         );
         total.set_prefix("total");
         let mut bar_of: HashMap<String, ProgressBar> = HashMap::new();
+        super::bars_on_stderr(bars);
         while let Some(e) = rx.recv().await {
             if file.is_none() {
                 file = std::fs::OpenOptions::new()
@@ -48,6 +49,9 @@ pub fn spawn(
                     .append(true)
                     .open(&log)
                     .ok();
+                if let Some(dir) = log.parent() {
+                    super::log_to_file(&dir.join("run.log"));
+                }
             }
             if let Some(f) = file.as_mut() {
                 let mut v = serde_json::to_value(&e).unwrap_or_default();
@@ -113,6 +117,7 @@ pub fn spawn(
             }
         }
         total.finish();
+        super::bars_on_stderr(false);
     })
 }
 
