@@ -104,14 +104,27 @@ pub trait Provider: Send + Sync {
     /// `teardown` must still not leak a process.
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError>;
 
-    /// Raises (`on`) or lowers `cell`'s machine's share of the host's CPU:
-    /// while a cell's sleep between groups is being set, its guest must not
-    /// wait for the CPU behind its neighbours (DESIGN §3). Returns whether
-    /// anything was raised. Providers whose machines do not share a host do
-    /// nothing.
-    async fn prioritize(&self, _cell: &str, _on: bool) -> bool {
+    /// Sets `cell`'s machine's claim on the host's CPU (see [`Priority`]).
+    /// Returns whether it was set. Providers whose machines do not share a
+    /// host do nothing.
+    async fn prioritize(&self, _cell: &str, _p: Priority) -> bool {
         false
     }
+}
+
+/// A machine's claim on a shared host's CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// Unmeasured work (boot, warm-up, mkfs) at this nice value (0-19): the
+    /// runner gives the cells it expects to take longest the lowest value,
+    /// so they reach their measured phase first.
+    Prepare { nice: u8 },
+    /// The measured phase, mount to the thread's exit: real-time, so a
+    /// zeroing never waits for the CPU behind unmeasured work (DESIGN §3).
+    Measure,
+    /// The first zeroings, which set the sleep for the whole run: real-time
+    /// above `Measure`, so not even another measured guest delays them.
+    Critical,
 }
 
 #[async_trait]

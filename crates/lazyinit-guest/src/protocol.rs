@@ -34,12 +34,13 @@ pub struct Expectation {
 }
 
 /// How a cell shares the host with its neighbours (see the orchestrator's
-/// gate): `heavy` wraps CPU-heavy steps (warm-up, mkfs); `quiet` wraps the
-/// sensitive window, from mount until the sleep between groups is surely
-/// set (that one zeroing time sets it for the whole run, DESIGN §3).
+/// gate). Each returns a guard held for the span it names:
+/// - `measuring`: the measured phase, from mount to the thread's exit;
+/// - `critical`: inside it, until the sleep between groups is surely set
+///   (that one zeroing time sets it for the whole run, DESIGN §3).
 pub trait Gate: Send + Sync {
-    fn heavy(&self) -> Box<dyn Send>;
-    fn quiet(&self) -> Box<dyn Send>;
+    fn measuring(&self) -> Box<dyn Send>;
+    fn critical(&self) -> Box<dyn Send>;
 }
 
 /// Groups traced before the sensitive window ends. With the fix the sleep
@@ -53,10 +54,10 @@ pub const SENSITIVE_GROUPS: u64 = 32;
 pub struct NoGate;
 
 impl Gate for NoGate {
-    fn heavy(&self) -> Box<dyn Send> {
+    fn measuring(&self) -> Box<dyn Send> {
         Box::new(())
     }
-    fn quiet(&self) -> Box<dyn Send> {
+    fn critical(&self) -> Box<dyn Send> {
         Box::new(())
     }
 }
@@ -232,7 +233,6 @@ pub fn run(
         .collect::<Vec<_>>()
         .join(" ");
     // mkfs and dumpe2fs of a 3 TiB device take a while under emulation.
-    let heavy = opts.gate.heavy();
     if let Some(dev) = &opts.warmup_device {
         check(
             remote.exec(
@@ -249,7 +249,6 @@ pub fn run(
         )?,
         "mkfs",
     )?);
-    drop(heavy);
     m.mkfs_s = kv.get("mkfs_s").and_then(|v| v.parse().ok());
     let blocks: u64 = num(&kv, "blocks", "mkfs")?;
     let bpg: u64 = num(&kv, "blocks_per_group", "mkfs")?;
@@ -274,9 +273,10 @@ pub fn run(
     if cancelled() {
         return Err(GuestError::Interrupted);
     }
-    // The first zeroing(s) set the sleep for the whole run: the window
-    // lasts from mount until that is surely done.
-    let mut quiet = Some(opts.gate.quiet());
+    // The first zeroing(s) set the sleep for the whole run: the critical
+    // span lasts from mount until that is surely done.
+    let measuring = opts.gate.measuring();
+    let mut quiet = Some(opts.gate.critical());
     opts.events.phase(cell, Phase::Mount);
     let mount_opts = if opts.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
         format!("init_itable={}", opts.wait_mult)
@@ -348,6 +348,7 @@ pub fn run(
         sleep_unless_cancelled(opts.poll_interval, &opts.cancel)?;
     }
     drop(quiet);
+    drop(measuring);
 
     opts.events.phase(cell, Phase::Collect);
     let trace = check(

@@ -6,19 +6,22 @@
 //! cross twice). Under TCG part of that zeroing is the guest's CPU time, so
 //! a neighbour holding the CPU at that moment changes the whole run.
 //!
-//! So each cell runs its *sensitive window* (from mount until a few dozen
-//! groups are traced, long past the moment its sleep is set) at real-time
-//! priority on the host: the provider raises every thread of that cell's
-//! guest to SCHED_FIFO and lowers it again afterwards. A waking real-time
-//! thread preempts the other guests at once, so the zeroing runs as if the
-//! host were idle, while every other guest keeps running: nothing is paused
-//! or serialized, and the wall time of the matrix stays that of its slowest
-//! cell. The guest is idle between zeroings, so holding the priority costs
-//! the others nothing measurable.
+//! So the guest of a cell runs, on the host:
+//! - its unmeasured work (boot, warm-up, mkfs) at a nice value set by how
+//!   long the cell is expected to take: the longest cells get the CPU first
+//!   and reach their measured phase first, which keeps the matrix's wall
+//!   time near that of its slowest cell;
+//! - its measured phase (mount to the thread's exit) at real-time priority
+//!   (SCHED_FIFO 1), so its zeroings never wait behind unmeasured work;
+//! - the first zeroings, until a few dozen groups are traced (long after the
+//!   sleep is set), one real-time level higher, so not even another measured
+//!   guest delays them.
+//! Guests are idle between zeroings, so real-time priority costs the others
+//! nothing measurable; nothing is paused or serialized.
 
 use std::sync::Arc;
 
-use lazyinit_core::provider::Provider;
+use lazyinit_core::provider::{Priority, Provider};
 
 #[derive(Clone)]
 pub struct HostGate {
@@ -42,13 +45,30 @@ impl HostGate {
         self
     }
 
-    /// The gate one cell uses.
-    pub fn for_cell(&self, cell: &str) -> CellGate {
+    /// The gate one cell uses; `nice` is its unmeasured work's nice value.
+    pub fn for_cell(&self, cell: &str, nice: u8) -> CellGate {
         CellGate {
             host: self.clone(),
             cell: cell.to_string(),
+            nice,
         }
     }
+}
+
+/// Nice values for the unmeasured work of cells expected to take
+/// `durations`: 0 for the longest, up to 10 for the shortest, in proportion.
+pub fn nice_by_duration(durations: &[f64]) -> Vec<u8> {
+    let max = durations.iter().cloned().fold(0.0, f64::max);
+    durations
+        .iter()
+        .map(|d| {
+            if max > 0.0 {
+                (10.0 * (1.0 - d / max)).round().clamp(0.0, 10.0) as u8
+            } else {
+                0
+            }
+        })
+        .collect()
 }
 
 /// A cell's view of the gate.
@@ -56,41 +76,64 @@ impl HostGate {
 pub struct CellGate {
     host: HostGate,
     cell: String,
+    nice: u8,
 }
 
-struct Raised {
-    provider: Arc<dyn Provider>,
-    cell: String,
+impl CellGate {
+    /// Sets the priority; true if the provider set it. Runs on the
+    /// protocol's blocking thread or in async code, inside the runtime.
+    fn set(&self, p: Priority) -> bool {
+        match (&self.host.provider, self.host.enabled) {
+            (Some(provider), true) => {
+                let (provider, cell) = (provider.clone(), self.cell.clone());
+                let fut = async move { provider.prioritize(&cell, p).await };
+                match tokio::runtime::Handle::current().runtime_flavor() {
+                    tokio::runtime::RuntimeFlavor::CurrentThread => false,
+                    _ => tokio::task::block_in_place(|| {
+                        tokio::runtime::Handle::current().block_on(fut)
+                    }),
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Unmeasured work from now on (right after launch).
+    pub fn prepare(&self) {
+        self.set(Priority::Prepare { nice: self.nice });
+    }
+
+    /// A guard that holds `p` and goes back to `back` when dropped.
+    fn hold(&self, p: Priority, back: Priority) -> Box<dyn Send> {
+        if self.set(p) {
+            Box::new(Held {
+                gate: self.clone(),
+                back,
+            })
+        } else {
+            Box::new(())
+        }
+    }
 }
 
-impl Drop for Raised {
+struct Held {
+    gate: CellGate,
+    back: Priority,
+}
+
+impl Drop for Held {
     fn drop(&mut self) {
-        // Dropped on the protocol's blocking thread, inside the runtime.
-        tokio::runtime::Handle::current().block_on(self.provider.prioritize(&self.cell, false));
+        self.gate.set(self.back);
     }
 }
 
 impl lazyinit_guest::Gate for CellGate {
-    fn heavy(&self) -> Box<dyn Send> {
-        Box::new(())
+    fn measuring(&self) -> Box<dyn Send> {
+        self.hold(Priority::Measure, Priority::Prepare { nice: self.nice })
     }
 
-    fn quiet(&self) -> Box<dyn Send> {
-        match (&self.host.provider, self.host.enabled) {
-            (Some(p), true) => {
-                // Runs on the protocol's blocking thread, inside the runtime.
-                let raised =
-                    tokio::runtime::Handle::current().block_on(p.prioritize(&self.cell, true));
-                if raised {
-                    return Box::new(Raised {
-                        provider: p.clone(),
-                        cell: self.cell.clone(),
-                    });
-                }
-                Box::new(())
-            }
-            _ => Box::new(()),
-        }
+    fn critical(&self) -> Box<dyn Send> {
+        self.hold(Priority::Critical, Priority::Measure)
     }
 }
 
@@ -104,7 +147,7 @@ mod tests {
 
     /// Records prioritize calls.
     #[derive(Default)]
-    struct Recorder(Mutex<Vec<(String, bool)>>);
+    struct Recorder(Mutex<Vec<(String, Priority)>>);
 
     #[async_trait]
     impl Provider for Recorder {
@@ -117,39 +160,60 @@ mod tests {
         async fn launch(&self, _: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
             Err(ProviderError::infra("not in this test"))
         }
-        async fn prioritize(&self, cell: &str, on: bool) -> bool {
-            self.0.lock().unwrap().push((cell.to_string(), on));
+        async fn prioritize(&self, cell: &str, p: Priority) -> bool {
+            self.0.lock().unwrap().push((cell.to_string(), p));
             true
         }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn quiet_raises_the_cell_and_lowers_it_after() {
+    async fn phases_raise_and_lower_in_order() {
         let rec = Arc::new(Recorder::default());
         let host = HostGate::new(true).prioritizing(rec.clone());
-        let cell = host.for_cell("c1");
-        let guard = tokio::task::spawn_blocking(move || cell.quiet())
-            .await
-            .unwrap();
-        assert_eq!(*rec.0.lock().unwrap(), vec![("c1".to_string(), true)]);
-        tokio::task::spawn_blocking(move || drop(guard))
-            .await
-            .unwrap();
+        let cell = host.for_cell("c1", 4);
+        tokio::task::spawn_blocking(move || {
+            cell.prepare();
+            let m = cell.measuring();
+            let c = cell.critical();
+            drop(c);
+            drop(m);
+        })
+        .await
+        .unwrap();
+        let p = |p| ("c1".to_string(), p);
         assert_eq!(
             *rec.0.lock().unwrap(),
-            vec![("c1".to_string(), true), ("c1".to_string(), false)]
+            vec![
+                p(Priority::Prepare { nice: 4 }),
+                p(Priority::Measure),
+                p(Priority::Critical),
+                p(Priority::Measure),
+                p(Priority::Prepare { nice: 4 }),
+            ]
         );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn disabled_gate_raises_nothing() {
+    async fn disabled_gate_sets_nothing() {
         let rec = Arc::new(Recorder::default());
         let host = HostGate::new(false).prioritizing(rec.clone());
-        let cell = host.for_cell("c1");
-        let guard = tokio::task::spawn_blocking(move || cell.quiet())
-            .await
-            .unwrap();
-        drop(guard);
+        let cell = host.for_cell("c1", 0);
+        tokio::task::spawn_blocking(move || {
+            cell.prepare();
+            drop(cell.measuring());
+        })
+        .await
+        .unwrap();
         assert!(rec.0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn longest_cells_get_the_lowest_nice() {
+        assert_eq!(
+            nice_by_duration(&[60.0, 27.0, 14.0, 60.0]),
+            vec![0, 6, 8, 0]
+        );
+        assert_eq!(nice_by_duration(&[0.0]), vec![0]);
+        assert_eq!(nice_by_duration(&[]), Vec::<u8>::new());
     }
 }

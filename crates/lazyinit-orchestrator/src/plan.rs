@@ -209,12 +209,16 @@ pub fn render(p: &Plan) -> String {
         hms(p.slowest_cell_s),
         hms(p.serial_s)
     ));
-    s.push_str(&format!(
-        "host memory: ~{} MiB for {} guests; host disk: ~{:.1} GiB of sparse volumes\n",
-        p.memory_mib,
-        p.concurrency,
-        p.disk_bytes as f64 / (1u64 << 30) as f64
-    ));
+    // Guests on this host only for the local provider; EC2 prints its
+    // instance-hours and cost instead (the CLI adds them).
+    if p.cells.iter().any(|c| c.cell.provider == "qemu") {
+        s.push_str(&format!(
+            "host memory: ~{} MiB for {} guests; host disk: ~{:.1} GiB of sparse volumes\n",
+            p.memory_mib,
+            p.concurrency,
+            p.disk_bytes as f64 / (1u64 << 30) as f64
+        ));
+    }
     s
 }
 
@@ -246,6 +250,17 @@ mod tests {
             .find(|c| c.id.contains("arm64") && c.id.contains("nofix-2TiB"))
             .unwrap();
         assert_eq!(arm_nofix_2t.groups, 16384);
+    }
+
+    #[test]
+    fn host_lines_only_for_local_guests() {
+        let q = Spec::parse(preset("quick").unwrap(), "quick").unwrap();
+        assert!(render(&plan(&q, 512, 20_000)).contains("host memory"));
+        let text = preset("quick")
+            .unwrap()
+            .replace("provider = \"qemu\"", "provider = \"ec2\"");
+        let e = Spec::parse(&text, "ec2").unwrap();
+        assert!(!render(&plan(&e, 512, 20_000)).contains("host memory"));
     }
 
     #[test]

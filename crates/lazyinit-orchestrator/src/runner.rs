@@ -74,6 +74,8 @@ struct Shared {
     kernels: BTreeMap<KernelNeed, lazyinit_kernel::KernelArtifact>,
     initramfs: BTreeMap<Arch, PathBuf>,
     gate: HostGate,
+    /// Nice value of each cell's unmeasured work (longest cells lowest).
+    nice: BTreeMap<String, u8>,
     concurrency: u32,
 }
 
@@ -200,6 +202,18 @@ pub async fn run(
         initramfs,
         gate: HostGate::new(opts.prioritize_sensitive && concurrency > 1)
             .prioritizing(raising_provider),
+        nice: {
+            let mine: Vec<_> = plan
+                .cells
+                .iter()
+                .filter(|p| todo.iter().any(|c| c.id() == p.id))
+                .collect();
+            let d: Vec<f64> = mine.iter().map(|p| p.predicted_wall_s).collect();
+            mine.iter()
+                .map(|p| p.id.clone())
+                .zip(crate::gate::nice_by_duration(&d))
+                .collect()
+        },
         concurrency: concurrency as u32,
         opts,
     });
@@ -325,7 +339,10 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
     row.machine = info.machine;
     row.accel = info.accel;
 
-    let gate = sh.gate.for_cell(&cell.id());
+    let gate = sh
+        .gate
+        .for_cell(&id, sh.nice.get(&id).copied().unwrap_or(0));
+    gate.prepare();
     let (mut machine, result) =
         measure(sh, &cell, &req, machine, launch_started, &gate, &mut row).await;
     let tail = machine.console_tail(40);

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lazyinit_core::provider::{LaunchRequest, Machine, Provider, ProviderError};
+use lazyinit_core::provider::{LaunchRequest, Machine, Priority, Provider, ProviderError};
 use lazyinit_core::{Arch, Cell};
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +57,10 @@ impl Default for QemuConfig {
         }
     }
 }
+
+/// SCHED_FIFO priority of the NBD server's threads: above a measured
+/// guest's (1-2), so a guest never delays the hold that times its zeroing.
+pub const NBD_RT_PRIORITY: u8 = 3;
 
 /// A storage profile for the volume:
 /// - `none` (default): host page cache, guest flushes reach the host disk
@@ -255,25 +259,32 @@ impl Provider for QemuProvider {
         Ok(())
     }
 
-    /// Every thread of the cell's QEMU (vCPU, main loop, I/O) goes
-    /// SCHED_FIFO: a waking guest then preempts every other guest at once.
-    async fn prioritize(&self, cell: &str, on: bool) -> bool {
+    /// Every thread of the cell's QEMU (vCPU, main loop, I/O) goes to the
+    /// asked nice value, or SCHED_FIFO: a waking real-time guest preempts
+    /// every normal one at once. The NBD server's threads sit above both
+    /// real-time levels, so a held reply always leaves on time.
+    async fn prioritize(&self, cell: &str, p: Priority) -> bool {
         let Some(pid) = self.live.lock().unwrap().get(cell).copied() else {
             return false;
         };
-        match tokio::task::spawn_blocking(move || process::set_realtime(pid, true, on)).await {
+        let set = move || match p {
+            Priority::Prepare { nice } => process::set_realtime(pid, true, None)
+                .and_then(|()| process::set_group_nice(pid, nice.min(19))),
+            Priority::Measure => process::set_realtime(pid, true, Some(1)),
+            Priority::Critical => process::set_realtime(pid, true, Some(2)),
+        };
+        match tokio::task::spawn_blocking(set).await {
             Ok(Ok(())) => {
-                tracing::debug!(cell, on, "QEMU real-time priority");
+                tracing::debug!(cell, ?p, "QEMU priority");
                 true
             }
             Ok(Err(why)) => {
-                if on
-                    && !self
-                        .raise_warned
-                        .swap(true, std::sync::atomic::Ordering::SeqCst)
+                if !self
+                    .raise_warned
+                    .swap(true, std::sync::atomic::Ordering::SeqCst)
                 {
                     tracing::warn!(
-                        "cannot give guests real-time priority ({why}): run as root (or with CAP_SYS_NICE) so that concurrent cells do not change each other's sleep"
+                        "cannot set guest priorities ({why}): run as root (or with CAP_SYS_NICE) so that concurrent cells do not change each other's sleep"
                     );
                 }
                 false

@@ -451,7 +451,7 @@ impl DelayQueue {
 fn realtime_thread() {
     let _ = nix::sys::prctl::set_timerslack(1000);
     let tid = nix::unistd::gettid().as_raw() as u32;
-    if let Err(why) = crate::process::set_realtime(tid, false, true) {
+    if let Err(why) = crate::process::set_realtime(tid, false, Some(crate::NBD_RT_PRIORITY)) {
         tracing::debug!(%why, "NBD thread stays at normal priority");
     }
 }

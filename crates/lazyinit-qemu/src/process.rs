@@ -96,25 +96,33 @@ impl Drop for QemuProcess {
 }
 
 /// Puts a process (every thread of it, with `all_threads`) or one thread
-/// under SCHED_FIFO priority 1 (`on`), or back under SCHED_OTHER, with
-/// util-linux's `chrt`. Needs root or CAP_SYS_NICE; the error says why not.
-/// The kernel's real-time throttling (95% of each second by default) keeps
-/// a runaway real-time thread from taking a whole CPU.
-pub fn set_realtime(id: u32, all_threads: bool, on: bool) -> Result<(), String> {
+/// under SCHED_FIFO at `rt` (1-99), or back under SCHED_OTHER with `rt` None,
+/// with util-linux's `chrt`. Needs root or CAP_SYS_NICE; the error says why
+/// not. The kernel's real-time throttling (95% of each second by default)
+/// keeps a runaway real-time thread from taking a whole CPU.
+pub fn set_realtime(id: u32, all_threads: bool, rt: Option<u8>) -> Result<(), String> {
     let mut c = std::process::Command::new("chrt");
-    if on {
-        c.args(["-f"]);
-    } else {
-        c.args(["-o"]);
-    }
+    c.arg(if rt.is_some() { "-f" } else { "-o" });
     if all_threads {
         c.arg("-a");
     }
-    c.args(["-p", if on { "1" } else { "0" }, &id.to_string()]);
+    c.args(["-p", &rt.unwrap_or(0).to_string(), &id.to_string()]);
+    run_quiet(c)
+}
+
+/// Sets the nice value of every thread of every process in a process group
+/// (`setpriority(PRIO_PGRP)` through util-linux's `renice`).
+pub fn set_group_nice(pgid: u32, nice: u8) -> Result<(), String> {
+    let mut c = std::process::Command::new("renice");
+    c.args(["-n", &nice.to_string(), "-g", &pgid.to_string()]);
+    run_quiet(c)
+}
+
+fn run_quiet(mut c: std::process::Command) -> Result<(), String> {
     let out = c
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run chrt: {e}"))?;
+        .map_err(|e| format!("cannot run {:?}: {e}", c.get_program()))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -206,11 +214,25 @@ mod tests {
                 .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
                 .collect()
         };
-        set_realtime(pid, true, true).unwrap();
+        set_realtime(pid, true, Some(2)).unwrap();
         assert!(tids().iter().all(|t| sched_policy(pid, *t) == Some(1)));
-        set_realtime(pid, true, false).unwrap();
+        set_realtime(pid, true, None).unwrap();
         assert!(tids().iter().all(|t| sched_policy(pid, *t) == Some(0)));
-        assert!(set_realtime(999_999_999, true, true).is_err());
+        assert!(set_realtime(999_999_999, true, Some(1)).is_err());
+        // Nice by process group (the child is in ours: use a fresh group).
+        let mut grp = std::process::Command::new("sleep");
+        std::os::unix::process::CommandExt::process_group(&mut grp, 0);
+        let mut g = grp.arg("30").spawn().unwrap();
+        set_group_nice(g.id(), 7).unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", g.id())).unwrap();
+        let nice = stat[stat.rfind(')').unwrap() + 2..]
+            .split(' ')
+            .nth(16)
+            .unwrap()
+            .to_string();
+        assert_eq!(nice, "7");
+        g.kill().unwrap();
+        let _ = g.wait();
         child.kill().unwrap();
         let _ = child.wait();
     }
