@@ -273,10 +273,12 @@ pub fn run(
     if cancelled() {
         return Err(GuestError::Interrupted);
     }
-    // The first zeroing(s) set the sleep for the whole run: the critical
-    // span lasts from mount until that is surely done.
+    // The measured phase starts with the mount. The first zeroing(s), after
+    // a random 0-5 s delay and the bitmap prefetch, set the sleep for the
+    // whole run: the critical span lasts from the end of the mount (a CPU
+    // burst that must not compete with other guests' first zeroings at the
+    // same level) until that is surely done.
     let measuring = opts.gate.measuring();
-    let mut quiet = Some(opts.gate.critical());
     opts.events.phase(cell, Phase::Mount);
     let mount_opts = if opts.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
         format!("init_itable={}", opts.wait_mult)
@@ -291,6 +293,7 @@ pub fn run(
         "mount",
     )?;
     let mounted_at = Instant::now();
+    let mut quiet = Some(opts.gate.critical());
     if key_values(&mount_out)
         .get("pid")
         .is_none_or(|p| p.is_empty())
