@@ -29,6 +29,50 @@ fn qemu_processes_with(needle: &str) -> Vec<String> {
     out
 }
 
+/// Pids of QEMU processes whose command line mentions `needle`.
+fn qemu_pids_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.starts_with("qemu-system") && cmd.contains(needle)).then_some(pid)
+        })
+        .collect()
+}
+
+/// Every thread of `pid` under SCHED_FIFO (policy 1: field 41 of stat).
+fn all_threads_fifo(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut n = 0;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            return false;
+        };
+        let Some(close) = stat.rfind(')') else {
+            return false;
+        };
+        if stat[close + 2..].split(' ').nth(38) != Some("1") {
+            return false;
+        }
+        n += 1;
+    }
+    n > 0
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        .unwrap_or(false)
+}
+
 /// No QMP or NBD socket left in a results folder.
 fn no_sockets(dir: &Path) -> bool {
     files_under(dir)
@@ -64,11 +108,26 @@ fn smoke_run_measures_both_variants() {
         ),
     )
     .unwrap();
-    let status = Command::new(bin())
+    let mut child = Command::new(bin())
         .args(["run", spec.to_str().unwrap(), "--out"])
         .arg(out.path().join("res"))
-        .status()
+        .spawn()
         .unwrap();
+    // While a cell is in its measured phase, its guest runs at real-time
+    // priority on the host (README, "Concurrency policy"): seen in /proc.
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let mut saw_realtime = false;
+    while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+        if qemu_pids_with(out.path().to_str().unwrap())
+            .iter()
+            .any(|pid| all_threads_fifo(*pid))
+        {
+            saw_realtime = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = child.wait().unwrap();
     let csv = out.path().join("res/results.csv");
     let rows = read_rows(&csv).unwrap();
     for r in &rows {
@@ -81,6 +140,10 @@ fn smoke_run_measures_both_variants() {
     }
     assert!(status.success(), "run exited with {status}");
     assert_eq!(rows.len(), 2);
+    assert!(
+        saw_realtime || !is_root(),
+        "no guest ran at real-time priority during its measured phase"
+    );
     for r in &rows {
         let groups = r.groups.unwrap();
         assert_eq!(

@@ -64,6 +64,38 @@ pub fn completed_cells(csv: &std::path::Path) -> anyhow::Result<HashSet<String>>
         .collect())
 }
 
+/// Takes `<dir>/.lock` (flock, released when the process ends whatever
+/// way it ends) or says which process holds it.
+fn lock_folder(dir: &std::path::Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0)?;
+            lock.rewind()?;
+            write!(lock, "{}", std::process::id())?;
+            Ok(lock)
+        }
+        Err((mut file, _)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            Err(lazyinit_core::exit::bad_input(format!(
+                "another lazyinit-bench run (pid {}) is using {}: wait for it to end, or give this run another --out",
+                pid.trim(),
+                dir.display()
+            ))
+            .into())
+        }
+    }
+}
+
 struct Shared {
     spec: Spec,
     opts: RunOptions,
@@ -108,6 +140,9 @@ pub async fn run(
             opts.out_dir.display()
         )
     })?;
+    // One run per results folder: two would share cell folders, sockets
+    // included, and one's teardown would stop the other's guests.
+    let _folder_lock = lock_folder(&opts.out_dir)?;
     let writer = ResultsWriter::open(&csv)?;
     std::fs::write(
         opts.out_dir.join("spec.toml"),
@@ -525,4 +560,27 @@ fn finish(
         }),
     });
     row.status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_run_per_results_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_folder(dir.path()).unwrap();
+        let err = lock_folder(dir.path()).unwrap_err();
+        assert_eq!(
+            lazyinit_core::exit::code_of(&err),
+            lazyinit_core::exit::BAD_INPUT
+        );
+        assert!(
+            err.to_string()
+                .contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+        drop(held);
+        lock_folder(dir.path()).unwrap();
+    }
 }
