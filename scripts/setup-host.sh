@@ -13,6 +13,7 @@ fi
 
 PKGS=(
   qemu-system-x86 qemu-system-arm        # guests (backports, see below)
+  qemu-utils                             # qemu-io (NBD server tests; backports)
   linux-source-6.1 linux-source-6.12     # kernel sources
   build-essential gcc-aarch64-linux-gnu  # native and cross compilers
   flex bison bc libelf-dev libssl-dev cpio xz-utils zstd kmod rsync
@@ -48,10 +49,10 @@ fi
 $SUDO dpkg --add-architecture arm64
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q -t "${codename}-backports" qemu-system-x86 qemu-system-arm
+$SUDO apt-get install -y -q -t "${codename}-backports" qemu-system-x86 qemu-system-arm qemu-utils
 rest=()
 for p in "${PKGS[@]}"; do
-  case "$p" in qemu-system-*) ;; *) rest+=("$p") ;; esac
+  case "$p" in qemu-system-* | qemu-utils) ;; *) rest+=("$p") ;; esac
 done
 $SUDO apt-get install -y -q --no-install-recommends "${rest[@]}"
 echo "setup-host: done"
