@@ -235,7 +235,9 @@ pub async fn run(
         keys,
         kernels,
         initramfs,
-        gate: HostGate::new(opts.prioritize_sensitive && concurrency > 1)
+        // Also for one cell at a time: other processes on the host (another
+        // run, a build) compete for the CPU just the same.
+        gate: HostGate::new(opts.prioritize_sensitive)
             .prioritizing(raising_provider),
         nice: {
             let mine: Vec<_> = plan
