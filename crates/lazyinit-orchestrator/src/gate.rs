@@ -13,9 +13,11 @@
 //!   time near that of its slowest cell;
 //! - its measured phase (mount to the thread's exit) at real-time priority
 //!   (SCHED_FIFO 1), so its zeroings never wait behind unmeasured work;
-//! - the first zeroings, until a few dozen groups are traced (long after the
-//!   sleep is set), one real-time level higher, so not even another measured
-//!   guest delays them.
+//! - from the end of its mount until a few dozen groups are traced (its
+//!   start delay, bitmap prefetch and first zeroings, long past the moment
+//!   the sleep is set) one real-time level higher, so another guest's mount
+//!   (a CPU burst at the lower level) never delays them.
+//!
 //! Guests are idle between zeroings, so real-time priority costs the others
 //! nothing measurable; nothing is paused or serialized.
 

@@ -164,7 +164,7 @@ fn z1_for_sleep(key: &CellKey, l: u64) -> Option<f64> {
     }
     match key.variant {
         Variant::Fix => Some((l as f64 + 0.5) / (w as f64 * hz)),
-        Variant::NoFix if l > 0 && l % w == 0 => Some(((l / w) as f64 - 0.5) / hz),
+        Variant::NoFix if l > 0 && l.is_multiple_of(w) => Some(((l / w) as f64 - 0.5) / hz),
         Variant::NoFix => None,
     }
 }
