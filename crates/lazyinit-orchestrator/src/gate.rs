@@ -58,14 +58,17 @@ impl HostGate {
 }
 
 /// Nice values for the unmeasured work of cells expected to take
-/// `durations`: 0 for the longest, up to 10 for the shortest, in proportion.
+/// `durations`: 0 for the longest, up to 19 for the shortest, in
+/// proportion. The spread is wide because CFS weights are geometric: at
+/// nice 10 a guest still takes a tenth of what a nice-0 one does, and a
+/// dozen of them slowed the longest cells' boots by a fifth.
 pub fn nice_by_duration(durations: &[f64]) -> Vec<u8> {
     let max = durations.iter().cloned().fold(0.0, f64::max);
     durations
         .iter()
         .map(|d| {
             if max > 0.0 {
-                (10.0 * (1.0 - d / max)).round().clamp(0.0, 10.0) as u8
+                (19.0 * (1.0 - d / max)).round().clamp(0.0, 19.0) as u8
             } else {
                 0
             }
@@ -213,7 +216,7 @@ mod tests {
     fn longest_cells_get_the_lowest_nice() {
         assert_eq!(
             nice_by_duration(&[60.0, 27.0, 14.0, 60.0]),
-            vec![0, 6, 8, 0]
+            vec![0, 10, 15, 0]
         );
         assert_eq!(nice_by_duration(&[0.0]), vec![0]);
         assert_eq!(nice_by_duration(&[]), Vec::<u8>::new());
