@@ -150,6 +150,9 @@ struct Export {
     size: u64,
     latency: Latency,
     zero_requests: AtomicU64,
+    /// What was written, when the file was all holes at start (else None:
+    /// every zero request punches).
+    written: Option<Mutex<Extents>>,
     /// `kind,offset,len,arrived_us,replied_us` per request, when the
     /// environment sets LAZYINIT_NBD_TRACE (a debugging aid).
     trace: Option<Mutex<std::io::BufWriter<File>>>,
@@ -200,6 +203,11 @@ impl NbdServer {
             size,
             latency,
             zero_requests: AtomicU64::new(0),
+            written: {
+                use std::os::unix::fs::MetadataExt;
+                let blocks = std::fs::metadata(volume).map(|m| m.blocks()).unwrap_or(1);
+                (blocks == 0).then(|| Mutex::new(Extents::default()))
+            },
             trace: std::env::var_os("LAZYINIT_NBD_TRACE").and_then(|_| {
                 let f = File::create(socket.with_extension("trace.csv")).ok()?;
                 Some(Mutex::new(std::io::BufWriter::new(f)))
@@ -364,6 +372,68 @@ fn reply(w: &Mutex<UnixStream>, cookie: u64, error: u32, data: &[u8]) -> io::Res
     w.lock().unwrap().write_all(&m)
 }
 
+/// The byte ranges written since the server started, for a volume that was
+/// all holes then: a zero or trim request over ranges never written needs
+/// no call into the host filesystem at all. (A punch next to mkfs's
+/// metadata took 0.4 ms more than the hold on a 3 TiB volume, straight into
+/// the measured z1.)
+#[derive(Debug, Default)]
+struct Extents(std::collections::BTreeMap<u64, u64>);
+
+impl Extents {
+    /// Marks [start, end) written, merging with touching ranges.
+    fn add(&mut self, mut start: u64, mut end: u64) {
+        if start >= end {
+            return;
+        }
+        // A range starting at or before `start` that reaches it.
+        if let Some((&s, &e)) = self.0.range(..=start).next_back() {
+            if e >= start {
+                start = s;
+                end = end.max(e);
+                self.0.remove(&s);
+            }
+        }
+        // Ranges starting inside [start, end].
+        let inside: Vec<(u64, u64)> = self.0.range(start..=end).map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in inside {
+            end = end.max(e);
+            self.0.remove(&s);
+        }
+        self.0.insert(start, end);
+    }
+
+    /// The written parts of [start, end), which are forgotten (the caller
+    /// zeroes them).
+    fn take(&mut self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut hit = Vec::new();
+        let first = self
+            .0
+            .range(..start)
+            .next_back()
+            .filter(|(_, &e)| e > start)
+            .map(|(&s, _)| s);
+        let keys: Vec<u64> = first
+            .into_iter()
+            .chain(self.0.range(start..end).map(|(&s, _)| s))
+            .collect();
+        for s in keys {
+            let e = self.0.remove(&s).expect("listed");
+            let (a, b) = (s.max(start), e.min(end));
+            if a < b {
+                hit.push((a, b));
+            }
+            if s < start {
+                self.0.insert(s, start);
+            }
+            if e > end {
+                self.0.insert(end, e);
+            }
+        }
+        hit
+    }
+}
+
 /// Zeroes a range, leaving a hole (a 2 TiB volume must stay sparse).
 fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
     use nix::fcntl::{fallocate, FallocateFlags};
@@ -521,6 +591,9 @@ fn requests(
                 } else if export.file.write_all_at(&buf, offset).is_err() {
                     EIO
                 } else {
+                    if let Some(w) = &export.written {
+                        w.lock().unwrap().add(offset, offset + len as u64);
+                    }
                     0
                 };
                 reply(w, cookie, err, &[])?;
@@ -553,7 +626,15 @@ fn requests(
                 } else {
                     Duration::ZERO
                 };
-                let err = match zero_range(&export.file, offset, len as u64) {
+                let end = offset + len as u64;
+                let pieces = match &export.written {
+                    Some(w) => w.lock().unwrap().take(offset, end),
+                    None => vec![(offset, end)],
+                };
+                let err = match pieces
+                    .into_iter()
+                    .try_for_each(|(a, b)| zero_range(&export.file, a, b - a))
+                {
                     Ok(()) => 0,
                     Err(_) => EIO,
                 };
@@ -602,6 +683,39 @@ mod tests {
         assert_eq!(
             tiny.resolve(Arch::X86_64, Accel::Tcg).zero,
             Duration::from_micros(1)
+        );
+    }
+
+    #[test]
+    fn extents_merge_and_split() {
+        let mut x = Extents::default();
+        x.add(10, 20);
+        x.add(20, 30); // touching: merged
+        x.add(40, 50);
+        x.add(45, 60); // overlapping: merged
+        assert_eq!(
+            x.0.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+            vec![(10, 30), (40, 60)]
+        );
+        assert!(x.take(0, 10).is_empty() && x.take(30, 40).is_empty());
+        // Takes the written parts and leaves the rest.
+        assert_eq!(x.take(15, 45), vec![(15, 30), (40, 45)]);
+        assert_eq!(
+            x.0.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+            vec![(10, 15), (45, 60)]
+        );
+        assert_eq!(x.take(0, 100), vec![(10, 15), (45, 60)]);
+        assert!(x.0.is_empty());
+        x.add(5, 8);
+        x.add(1, 100); // swallows
+        assert_eq!(
+            x.0.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+            vec![(1, 100)]
+        );
+        assert_eq!(x.take(50, 60), vec![(50, 60)]);
+        assert_eq!(
+            x.0.iter().map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+            vec![(1, 50), (60, 100)]
         );
     }
 
