@@ -196,11 +196,15 @@ fn smoke_run_measures_both_variants() {
     // Log lines go to the run's log, not only to stderr.
     let log = std::fs::read_to_string(out.path().join("res/run.log")).unwrap();
     assert!(log.contains("launching"), "{log}");
-    // The fix shortens the cycle (that is the whole point of the fix).
+    // The fix shortens the sleep and so the cycle (the point of the fix).
+    // With EBS-like zeroing the gain at HZ=250 is small, as in the report
+    // (x86_64: 544 against 743 s at 2 TiB, 932 against 1110 at 3 TiB): L
+    // about 8 against 10, so a cycle about 18% shorter.
     assert!(
-        fix.ms_per_group.unwrap() < 0.8 * got,
-        "fix {:?} vs nofix {got}",
-        fix.ms_per_group
+        fix.sleep_ticks.unwrap() < nofix.sleep_ticks.unwrap() && fix.ms_per_group.unwrap() < got,
+        "fix {:?} ms/group (L={l}) vs nofix {got} (L={:?})",
+        fix.ms_per_group,
+        nofix.sleep_ticks
     );
     // Nothing left behind.
     assert!(
