@@ -237,8 +237,7 @@ pub async fn run(
         initramfs,
         // Also for one cell at a time: other processes on the host (another
         // run, a build) compete for the CPU just the same.
-        gate: HostGate::new(opts.prioritize_sensitive)
-            .prioritizing(raising_provider),
+        gate: HostGate::new(opts.prioritize_sensitive).prioritizing(raising_provider),
         nice: {
             let mine: Vec<_> = plan
                 .cells

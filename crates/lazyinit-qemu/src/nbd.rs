@@ -40,12 +40,6 @@ pub struct Latency {
     pub zero: Duration,
 }
 
-impl std::fmt::Display for Latency {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "zero {} us", self.zero.as_micros())
-    }
-}
-
 /// A latency profile as asked for: a fixed delay, or a target for the
 /// whole first zeroing (z1), from which the guest's own part is taken off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
