@@ -43,34 +43,10 @@ fn qemu_pids_with(needle: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Every thread of `pid` under SCHED_FIFO (policy 1: field 41 of stat).
+/// Every thread of `pid` under SCHED_FIFO.
 fn all_threads_fifo(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    let mut n = 0;
-    for t in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
-            return false;
-        };
-        let Some(close) = stat.rfind(')') else {
-            return false;
-        };
-        if stat[close + 2..].split(' ').nth(38) != Some("1") {
-            return false;
-        }
-        n += 1;
-    }
-    n > 0
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        .unwrap_or(false)
+    let p = lazyinit_qemu::process::thread_policies(pid);
+    !p.is_empty() && p.iter().all(|x| *x == 1)
 }
 
 /// No QMP or NBD socket left in a results folder.
@@ -141,7 +117,7 @@ fn smoke_run_measures_both_variants() {
     assert!(status.success(), "run exited with {status}");
     assert_eq!(rows.len(), 2);
     assert!(
-        saw_realtime || !is_root(),
+        saw_realtime || !lazyinit_qemu::process::is_root(),
         "no guest ran at real-time priority during its measured phase"
     );
     for r in &rows {

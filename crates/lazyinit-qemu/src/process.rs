@@ -130,15 +130,35 @@ fn run_quiet(mut c: std::process::Command) -> Result<(), String> {
     }
 }
 
-/// The scheduling policy of a thread, from /proc (`0` SCHED_OTHER, `1`
-/// SCHED_FIFO): field 41 of `stat`.
-pub fn sched_policy(pid: u32, tid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..]
-        .split(' ')
-        .nth(38)?
-        .parse()
-        .ok()
+/// The scheduling policy of every thread of a process, from /proc (`0`
+/// SCHED_OTHER, `1` SCHED_FIFO: field 41 of `stat`); empty if the process
+/// is gone.
+pub fn thread_policies(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            stat[stat.rfind(')')? + 2..]
+                .split(' ')
+                .nth(38)?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Whether this process runs as root (real-time priorities need it, or
+/// CAP_SYS_NICE).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        .unwrap_or(false)
 }
 
 /// The last `max_bytes` of a file, starting at a line boundary, lossily decoded.
@@ -193,13 +213,7 @@ mod tests {
     /// harness warns and goes on without it otherwise).
     #[test]
     fn realtime_on_every_thread_and_back() {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let euid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .unwrap();
-        if euid != "0" {
+        if !is_root() {
             eprintln!("skipping: needs root");
             return;
         }
@@ -208,16 +222,15 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let tids = || -> Vec<u32> {
-            std::fs::read_dir(format!("/proc/{pid}/task"))
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
-                .collect()
-        };
         set_realtime(pid, true, Some(2)).unwrap();
-        assert!(tids().iter().all(|t| sched_policy(pid, *t) == Some(1)));
+        let fifo = thread_policies(pid);
+        assert!(!fifo.is_empty() && fifo.iter().all(|p| *p == 1), "{fifo:?}");
         set_realtime(pid, true, None).unwrap();
-        assert!(tids().iter().all(|t| sched_policy(pid, *t) == Some(0)));
+        let other = thread_policies(pid);
+        assert!(
+            !other.is_empty() && other.iter().all(|p| *p == 0),
+            "{other:?}"
+        );
         assert!(set_realtime(999_999_999, true, Some(1)).is_err());
         // Nice by process group (the child is in ours: use a fresh group).
         let mut grp = std::process::Command::new("sleep");
