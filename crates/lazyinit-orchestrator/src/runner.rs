@@ -294,12 +294,12 @@ pub async fn run(
     Ok(summary)
 }
 
-/// What our initramfs needs on a kexec'd cloud kernel: our /init, DHCP on
-/// the instance's network, and the RNG seeded at once so SSH answers.
-pub fn kexec_extra_cmdline() -> Vec<String> {
-    ["rdinit=/init", "lazyinit.net=dhcp", "random.trust_cpu=on"]
-        .map(String::from)
-        .to_vec()
+/// The command line of a kexec'd cloud kernel: the instance's console, plus
+/// what our initramfs needs (our /init, DHCP on the instance's network, the
+/// RNG seeded at once so SSH answers).
+pub fn kexec_cmdline(arch: Arch) -> String {
+    let extra = ["rdinit=/init", "lazyinit.net=dhcp", "random.trust_cpu=on"].map(String::from);
+    lazyinit_guest::install::ec2_cmdline(arch, &extra)
 }
 
 /// Resolves once the cancel flag is set (checked every 200 ms).
@@ -446,7 +446,7 @@ async fn measure(
         let deadline = Instant::now() + sh.opts.boot_timeout;
         let mut machine = machine;
         let joined = tokio::task::spawn_blocking(move || {
-            let cmdline = lazyinit_guest::install::ec2_cmdline(arch, &kexec_extra_cmdline());
+            let cmdline = kexec_cmdline(arch);
             let r = lazyinit_guest::install::install_and_kexec(
                 remote.session(),
                 &ep,
