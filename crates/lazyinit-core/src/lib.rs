@@ -15,9 +15,11 @@ pub mod provider;
 pub mod reported;
 pub mod results;
 pub mod size;
+pub mod storage;
 
 pub use cell::{Arch, Cell, Hz, KernelSource, Variant};
 pub use size::ByteSize;
+pub use storage::StorageProfile;
 
 /// Version of the harness, recorded in every result row.
 pub const HARNESS_VERSION: &str = env!("CARGO_PKG_VERSION");

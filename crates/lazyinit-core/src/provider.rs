@@ -27,8 +27,8 @@ pub struct LaunchRequest {
     pub log_dir: PathBuf,
     /// Extra kernel command-line arguments (clocksource hints, for example).
     pub extra_cmdline: Vec<String>,
-    /// Storage latency profile for the volume (`none` or a provider-specific name).
-    pub storage_profile: String,
+    /// What a zeroing costs on the volume.
+    pub storage_profile: crate::storage::StorageProfile,
 }
 
 /// How to reach a launched guest.
@@ -99,6 +99,19 @@ pub trait Provider: Send + Sync {
     /// (tools installed, disk or quota enough). Launches nothing.
     async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError>;
 
+    /// Refuses a storage profile this provider cannot serve (bad input,
+    /// before any build). By default only the provider's own storage
+    /// (`none`) is served.
+    fn check_storage(&self, p: &crate::storage::StorageProfile) -> Result<(), ProviderError> {
+        match p {
+            crate::storage::StorageProfile::None => Ok(()),
+            other => Err(ProviderError::BadInput(format!(
+                "storage profile `{other}` is not available with provider {}: use `none`",
+                self.name()
+            ))),
+        }
+    }
+
     /// Starts a machine for one cell and returns once it is booting. The
     /// returned machine owns every resource it made; dropping it without
     /// `teardown` must still not leak a process.
@@ -110,6 +123,20 @@ pub trait Provider: Send + Sync {
     async fn prioritize(&self, _cell: &str, _p: Priority) -> bool {
         false
     }
+
+    /// Whether this provider's machines share one host's CPU (local
+    /// guests): then a guest's first zeroings must not run beside another
+    /// guest's (the orchestrator's gate gives one at a time the host).
+    fn shares_host(&self) -> bool {
+        false
+    }
+}
+
+/// The hold of a volume's zero requests, set while the machine runs (the
+/// `ebs` profile calibrates it on each guest before the measured mount).
+pub trait ZeroHold: Send + Sync {
+    fn get(&self) -> std::time::Duration;
+    fn set(&self, hold: std::time::Duration);
 }
 
 /// A machine's claim on a shared host's CPU.
@@ -142,6 +169,11 @@ pub trait Machine: Send {
     /// translating the kernel's code paths, and without the fix that first
     /// timing sets the sleep for the whole run). `None`: no warm-up.
     fn warmup_device(&self) -> Option<String> {
+        None
+    }
+    /// The volume's zero-request hold, when the provider holds zeroes (a
+    /// latency storage profile). The warm-up device has the same hold.
+    fn zero_hold(&self) -> Option<std::sync::Arc<dyn ZeroHold>> {
         None
     }
     /// The last `lines` lines of the guest console, for error messages.

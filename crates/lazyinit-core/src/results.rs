@@ -86,6 +86,24 @@ pub struct ResultRow {
     pub concurrency: u32,
     /// The mkfs.ext4 command line run in the guest.
     pub mkfs_cmd: String,
+    /// The measured first zeroing (z1), ms, from the trace: the lazy-init
+    /// thread's journal start to its first group event. With the fix it
+    /// sets the sleep (L = floor(W z1 HZ)).
+    #[serde(default)]
+    pub z1_ms: Option<f64>,
+    /// The z1 the storage hold was calibrated for (`ebs`), ms.
+    #[serde(default)]
+    pub z1_target_ms: Option<f64>,
+    /// The guest's own part of a first zeroing, as the calibration
+    /// measured it on this guest, ms.
+    #[serde(default)]
+    pub guest_part_ms: Option<f64>,
+    /// The hold of each zero request on the measured volume, ms.
+    #[serde(default)]
+    pub zero_hold_ms: Option<f64>,
+    /// Median zeroing time over all groups, ms.
+    #[serde(default)]
+    pub zero_median_ms: Option<f64>,
 }
 
 impl ResultRow {
@@ -128,6 +146,11 @@ pub const COLUMNS: &[&str] = &[
     "storage_profile",
     "concurrency",
     "mkfs_cmd",
+    "z1_ms",
+    "z1_target_ms",
+    "guest_part_ms",
+    "zero_hold_ms",
+    "zero_median_ms",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -303,6 +326,11 @@ mod tests {
             storage_profile: "none".into(),
             concurrency: 1,
             mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
+            z1_ms: Some(3.41),
+            z1_target_ms: Some(3.4),
+            guest_part_ms: Some(1.02),
+            zero_hold_ms: Some(2.38),
+            zero_median_ms: Some(3.2),
         }
     }
 
@@ -328,6 +356,20 @@ mod tests {
         assert_eq!(text.matches("run_id,").count(), 1);
         let rows = read_rows(&p).unwrap();
         assert_eq!(rows, vec![sample(), second]);
+    }
+
+    /// Results written before the calibration columns existed still read.
+    #[test]
+    fn older_files_without_the_last_columns_read() {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(sample()).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let cut = |l: &str| l.rsplitn(6, ',').last().unwrap().to_string();
+        let old: String = text.lines().map(|l| cut(l) + "\n").collect();
+        assert!(old.starts_with("run_id,") && old.lines().next().unwrap().ends_with(",mkfs_cmd"));
+        let rows = read_rows_from(old.as_bytes(), Path::new("old.csv")).unwrap();
+        assert_eq!(rows[0].z1_ms, None);
+        assert_eq!(rows[0].mkfs_cmd, sample().mkfs_cmd);
     }
 
     #[test]

@@ -363,6 +363,18 @@ impl Provider for Ec2Provider {
         "ec2"
     }
 
+    /// The EBS volume is the storage: `ebs` (the default) and `none` both
+    /// mean it as it is; nothing can be held or calibrated.
+    fn check_storage(&self, p: &lazyinit_core::StorageProfile) -> Result<(), ProviderError> {
+        use lazyinit_core::StorageProfile;
+        match p {
+            StorageProfile::None | StorageProfile::Ebs { z1: None } => Ok(()),
+            other => Err(ProviderError::BadInput(format!(
+                "storage profile `{other}` is not available on EC2: the EBS volume is the storage (use `ebs` or `none`)"
+            ))),
+        }
+    }
+
     async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError> {
         for cell in cells {
             let gib = volume_gib(cell.volume);
@@ -385,12 +397,7 @@ impl Provider for Ec2Provider {
     }
 
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
-        if !matches!(req.storage_profile.as_str(), "" | "none" | "ebs") {
-            return Err(ProviderError::BadInput(format!(
-                "storage profile `{}` is not available on EC2: the EBS volume is the storage (use `none`)",
-                req.storage_profile
-            )));
-        }
+        self.check_storage(&req.storage_profile)?;
         *self.last_run.lock().expect("run") = req.run_id.clone();
         let mut guard = Guard::new(
             self.client.clone(),

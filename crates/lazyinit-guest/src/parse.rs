@@ -17,8 +17,13 @@ pub fn key_values(text: &str) -> BTreeMap<String, String> {
 pub struct TraceEvent {
     /// Trace clock, seconds.
     pub ts: f64,
+    /// The task's name (`ext4lazyinit`, `sh`, `mount`).
+    pub task: String,
     pub kind: EventKind,
 }
+
+/// The thread whose zeroings are timed.
+pub const LAZYINIT_TASK: &str = "ext4lazyinit";
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventKind {
@@ -28,6 +33,11 @@ pub enum EventKind {
     Marker(String),
     /// `sched_process_exit: comm=ext4lazyinit pid=...`
     ThreadExit,
+    /// `ext4_journal_start` (6.1, 5.10) or `ext4_journal_start_sb` (6.4+):
+    /// the first thing `ext4_init_inode_table` does, so by the lazy-init
+    /// thread it marks the start of a group's zeroing, whose end is that
+    /// group's `ext4_lazy_itable_init` event.
+    JournalStart,
 }
 
 /// Parses one trace line: `TASK-PID [CPU] FLAGS TIMESTAMP: EVENT: PAYLOAD`.
@@ -36,7 +46,15 @@ pub fn trace_line(line: &str) -> Option<TraceEvent> {
     if line.starts_with('#') {
         return None;
     }
-    let rest = &line[line.find("] ")? + 2..];
+    let bracket = line.find("] ")?;
+    let task = line[..bracket]
+        .rsplit_once('[')?
+        .0
+        .trim()
+        .rsplit_once('-')
+        .map(|(name, _pid)| name.to_string())
+        .unwrap_or_default();
+    let rest = &line[bracket + 2..];
     let (head, tail) = rest.split_once(": ")?;
     let ts: f64 = head.split_whitespace().last()?.parse().ok()?;
     let (event, payload) = tail.split_once(": ").unwrap_or((tail, ""));
@@ -50,9 +68,10 @@ pub fn trace_line(line: &str) -> Option<TraceEvent> {
         }
         "tracing_mark_write" => EventKind::Marker(payload.trim().to_string()),
         "sched_process_exit" if payload.contains("comm=ext4lazyinit") => EventKind::ThreadExit,
+        "ext4_journal_start" | "ext4_journal_start_sb" => EventKind::JournalStart,
         _ => return None,
     };
-    Some(TraceEvent { ts, kind })
+    Some(TraceEvent { ts, task, kind })
 }
 
 /// What a whole trace says about one lazy-init run.
@@ -63,6 +82,10 @@ pub struct TraceSummary {
     pub thread_exit: Option<f64>,
     /// (group, timestamp), in trace order.
     pub groups: Vec<(u64, f64)>,
+    /// Each group's zeroing time in seconds (its event minus the lazy-init
+    /// thread's journal start before it), beside `groups`; None where the
+    /// start was not traced.
+    pub zero_s: Vec<Option<f64>>,
     pub distinct_groups: u64,
 }
 
@@ -99,15 +122,38 @@ impl TraceSummary {
             (d[m - 1] + d[m]) / 2.0
         })
     }
+    /// The first group's zeroing time z1, seconds: with the fix it sets the
+    /// sleep for the whole run (L = floor(W z1 HZ)).
+    pub fn z1_s(&self) -> Option<f64> {
+        self.zero_s.first().copied().flatten()
+    }
+    /// Median zeroing time, seconds.
+    pub fn median_zero_s(&self) -> Option<f64> {
+        let mut z: Vec<f64> = self.zero_s.iter().flatten().copied().collect();
+        if z.is_empty() {
+            return None;
+        }
+        z.sort_by(|a, b| a.total_cmp(b));
+        let m = z.len() / 2;
+        Some(if z.len() % 2 == 1 {
+            z[m]
+        } else {
+            (z[m - 1] + z[m]) / 2.0
+        })
+    }
     /// Guest-clock lazy-init duration: mount done to thread exit.
     pub fn lazyinit_s(&self) -> Option<f64> {
         Some(self.thread_exit? - self.mount_done?)
     }
-    /// `group,t_s` CSV for the report's per-group plot.
+    /// `group,t_s,zero_ms` CSV: each group's event time and zeroing time
+    /// (empty when unknown), for the report's per-group plot.
     pub fn groups_csv(&self) -> String {
-        let mut s = String::from("group,t_s\n");
-        for (g, t) in &self.groups {
-            s.push_str(&format!("{g},{t:.6}\n"));
+        let mut s = String::from("group,t_s,zero_ms\n");
+        for (i, (g, t)) in self.groups.iter().enumerate() {
+            match self.zero_s.get(i).copied().flatten() {
+                Some(z) => s.push_str(&format!("{g},{t:.6},{:.3}\n", z * 1000.0)),
+                None => s.push_str(&format!("{g},{t:.6},\n")),
+            }
         }
         s
     }
@@ -116,11 +162,19 @@ impl TraceSummary {
 pub fn summarize(trace: &str) -> TraceSummary {
     let mut s = TraceSummary::default();
     let mut seen = std::collections::HashSet::new();
+    // The lazy-init thread's latest journal start not yet matched to a group.
+    let mut started: Option<f64> = None;
     for e in trace.lines().filter_map(trace_line) {
         match e.kind {
             EventKind::Group(g) => {
                 seen.insert(g);
                 s.groups.push((g, e.ts));
+                s.zero_s.push(started.take().map(|t0| e.ts - t0));
+            }
+            EventKind::JournalStart => {
+                if e.task == LAZYINIT_TASK {
+                    started = Some(e.ts);
+                }
             }
             EventKind::Marker(m) if m == "lazyinit-mount-start" => s.mount_start = Some(e.ts),
             EventKind::Marker(m) if m == "lazyinit-mount-done" => s.mount_done = Some(e.ts),
@@ -142,7 +196,10 @@ mod tests {
 #           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION\n\
               sh-101     [000] .....    10.000000: tracing_mark_write: lazyinit-mount-start\r\n\
               sh-101     [000] .....    10.050000: tracing_mark_write: lazyinit-mount-done\n\
+    ext4lazyinit-120     [000] .....    12.996500: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller ext4_init_inode_table+0x7e/0x3a0\n\
+           mount-99      [000] .....    12.998000: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0xffffffff81234567\n\
     ext4lazyinit-120     [000] .....    13.000000: ext4_lazy_itable_init: dev 254,0 group 1\n\
+    ext4lazyinit-120     [000] .....    13.106000: ext4_journal_start_sb: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, type 4, caller 0x0\n\
     ext4lazyinit-120     [000] ....1    13.110000: ext4_lazy_itable_init: dev 254,0 group 2\n\
     ext4lazyinit-120     [000] .....    13.220000: ext4_lazy_itable_init: dev 254,0 group 3\n\
     ext4lazyinit-120     [000] .N...    13.230000: sched_process_exit: comm=ext4lazyinit pid=120 prio=120\n";
@@ -157,7 +214,16 @@ mod tests {
         assert!((s.ms_per_group().unwrap() - 110.0).abs() < 1e-6);
         assert!((s.median_cycle_ms().unwrap() - 110.0).abs() < 1e-6);
         assert!((s.lazyinit_s().unwrap() - 3.18).abs() < 1e-9);
-        assert!(s.groups_csv().starts_with("group,t_s\n1,13.000000\n"));
+        assert!(
+            s.groups_csv().starts_with(
+                "group,t_s,zero_ms\n1,13.000000,3.500\n2,13.110000,4.000\n3,13.220000,\n"
+            ),
+            "{}",
+            s.groups_csv()
+        );
+        // Only the lazy-init thread's journal starts count.
+        assert!((s.z1_s().unwrap() - 0.0035).abs() < 1e-9);
+        assert!((s.median_zero_s().unwrap() - 0.00375).abs() < 1e-9);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The guest protocol: the same steps on every provider, once SSH answers.
 //!
 //! verify the kernel -> mkfs on the guest's device -> check inode tables
-//! are not yet zeroed -> arm the tracepoints -> mount -> poll until the
-//! ext4lazyinit thread is gone -> read the trace. Durations come from the
-//! trace clock, so they do not depend on the poll interval.
+//! are not yet zeroed -> calibrate the storage hold on a scratch disk ->
+//! arm the tracepoints -> mount -> wait (blocked, in the guest) until the
+//! sleep between groups is set -> poll until the ext4lazyinit thread is
+//! gone -> read the trace. Durations come from the trace clock, so they do
+//! not depend on the poll interval.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +23,14 @@ const MKFS_SH: &str = include_str!("../scripts/mkfs.sh");
 const TRACE_SETUP_SH: &str = include_str!("../scripts/trace-setup.sh");
 const MOUNT_SH: &str = include_str!("../scripts/mount.sh");
 const POLL_SH: &str = include_str!("../scripts/poll.sh");
-const WARMUP_SH: &str = include_str!("../scripts/warmup.sh");
+const WARMUP_MKFS_SH: &str = include_str!("../scripts/warmup-mkfs.sh");
+const CALIBRATE_SH: &str = include_str!("../scripts/calibrate.sh");
+const WAIT_GROUPS_SH: &str = include_str!("../scripts/wait-groups.sh");
+
+/// Mounts of the scratch disk before the measured one: the first pays for
+/// TCG translating the zeroing code; the smallest zeroing of all gives the
+/// guest's own part of a first zeroing (see `storage::guest_part`).
+pub const CALIBRATION_MOUNTS: u32 = 4;
 
 /// What the booted guest must be.
 #[derive(Debug, Clone)]
@@ -35,9 +44,12 @@ pub struct Expectation {
 
 /// How a cell shares the host with its neighbours (see the orchestrator's
 /// gate). Each returns a guard held for the span it names:
-/// - `measuring`: the measured phase, from mount to the thread's exit;
-/// - `critical`: inside it, until the sleep between groups is surely set
-///   (that one zeroing time sets it for the whole run, DESIGN §3).
+/// - `measuring`: the calibration and the measured phase, to the thread's
+///   exit;
+/// - `critical`: the measured mount until the sleep between groups is
+///   surely set (that one zeroing time sets it for the whole run, DESIGN
+///   §3). It may wait for the host to be free of other guests' critical
+///   spans; it returns early, holding nothing, once the run is cancelled.
 pub trait Gate: Send + Sync {
     fn measuring(&self) -> Box<dyn Send>;
     fn critical(&self) -> Box<dyn Send>;
@@ -80,6 +92,11 @@ pub struct ProtocolOptions {
     pub cancel: Arc<AtomicBool>,
     pub events: EventSink,
     pub gate: Arc<dyn Gate>,
+    /// The volume's zero-request hold, when the provider holds zeroes; the
+    /// warm-up device has the same.
+    pub hold: Option<Arc<dyn lazyinit_core::provider::ZeroHold>>,
+    /// The first zeroing time to calibrate the hold for (`ebs`).
+    pub z1_target: Option<Duration>,
 }
 
 /// Everything one run measured.
@@ -100,6 +117,13 @@ pub struct Measurement {
     pub traced_groups: u64,
     pub first_group_s: Option<f64>,
     pub sleep_ticks: Option<u64>,
+    /// The measured first zeroing z1 and the median zeroing, from the trace.
+    pub z1_ms: Option<f64>,
+    pub zero_median_ms: Option<f64>,
+    /// What the calibration found and set, when it ran with a target.
+    pub calibration: Option<lazyinit_core::storage::Calibration>,
+    /// The hold the measured volume ran with, when zeroes were held.
+    pub hold: Option<Duration>,
 }
 
 /// Quotes an argument for the guest's POSIX shell.
@@ -225,6 +249,99 @@ pub fn run(
         return Err(GuestError::Interrupted);
     }
     opts.events.phase(cell, Phase::Mkfs);
+    let to_init = mkfs(remote, opts, &mut m)?;
+
+    let kb = trace_buffer_kb(m.groups).to_string();
+    let mount_opts = if opts.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
+        format!("init_itable={}", opts.wait_mult)
+    } else {
+        String::new()
+    };
+    if cancelled() {
+        return Err(GuestError::Interrupted);
+    }
+    // From here on the guest runs above unmeasured work on the host.
+    let measuring = opts.gate.measuring();
+    if let Some(dev) = &opts.warmup_device {
+        opts.events
+            .note(cell, "calibrating the first zeroing on the scratch disk");
+        m.calibration = calibrate(remote, opts, dev, &mount_opts)?;
+    }
+    m.hold = opts.hold.as_ref().map(|h| h.get());
+    check(
+        remote.exec(&script_with_args(TRACE_SETUP_SH, &[kb]), short)?,
+        "trace setup",
+    )?;
+
+    if cancelled() {
+        return Err(GuestError::Interrupted);
+    }
+    // The measured phase starts with the mount. The first zeroing(s), after
+    // a random 0-5 s delay and the bitmap prefetch, set the sleep for the
+    // whole run: the critical span lasts from the mount (a CPU burst that
+    // must not meet another guest's first zeroings) until that is done.
+    let critical = opts.gate.critical();
+    if cancelled() {
+        return Err(GuestError::Interrupted);
+    }
+    opts.events.phase(cell, Phase::Mount);
+    let mount_out = check(
+        remote.exec(
+            &script_with_args(MOUNT_SH, &[opts.device.clone(), mount_opts]),
+            short,
+        )?,
+        "mount",
+    )?;
+    let mounted_at = Instant::now();
+    if key_values(&mount_out)
+        .get("pid")
+        .is_none_or(|p| p.is_empty())
+    {
+        return Err(GuestError::Parse {
+            step: "mount",
+            what: "no ext4lazyinit thread after mount".into(),
+        });
+    }
+    opts.events.phase(cell, Phase::Lazyinit);
+    // Blocked in the guest until the sleep is set: nothing else runs there
+    // while the zeroings that set it are timed.
+    let k = sensitive_groups(exp.variant).min(to_init);
+    check(
+        remote.exec(
+            &script_with_args(WAIT_GROUPS_SH, &[k.to_string(), "60".into()]),
+            Duration::from_secs(60 * (k + 2)),
+        )?,
+        "wait for the first groups",
+    )?;
+    drop(critical);
+
+    poll_until_done(remote, exp, opts, to_init, mounted_at, &mut m)?;
+    drop(measuring);
+
+    opts.events.phase(cell, Phase::Collect);
+    collect(remote, exp, opts, to_init, &mut m)?;
+    Ok(m)
+}
+
+/// Groups to see before the sleep between groups is surely set. With the
+/// fix, by the first group (two, to be sure it was timed); without it by
+/// the first zeroing that crosses a tick, and zeroings that cross none run
+/// back to back: with a 3.5 ms zeroing at HZ=100 one in three crosses, so
+/// 32 groups leave a 1e-6 chance that it is still unset.
+pub fn sensitive_groups(v: Variant) -> u64 {
+    match v {
+        Variant::Fix => 2,
+        Variant::NoFix => SENSITIVE_GROUPS,
+    }
+}
+
+/// mkfs of the volume (and the scratch disk); returns the groups to initialise.
+fn mkfs(
+    remote: &mut dyn Remote,
+    opts: &ProtocolOptions,
+    m: &mut Measurement,
+) -> Result<u64, GuestError> {
+    let short = Duration::from_secs(120);
     let mut mkfs_args = vec![opts.device.clone()];
     mkfs_args.extend(opts.mkfs_args.iter().cloned());
     m.mkfs_cmd = std::iter::once("mkfs.ext4 -F -q".to_string())
@@ -232,16 +349,16 @@ pub fn run(
         .chain(std::iter::once(opts.device.clone()))
         .collect::<Vec<_>>()
         .join(" ");
-    // mkfs and dumpe2fs of a 3 TiB device take a while under emulation.
     if let Some(dev) = &opts.warmup_device {
         check(
             remote.exec(
-                &script_with_args(WARMUP_SH, std::slice::from_ref(dev)),
+                &script_with_args(WARMUP_MKFS_SH, std::slice::from_ref(dev)),
                 short,
             )?,
-            "warm-up",
+            "scratch disk mkfs",
         )?;
     }
+    // mkfs and dumpe2fs of a 3 TiB device take a while under emulation.
     let kv = key_values(&check(
         remote.exec(
             &script_with_args(MKFS_SH, &mkfs_args),
@@ -262,49 +379,99 @@ pub fn run(
             zeroed: m.zeroed_at_mkfs,
         });
     }
-    let to_init = m.groups - m.zeroed_at_mkfs;
+    Ok(m.groups - m.zeroed_at_mkfs)
+}
 
-    let kb = trace_buffer_kb(m.groups).to_string();
-    check(
-        remote.exec(&script_with_args(TRACE_SETUP_SH, &[kb]), short)?,
-        "trace setup",
-    )?;
-
-    if cancelled() {
-        return Err(GuestError::Interrupted);
-    }
-    // The measured phase starts with the mount. The first zeroing(s), after
-    // a random 0-5 s delay and the bitmap prefetch, set the sleep for the
-    // whole run: the critical span lasts from the end of the mount (a CPU
-    // burst that must not compete with other guests' first zeroings at the
-    // same level) until that is surely done.
-    let measuring = opts.gate.measuring();
-    opts.events.phase(cell, Phase::Mount);
-    let mount_opts = if opts.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
-        format!("init_itable={}", opts.wait_mult)
-    } else {
-        String::new()
-    };
-    let mount_out = check(
+/// Times the first zeroing of [`CALIBRATION_MOUNTS`] lazy-init requests on
+/// the scratch disk and, with a hold and a target, sets the hold so that
+/// the measured first zeroing comes to the target. Keeps every sample in
+/// `calibration.csv` and what was set in `storage.txt`.
+fn calibrate(
+    remote: &mut dyn Remote,
+    opts: &ProtocolOptions,
+    dev: &str,
+    mount_opts: &str,
+) -> Result<Option<lazyinit_core::storage::Calibration>, GuestError> {
+    use lazyinit_core::storage;
+    let hold = opts.hold.as_ref().map(|h| h.get());
+    let out = check(
         remote.exec(
-            &script_with_args(MOUNT_SH, &[opts.device.clone(), mount_opts]),
-            short,
+            &script_with_args(
+                CALIBRATE_SH,
+                &[
+                    dev.to_string(),
+                    CALIBRATION_MOUNTS.to_string(),
+                    mount_opts.to_string(),
+                ],
+            ),
+            Duration::from_secs(60 * (CALIBRATION_MOUNTS as u64 + 1)),
         )?,
-        "mount",
+        "calibration",
     )?;
-    let mounted_at = Instant::now();
-    let mut quiet = Some(opts.gate.critical());
-    if key_values(&mount_out)
-        .get("pid")
-        .is_none_or(|p| p.is_empty())
-    {
+    let s = parse::summarize(&out);
+    let zeroings: Vec<Duration> = s
+        .zero_s
+        .iter()
+        .flatten()
+        .map(|z| Duration::from_secs_f64(*z))
+        .collect();
+    let mut csv = String::from("mount,hold_us,zero_us\n");
+    for (i, z) in zeroings.iter().enumerate() {
+        csv.push_str(&format!(
+            "{},{},{}\n",
+            i + 1,
+            hold.map(|h| h.as_micros().to_string()).unwrap_or_default(),
+            z.as_micros()
+        ));
+    }
+    let _ = std::fs::write(opts.log_dir.join("calibration.csv"), csv);
+    if zeroings.len() < CALIBRATION_MOUNTS as usize {
         return Err(GuestError::Parse {
-            step: "mount",
-            what: "no ext4lazyinit thread after mount".into(),
+            step: "calibration",
+            what: format!(
+                "timed {} of {CALIBRATION_MOUNTS} first zeroings (no journal start traced before a group event?)",
+                zeroings.len()
+            ),
         });
     }
+    let (Some(h), Some(target), Some(handle)) = (hold, opts.z1_target, &opts.hold) else {
+        return Ok(None);
+    };
+    let samples: Vec<(Duration, Duration)> = zeroings.iter().map(|z| (h, *z)).collect();
+    let guest_part = storage::guest_part(&samples).expect("samples checked above");
+    let set = storage::hold_for(target, guest_part);
+    handle.set(set);
+    let _ = std::fs::write(
+        opts.log_dir.join("storage.txt"),
+        format!(
+            "z1_target_us={}\ncalibration_hold_us={}\nguest_part_us={}\nhold_us={}\nsamples_us={}\n",
+            target.as_micros(),
+            h.as_micros(),
+            guest_part.as_micros(),
+            set.as_micros(),
+            zeroings
+                .iter()
+                .map(|z| z.as_micros().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    );
+    Ok(Some(storage::Calibration {
+        z1_target: target,
+        guest_part,
+        hold: set,
+    }))
+}
 
-    opts.events.phase(cell, Phase::Lazyinit);
+fn poll_until_done(
+    remote: &mut dyn Remote,
+    exp: &Expectation,
+    opts: &ProtocolOptions,
+    to_init: u64,
+    mounted_at: Instant,
+    m: &mut Measurement,
+) -> Result<(), GuestError> {
+    let short = Duration::from_secs(120);
     let per_group = model::predict(model::ModelInputs {
         hz: exp.hz,
         variant: exp.variant,
@@ -314,31 +481,23 @@ pub fn run(
         z_s: model::DEFAULT_ZEROING_S,
     })
     .per_group_s;
-    if quiet.is_some() {
-        // The thread starts after a random 0-5 s delay; polling (process
-        // spawns in this very guest) would disturb the measured zeroing.
-        sleep_unless_cancelled(Duration::from_secs(6), &opts.cancel)?;
-    }
     loop {
         let poll = key_values(&check(remote.exec(POLL_SH, short)?, "poll")?);
-        let entries: u64 = poll
-            .get("entries")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let done = entries.saturating_sub(2).min(to_init);
-        if done >= SENSITIVE_GROUPS.min(to_init) && quiet.is_some() {
-            quiet = None;
-        }
+        let done = poll
+            .get("groups")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            .min(to_init);
         let eta = (to_init - done) as f64 * per_group;
         opts.events.emit(Event::Groups {
-            cell: cell.clone(),
+            cell: opts.cell_id.clone(),
             done,
             total: to_init,
             eta_s: Some(eta),
         });
         if poll.get("pid").is_none_or(|p| p.is_empty()) {
             m.lazyinit_poll_s = Some(mounted_at.elapsed().as_secs_f64());
-            break;
+            return Ok(());
         }
         if mounted_at.elapsed() > opts.lazyinit_deadline {
             return Err(GuestError::Timeout {
@@ -347,15 +506,20 @@ pub fn run(
             });
         }
         // Every poll runs a shell in this very guest: no faster than asked,
-        // so that one rarely lands on a zeroing that sets the sleep.
+        // so that one rarely lands on a zeroing.
         sleep_unless_cancelled(opts.poll_interval, &opts.cancel)?;
     }
-    drop(quiet);
-    drop(measuring);
+}
 
-    opts.events.phase(cell, Phase::Collect);
+fn collect(
+    remote: &mut dyn Remote,
+    exp: &Expectation,
+    opts: &ProtocolOptions,
+    to_init: u64,
+    m: &mut Measurement,
+) -> Result<(), GuestError> {
     let trace = check(
-        remote.exec("cat /sys/kernel/tracing/trace", short)?,
+        remote.exec("cat /sys/kernel/tracing/trace", Duration::from_secs(120))?,
         "collect trace",
     )?;
     let _ = std::fs::write(opts.log_dir.join("trace.txt"), &trace);
@@ -373,6 +537,8 @@ pub fn run(
         (Some(f), Some(d)) => Some(f - d),
         _ => None,
     };
+    m.z1_ms = s.z1_s().map(|z| z * 1000.0);
+    m.zero_median_ms = s.median_zero_s().map(|z| z * 1000.0);
     m.sleep_ticks = m
         .median_cycle_ms
         .and_then(|c| model::infer_sleep_ticks(exp.hz, c));
@@ -389,7 +555,7 @@ pub fn run(
             groups: m.groups,
         });
     }
-    Ok(m)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -483,6 +649,25 @@ mod tests {
         traced: u64,
         polls: u32,
         zeroed: u64,
+        /// Set at the first poll (an interrupt while lazy-init runs).
+        cancel_at_poll: Option<Arc<AtomicBool>>,
+        /// First zeroing times (us) the calibration mounts report.
+        calibration_us: Vec<u64>,
+        scripts: Vec<&'static str>,
+    }
+
+    impl FakeGuest {
+        fn new(groups: u64, traced: u64, zeroed: u64) -> Self {
+            FakeGuest {
+                groups,
+                traced,
+                polls: 0,
+                zeroed,
+                cancel_at_poll: None,
+                calibration_us: vec![],
+                scripts: vec![],
+            }
+        }
     }
 
     impl Remote for FakeGuest {
@@ -494,9 +679,39 @@ mod tests {
                     stderr: String::new(),
                 })
             };
+            for (name, text) in [
+                ("facts", FACTS_SH),
+                ("warmup-mkfs", WARMUP_MKFS_SH),
+                ("mkfs", MKFS_SH),
+                ("calibrate", CALIBRATE_SH),
+                ("trace-setup", TRACE_SETUP_SH),
+                ("mount", MOUNT_SH),
+                ("wait", WAIT_GROUPS_SH),
+                ("poll", POLL_SH),
+            ] {
+                if script.ends_with(text) {
+                    self.scripts.push(name);
+                }
+            }
             if script == FACTS_SH {
                 let f = facts();
                 return ok(f.iter().map(|(k, v)| format!("{k}={v}\n")).collect());
+            }
+            if script.ends_with(WARMUP_MKFS_SH) {
+                return ok(String::new());
+            }
+            if script.ends_with(CALIBRATE_SH) {
+                let mut tr = String::from("# tracer: nop\n");
+                for (i, us) in self.calibration_us.iter().enumerate() {
+                    let t0 = 10.0 + i as f64;
+                    tr.push_str(&format!("  ext4lazyinit-{i} [000] ..... {t0:.6}: ext4_journal_start: dev 254,16 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0x0\n"));
+                    let t1 = t0 + *us as f64 / 1e6;
+                    tr.push_str(&format!("  ext4lazyinit-{i} [000] ..... {t1:.6}: ext4_lazy_itable_init: dev 254,16 group {i}\n"));
+                }
+                return ok(tr);
+            }
+            if script.ends_with(WAIT_GROUPS_SH) {
+                return ok("seen=2\n".into());
             }
             if script.contains("mkfs.ext4 -F") {
                 return ok(format!(
@@ -511,12 +726,15 @@ mod tests {
             if script.contains("lazyinit-mount-start") {
                 return ok("pid=120\n".into());
             }
-            if script.contains("per_cpu") {
+            if script == POLL_SH {
                 self.polls += 1;
+                if let Some(c) = &self.cancel_at_poll {
+                    c.store(true, Ordering::SeqCst);
+                }
                 return ok(if self.polls < 3 {
-                    "pid=120\nentries=10\n".into()
+                    "pid=120\ngroups=10\n".into()
                 } else {
-                    format!("pid=\nentries={}\n", self.traced + 3)
+                    format!("pid=\ngroups={}\n", self.traced)
                 });
             }
             if script.starts_with("cat /sys/kernel/tracing/trace") {
@@ -529,6 +747,8 @@ mod tests {
                 );
                 for g in 0..self.traced {
                     let ts = 102.0 + g as f64 * 0.044;
+                    let start = ts - 0.0034;
+                    t.push_str(&format!("  ext4lazyinit-120 [000] ..... {start:.6}: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0x0\n"));
                     t.push_str(&format!("  ext4lazyinit-120 [000] ..... {ts:.6}: ext4_lazy_itable_init: dev 254,0 group {g}\n"));
                 }
                 let end = 102.0 + self.traced as f64 * 0.044;
@@ -552,18 +772,15 @@ mod tests {
             cancel: Arc::new(AtomicBool::new(false)),
             events: EventSink::discard(),
             gate: Arc::new(NoGate),
+            hold: None,
+            z1_target: None,
         }
     }
 
     #[test]
     fn whole_protocol_on_a_scripted_guest() {
         let dir = tempfile::tempdir().unwrap();
-        let mut g = FakeGuest {
-            groups: 64,
-            traced: 64,
-            polls: 0,
-            zeroed: 0,
-        };
+        let mut g = FakeGuest::new(64, 64, 0);
         let m = run(&mut g, &exp(), &opts(dir.path())).unwrap();
         assert_eq!(m.groups, 64);
         assert_eq!(m.traced_groups, 64);
@@ -572,6 +789,21 @@ mod tests {
         assert!((m.mount_s.unwrap() - 0.02).abs() < 1e-9);
         assert_eq!(m.mkfs_cmd, "mkfs.ext4 -F -q /dev/vda");
         assert_eq!(m.sleep_ticks, Some(10), "44 ms at HZ=250 is 11 ticks");
+        assert!((m.z1_ms.unwrap() - 3.4).abs() < 1e-6, "{:?}", m.z1_ms);
+        assert_eq!(m.calibration, None);
+        assert_eq!(
+            g.scripts,
+            [
+                "facts",
+                "mkfs",
+                "trace-setup",
+                "mount",
+                "wait",
+                "poll",
+                "poll",
+                "poll"
+            ]
+        );
         assert!(dir.path().join("trace.txt").exists());
         assert!(
             std::fs::read_to_string(dir.path().join("groups.csv"))
@@ -585,12 +817,7 @@ mod tests {
     #[test]
     fn lost_events_are_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let mut g = FakeGuest {
-            groups: 64,
-            traced: 60,
-            polls: 0,
-            zeroed: 0,
-        };
+        let mut g = FakeGuest::new(64, 60, 0);
         assert!(matches!(
             run(&mut g, &exp(), &opts(dir.path())),
             Err(GuestError::GroupCount {
@@ -604,12 +831,7 @@ mod tests {
     #[test]
     fn zeroed_tables_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut g = FakeGuest {
-            groups: 64,
-            traced: 0,
-            polls: 0,
-            zeroed: 64,
-        };
+        let mut g = FakeGuest::new(64, 0, 64);
         assert!(matches!(
             run(&mut g, &exp(), &opts(dir.path())),
             Err(GuestError::AlreadyZeroed { .. })
@@ -620,16 +842,72 @@ mod tests {
     fn cancel_stops_polling() {
         let dir = tempfile::tempdir().unwrap();
         let o = opts(dir.path());
-        o.cancel.store(true, Ordering::SeqCst);
-        let mut g = FakeGuest {
-            groups: 64,
-            traced: 64,
-            polls: 0,
-            zeroed: 0,
-        };
+        let mut g = FakeGuest::new(64, 64, 0);
+        g.cancel_at_poll = Some(o.cancel.clone());
         assert!(matches!(
             run(&mut g, &exp(), &o),
             Err(GuestError::Interrupted)
+        ));
+        // The interrupt came during lazy-init: one poll, then nothing more.
+        assert_eq!(g.polls, 1);
+        assert_eq!(g.scripts.last(), Some(&"poll"));
+    }
+
+    /// A settable hold, as the QEMU provider's NBD server has.
+    struct FakeHold(std::sync::Mutex<Duration>);
+
+    impl lazyinit_core::provider::ZeroHold for FakeHold {
+        fn get(&self) -> Duration {
+            *self.0.lock().unwrap()
+        }
+        fn set(&self, d: Duration) {
+            *self.0.lock().unwrap() = d;
+        }
+    }
+
+    #[test]
+    fn calibration_sets_the_hold_from_the_least_disturbed_zeroing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(dir.path());
+        o.warmup_device = Some("/dev/vdb".into());
+        let hold = Arc::new(FakeHold(std::sync::Mutex::new(Duration::from_micros(2300))));
+        o.hold = Some(hold.clone());
+        o.z1_target = Some(Duration::from_micros(3500));
+        let mut g = FakeGuest::new(64, 64, 0);
+        // A cold first mount, then three: the smallest excess is 1000 us.
+        g.calibration_us = vec![5200, 3400, 3300, 3900];
+        let m = run(&mut g, &exp(), &o).unwrap();
+        assert_eq!(
+            lazyinit_core::provider::ZeroHold::get(&*hold),
+            Duration::from_micros(2500)
+        );
+        let c = m.calibration.unwrap();
+        assert_eq!(c.guest_part, Duration::from_micros(1000));
+        assert_eq!(c.hold, Duration::from_micros(2500));
+        assert_eq!(m.hold, Some(Duration::from_micros(2500)));
+        assert_eq!(
+            &g.scripts[..5],
+            ["facts", "warmup-mkfs", "mkfs", "calibrate", "trace-setup"]
+        );
+        let csv = std::fs::read_to_string(dir.path().join("calibration.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 5, "{csv}");
+        let st = std::fs::read_to_string(dir.path().join("storage.txt")).unwrap();
+        assert!(st.contains("guest_part_us=1000\nhold_us=2500\n"), "{st}");
+    }
+
+    #[test]
+    fn calibration_without_every_zeroing_timed_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(dir.path());
+        o.warmup_device = Some("/dev/vdb".into());
+        let mut g = FakeGuest::new(64, 64, 0);
+        g.calibration_us = vec![5200, 3400];
+        assert!(matches!(
+            run(&mut g, &exp(), &o),
+            Err(GuestError::Parse {
+                step: "calibration",
+                ..
+            })
         ));
     }
 }

@@ -75,7 +75,7 @@ async fn boot(arch: Arch, net: &str) -> Duration {
         // dropbear blocks until the kernel's RNG is seeded; under TCG the
         // jitter-entropy fallback takes ~5 s, the CPU's RDRAND/RNDR none.
         extra_cmdline: vec!["random.trust_cpu=on".into(), format!("lazyinit.net={net}")],
-        storage_profile: "none".into(),
+        storage_profile: lazyinit_core::StorageProfile::None,
     };
     let started = Instant::now();
     let mut machine = provider.launch(&req).await.unwrap();

@@ -18,10 +18,18 @@
 //!   the sleep is set) one real-time level higher, so another guest's mount
 //!   (a CPU burst at the lower level) never delays them.
 //!
+//! - and that span is exclusive: one guest at a time on the host, across
+//!   every harness process (a file lock, [`HostToken`]). With two guests'
+//!   first zeroings at the same level on two cores, their emulated CPU
+//!   time still grew, and with the fix that moved L by a tick.
+//!
 //! Guests are idle between zeroings, so real-time priority costs the others
-//! nothing measurable; nothing is paused or serialized.
+//! nothing measurable; only the critical spans are serialized.
 
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use lazyinit_core::provider::{Priority, Provider};
 
@@ -31,6 +39,8 @@ pub struct HostGate {
     /// raise, as on EC2 where every cell has its own host).
     provider: Option<Arc<dyn Provider>>,
     enabled: bool,
+    /// One critical span at a time on this host (guests sharing its CPU).
+    token: Option<(HostToken, Arc<AtomicBool>)>,
 }
 
 impl HostGate {
@@ -38,12 +48,20 @@ impl HostGate {
         Self {
             provider: None,
             enabled,
+            token: None,
         }
     }
 
     /// Raise the provider's machines during sensitive windows.
     pub fn prioritizing(mut self, provider: Arc<dyn Provider>) -> Self {
         self.provider = Some(provider);
+        self
+    }
+
+    /// Give one guest at a time its critical span; a wait for it ends
+    /// (holding nothing) once `cancel` is set.
+    pub fn exclusive(mut self, token: HostToken, cancel: Arc<AtomicBool>) -> Self {
+        self.token = Some((token, cancel));
         self
     }
 
@@ -74,6 +92,67 @@ pub fn nice_by_duration(durations: &[f64]) -> Vec<u8> {
             }
         })
         .collect()
+}
+
+/// The host-wide token of the critical span: an exclusive `flock` on a
+/// file every harness process on the host opens (`$LAZYINIT_RUNTIME_DIR`,
+/// else the temporary directory). Released when its guard drops, or when
+/// the process dies, whatever way it dies.
+#[derive(Debug, Clone)]
+pub struct HostToken {
+    path: PathBuf,
+}
+
+impl HostToken {
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// The token every run on this host shares.
+    pub fn host() -> Self {
+        let dir = std::env::var_os("LAZYINIT_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        Self::at(dir.join("lazyinit-bench-critical.lock"))
+    }
+
+    /// Waits for the token; None once `cancel` is set, or if the lock file
+    /// cannot be opened (then nothing is serialized, and that is logged).
+    pub fn acquire(&self, cancel: &AtomicBool) -> Option<TokenGuard> {
+        use nix::fcntl::{Flock, FlockArg};
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&self.path)
+                .or_else(|_| std::fs::File::open(&self.path))
+        };
+        let mut file = match open() {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), "cannot open the host token ({e}): critical spans are not serialized");
+                return None;
+            }
+        };
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Some(TokenGuard { _lock: lock }),
+                Err((f, _)) => {
+                    if cancel.load(Ordering::SeqCst) {
+                        return None;
+                    }
+                    file = f;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
+/// Holds the host token until dropped.
+pub struct TokenGuard {
+    _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 /// A cell's view of the gate.
@@ -109,36 +188,54 @@ impl CellGate {
     }
 
     /// A guard that holds `p` and goes back to `back` when dropped.
-    fn hold(&self, p: Priority, back: Priority) -> Box<dyn Send> {
-        if self.set(p) {
-            Box::new(Held {
-                gate: self.clone(),
-                back,
-            })
-        } else {
-            Box::new(())
+    fn hold(&self, p: Priority, back: Priority) -> Held {
+        Held {
+            gate: self.set(p).then(|| (self.clone(), back)),
+            token: None,
         }
+    }
+
+    /// The host token, when the gate serializes critical spans.
+    fn token(&self) -> Option<TokenGuard> {
+        let (token, cancel) = self.host.token.as_ref().filter(|_| self.host.enabled)?;
+        let asked = Instant::now();
+        let guard = token.acquire(cancel)?;
+        tracing::info!(
+            cell = %self.cell,
+            waited_s = asked.elapsed().as_secs_f64(),
+            "critical span: host token taken"
+        );
+        Some(guard)
     }
 }
 
+/// Restores a priority, then gives the token back, when dropped.
 struct Held {
-    gate: CellGate,
-    back: Priority,
+    gate: Option<(CellGate, Priority)>,
+    token: Option<TokenGuard>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.gate.set(self.back);
+        if let Some((gate, back)) = self.gate.take() {
+            gate.set(back);
+        }
+        if self.token.take().is_some() {
+            tracing::debug!("critical span: host token released");
+        }
     }
 }
 
 impl lazyinit_guest::Gate for CellGate {
     fn measuring(&self) -> Box<dyn Send> {
-        self.hold(Priority::Measure, Priority::Prepare { nice: self.nice })
+        Box::new(self.hold(Priority::Measure, Priority::Prepare { nice: self.nice }))
     }
 
     fn critical(&self) -> Box<dyn Send> {
-        self.hold(Priority::Critical, Priority::Measure)
+        let token = self.token();
+        let mut held = self.hold(Priority::Critical, Priority::Measure);
+        held.token = token;
+        Box::new(held)
     }
 }
 
@@ -210,6 +307,64 @@ mod tests {
         .await
         .unwrap();
         assert!(rec.0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn host_token_is_exclusive_across_opens_and_cancellable() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = HostToken::at(dir.path().join("t.lock"));
+        let never = AtomicBool::new(false);
+        let held = token.acquire(&never).expect("free token");
+        // A second holder (another cell, or another run) waits...
+        let (t2, got) = (token.clone(), Arc::new(AtomicBool::new(false)));
+        let got2 = got.clone();
+        let waiter = std::thread::spawn(move || {
+            let g = t2.acquire(&AtomicBool::new(false));
+            got2.store(true, Ordering::SeqCst);
+            g.is_some()
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!got.load(Ordering::SeqCst), "taken while held");
+        drop(held);
+        assert!(waiter.join().unwrap());
+        // ...and a wait ends, holding nothing, once the run is cancelled.
+        let _held = token.acquire(&never).unwrap();
+        assert!(token.acquire(&AtomicBool::new(true)).is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn critical_spans_of_two_cells_never_overlap() {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = Arc::new(Recorder::default());
+        let host = HostGate::new(true).prioritizing(rec.clone()).exclusive(
+            HostToken::at(dir.path().join("t.lock")),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let inside = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut tasks = Vec::new();
+        for c in ["a", "b", "c"] {
+            let (cell, inside) = (host.for_cell(c, 0), inside.clone());
+            tasks.push(tokio::task::spawn_blocking(move || {
+                for _ in 0..5 {
+                    let g = cell.critical();
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two inside");
+                    std::thread::sleep(Duration::from_millis(5));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    drop(g);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let raised = rec
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, p)| *p == Priority::Critical)
+            .count();
+        assert_eq!(raised, 15);
     }
 
     #[test]

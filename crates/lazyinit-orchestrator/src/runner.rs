@@ -131,6 +131,7 @@ pub async fn run(
         ..Default::default()
     };
     // Bad input and missing tools fail here, before anything is written.
+    provider.check_storage(&spec.storage_profile)?;
     if !todo.is_empty() {
         provider.preflight(&todo).await?;
     }
@@ -237,7 +238,15 @@ pub async fn run(
         initramfs,
         // Also for one cell at a time: other processes on the host (another
         // run, a build) compete for the CPU just the same.
-        gate: HostGate::new(opts.prioritize_sensitive).prioritizing(raising_provider),
+        gate: {
+            let g = HostGate::new(opts.prioritize_sensitive);
+            let g = if raising_provider.shares_host() {
+                g.exclusive(crate::gate::HostToken::host(), opts.cancel.clone())
+            } else {
+                g
+            };
+            g.prioritizing(raising_provider)
+        },
         nice: {
             let mine: Vec<_> = plan
                 .cells
@@ -328,7 +337,7 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
         initramfs: sh.initramfs[&cell.arch].clone(),
         log_dir: log_dir.clone(),
         extra_cmdline: vec![],
-        storage_profile: sh.spec.storage_profile.clone(),
+        storage_profile: sh.spec.storage_profile,
     };
     let mut row = ResultRow {
         run_id: sh.run_id.clone(),
@@ -359,9 +368,14 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
         sleep_ticks: None,
         boot_s: None,
         first_group_s: None,
-        storage_profile: sh.spec.storage_profile.clone(),
+        storage_profile: sh.spec.storage_profile.to_string(),
         concurrency: sh.concurrency,
         mkfs_cmd: String::new(),
+        z1_ms: None,
+        z1_target_ms: None,
+        guest_part_ms: None,
+        zero_hold_ms: None,
+        zero_median_ms: None,
     };
 
     ev.phase(&id, Phase::Launch);
@@ -500,6 +514,8 @@ async fn measure(
         cancel: sh.opts.cancel.clone(),
         events: sh.opts.events.clone(),
         gate: Arc::new(gate.clone()),
+        hold: machine.zero_hold(),
+        z1_target: sh.spec.storage_profile.z1_target(cell.hz, cell.wait_mult),
     };
     let m =
         tokio::task::spawn_blocking(move || lazyinit_guest::run(&mut remote, &exp, &popts)).await;
@@ -521,6 +537,14 @@ async fn measure(
     row.first_group_s = m.first_group_s;
     row.sleep_ticks = m.sleep_ticks;
     row.mkfs_cmd = m.mkfs_cmd;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    row.z1_ms = m.z1_ms;
+    row.zero_median_ms = m.zero_median_ms;
+    row.zero_hold_ms = m.hold.map(ms);
+    if let Some(c) = m.calibration {
+        row.z1_target_ms = Some(ms(c.z1_target));
+        row.guest_part_ms = Some(ms(c.guest_part));
+    }
     (machine, Ok(()))
 }
 

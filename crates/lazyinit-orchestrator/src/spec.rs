@@ -91,10 +91,11 @@ pub struct Spec {
     #[serde(default = "default_wait_mult")]
     pub wait_mult: u32,
     /// The volume's zeroing latency: `ebs` (default: what EBS gave in the
-    /// 2021 report; on EC2 the real thing), or for qemu `latency:D`, `none`,
-    /// `unsafe`, `iops:N` (README, "Storage profiles").
+    /// 2021 report, calibrated on each guest; on EC2 the real thing),
+    /// `ebs:D` (a z1 target), or for qemu `latency:D`, `none`, `unsafe`,
+    /// `iops:N` (README, "Storage profiles"). Parsed when the spec is read.
     #[serde(default = "default_profile")]
-    pub storage_profile: String,
+    pub storage_profile: lazyinit_core::StorageProfile,
     #[serde(default)]
     pub concurrency: Concurrency,
     /// Host polling of the ext4lazyinit thread (the duration itself comes
@@ -134,8 +135,8 @@ fn one() -> u32 {
 fn default_wait_mult() -> u32 {
     lazyinit_core::cell::DEFAULT_WAIT_MULT
 }
-fn default_profile() -> String {
-    "ebs".into()
+fn default_profile() -> lazyinit_core::StorageProfile {
+    lazyinit_core::StorageProfile::Ebs { z1: None }
 }
 fn default_poll() -> Duration {
     Duration::from_secs(5)

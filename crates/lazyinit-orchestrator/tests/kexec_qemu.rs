@@ -55,7 +55,7 @@ async fn kexec_into_the_kernel_under_test() {
         initramfs: initrd.clone(),
         log_dir: tmp.path().join("log"),
         extra_cmdline: vec![],
-        storage_profile: "none".into(),
+        storage_profile: lazyinit_core::StorageProfile::None,
     };
     let mut machine = provider.launch(&req).await.unwrap();
     let ep = machine.endpoint();

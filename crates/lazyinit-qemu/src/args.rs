@@ -196,11 +196,24 @@ pub fn volume_args(volume: VolumeSource<'_>, storage: Storage) -> Vec<OsString> 
     ]
 }
 
-/// The warm-up scratch disk, the guest's /dev/vdb (same driver path as the volume).
-pub fn warmup_args(disk: &Path) -> Vec<OsString> {
-    let mut drive = OsString::from("file=");
-    drive.push(disk);
-    drive.push(",format=raw,if=none,id=warm0,cache=unsafe,discard=unmap,detect-zeroes=unmap");
+/// The warm-up scratch disk, the guest's /dev/vdb, on the same driver path
+/// as the volume (over NBD, with the same hold, under a latency profile:
+/// the calibration's zeroings must cost what the measured one will).
+pub fn warmup_args(disk: VolumeSource<'_>) -> Vec<OsString> {
+    let mut drive = match disk {
+        VolumeSource::File(p) => {
+            let mut d = OsString::from("file=");
+            d.push(p);
+            d.push(",format=raw");
+            d
+        }
+        VolumeSource::NbdUnix(sock) => {
+            let mut d = OsString::from("driver=nbd,server.type=unix,server.path=");
+            d.push(sock);
+            d
+        }
+    };
+    drive.push(",if=none,id=warm0,cache=unsafe,discard=unmap,detect-zeroes=unmap");
     vec![
         "-drive".into(),
         drive,
@@ -223,7 +236,7 @@ pub struct GuestArgs<'a> {
     pub ssh_port: Option<u16>,
     pub volume: Option<VolumeSource<'a>>,
     pub storage: Storage,
-    pub warmup: Option<&'a Path>,
+    pub warmup: Option<VolumeSource<'a>>,
 }
 
 pub fn guest_args(g: &GuestArgs<'_>) -> Vec<OsString> {

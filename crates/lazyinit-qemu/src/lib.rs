@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lazyinit_core::provider::{LaunchRequest, Machine, Priority, Provider, ProviderError};
-use lazyinit_core::{Arch, Cell};
+use lazyinit_core::{Arch, Cell, StorageProfile};
 use serde::{Deserialize, Serialize};
 
 /// `[provider.qemu]` in an experiment spec.
@@ -62,55 +62,40 @@ impl Default for QemuConfig {
 /// guest's (1-2), so a guest never delays the hold that times its zeroing.
 pub const NBD_RT_PRIORITY: u8 = 3;
 
-/// A storage profile for the volume:
-/// - `none` (default): host page cache, guest flushes reach the host disk
+/// What a storage profile means for one cell's volume:
+/// - `none`: host page cache, guest flushes reach the host disk
 ///   (`fdatasync`), so zeroing time includes the host's flush latency;
 /// - `unsafe`: guest flushes are dropped on the host, so zeroing time is
 ///   the guest's own (emulated) work only;
 /// - `iops:N`: QEMU block throttling at N requests per second;
-/// - `latency:D` (`2.2ms`, `2200us`): the volume is served over NBD and
-///   every zero request takes D (from 1 us to 1 s); flushes are answered at
-///   once. Zeroing time becomes D plus the guest's own part (see `nbd`);
-/// - `ebs`: a latency profile whose delay is chosen per arch and
-///   accelerator so that the first zeroing comes to [`nbd::EBS_Z1`], what
-///   the 2021 with-fix figures imply on EBS.
-pub fn parse_storage_profile(s: &str) -> Result<args::Storage, ProviderError> {
-    let s = s.trim();
-    match s {
-        "" | "none" => return Ok(args::Storage::default()),
-        "unsafe" => {
-            return Ok(args::Storage {
-                cache: "unsafe",
-                ..Default::default()
-            })
-        }
-        "ebs" => {
-            return Ok(args::Storage {
-                latency: Some(nbd::LatencyProfile::Z1Target(nbd::EBS_Z1)),
-                ..Default::default()
-            })
-        }
-        _ => {}
-    }
-    if let Some(n) = s.strip_prefix("iops:") {
-        if let Ok(iops) = n.parse::<u64>() {
-            if iops > 0 {
-                return Ok(args::Storage {
-                    throttle: Some(args::Throttle { iops_total: iops }),
-                    ..Default::default()
-                });
-            }
-        }
-    }
-    if let Some(zero) = s.strip_prefix("latency:").and_then(nbd::parse_delay) {
-        return Ok(args::Storage {
-            latency: Some(nbd::LatencyProfile::Fixed(zero)),
+/// - `latency:D`: the volume is served over NBD and every zero request is
+///   held D; flushes are answered at once. Zeroing time becomes D plus the
+///   guest's own part (see `nbd`);
+/// - `ebs` / `ebs:D`: the same, with the hold calibrated on each guest so
+///   that the first zeroing comes to the cell's z1 target
+///   ([`lazyinit_core::StorageProfile::z1_target`]).
+pub fn storage_for(profile: &StorageProfile, cell: &Cell) -> args::Storage {
+    match *profile {
+        StorageProfile::None => args::Storage::default(),
+        StorageProfile::Unsafe => args::Storage {
+            cache: "unsafe",
             ..Default::default()
-        });
+        },
+        StorageProfile::Iops(n) => args::Storage {
+            throttle: Some(args::Throttle { iops_total: n }),
+            ..Default::default()
+        },
+        StorageProfile::Latency(d) => args::Storage {
+            latency: Some(nbd::LatencyProfile::Fixed(d)),
+            ..Default::default()
+        },
+        StorageProfile::Ebs { .. } => args::Storage {
+            latency: profile
+                .z1_target(cell.hz, cell.wait_mult)
+                .map(nbd::LatencyProfile::Z1Target),
+            ..Default::default()
+        },
     }
-    Err(ProviderError::BadInput(format!(
-        "unknown storage profile `{s}` for qemu: use none, unsafe, iops:N (N > 0), latency:D (D from 1us to 1000ms, e.g. 2.2ms) or ebs"
-    )))
 }
 
 pub struct QemuProvider {
@@ -209,6 +194,14 @@ impl Provider for QemuProvider {
         "qemu"
     }
 
+    fn check_storage(&self, _: &StorageProfile) -> Result<(), ProviderError> {
+        Ok(()) // every profile is served here
+    }
+
+    fn shares_host(&self) -> bool {
+        true
+    }
+
     async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError> {
         for arch in Arch::ALL {
             if cells.iter().any(|c| c.arch == arch) && !which(arch.qemu_binary()) {
@@ -294,7 +287,7 @@ impl Provider for QemuProvider {
     }
 
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
-        let storage = parse_storage_profile(&req.storage_profile)?;
+        let storage = storage_for(&req.storage_profile, &req.cell);
         std::fs::create_dir_all(&req.log_dir).map_err(|e| {
             ProviderError::infra(format!("cannot create {}: {e}", req.log_dir.display()))
         })?;
@@ -375,33 +368,40 @@ mod tests {
 
     #[test]
     fn storage_profiles() {
+        let cell = |hz: u32| Cell {
+            provider: "qemu".into(),
+            arch: Arch::X86_64,
+            source: lazyinit_core::KernelSource::Debian61,
+            hz: lazyinit_core::Hz::new(hz).unwrap(),
+            variant: lazyinit_core::Variant::Fix,
+            volume: lazyinit_core::ByteSize(64 << 30),
+            wait_mult: 10,
+            repetition: 1,
+        };
+        let st = |p: &str, hz| storage_for(&p.parse().unwrap(), &cell(hz));
+        assert_eq!(st("none", 250), args::Storage::default());
+        assert_eq!(st("unsafe", 250).cache, "unsafe");
         assert_eq!(
-            parse_storage_profile("none").unwrap(),
-            args::Storage::default()
-        );
-        assert_eq!(parse_storage_profile("unsafe").unwrap().cache, "unsafe");
-        assert_eq!(
-            parse_storage_profile("iops:400").unwrap().throttle,
+            st("iops:400", 250).throttle,
             Some(args::Throttle { iops_total: 400 })
         );
-        assert!(parse_storage_profile("iops:0").is_err());
         assert_eq!(
-            parse_storage_profile("latency:2.5ms").unwrap().latency,
+            st("latency:2.5ms", 250).latency,
             Some(nbd::LatencyProfile::Fixed(Duration::from_micros(2500)))
         );
+        // ebs aims at the middle of the nominal z1's L interval at the cell's HZ.
         assert_eq!(
-            parse_storage_profile("ebs").unwrap().latency,
-            Some(nbd::LatencyProfile::Z1Target(nbd::EBS_Z1))
+            st("ebs", 250).latency,
+            Some(nbd::LatencyProfile::Z1Target(Duration::from_micros(3400)))
         );
-        for bad in [
-            "latency:0ms",
-            "latency:",
-            "latency:2",
-            "latency:5000ms",
-            "fast",
-        ] {
-            assert!(parse_storage_profile(bad).is_err(), "{bad}");
-        }
+        assert_eq!(
+            st("ebs", 100).latency,
+            Some(nbd::LatencyProfile::Z1Target(Duration::from_micros(3500)))
+        );
+        assert_eq!(
+            st("ebs:3.1ms", 100).latency,
+            Some(nbd::LatencyProfile::Z1Target(Duration::from_micros(3100)))
+        );
     }
 
     #[test]

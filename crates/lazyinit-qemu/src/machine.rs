@@ -8,7 +8,7 @@ use lazyinit_core::provider::{Endpoint, LaunchRequest, Machine, MachineInfo, Pro
 use lazyinit_core::Arch;
 
 use crate::args::{self, Accel, Storage};
-use crate::nbd::NbdServer;
+use crate::nbd::{Hold, NbdServer};
 use crate::process::{tail_lines, QemuProcess};
 use crate::volume::SparseVolume;
 use crate::QemuConfig;
@@ -33,8 +33,11 @@ pub struct QemuMachine {
     accel: Accel,
     port: u16,
     process: Option<QemuProcess>,
-    /// The NBD server of a latency profile; stops after QEMU.
+    /// The NBD servers of a latency profile (volume, warm-up disk) and
+    /// their shared hold; they stop after QEMU.
     nbd: Option<NbdServer>,
+    warm_nbd: Option<NbdServer>,
+    hold: Option<Hold>,
     volume: Option<SparseVolume>,
     warmup: Option<SparseVolume>,
     console_log: PathBuf,
@@ -51,30 +54,46 @@ impl QemuMachine {
         let mut extra = vec!["lazyinit.net=static".to_string()];
         extra.extend(a.req.extra_cmdline.iter().cloned());
         let cmdline = args::kernel_cmdline(arch, a.tsc_khz, &extra);
-        let nbd = match a.storage.latency {
+        // A latency profile: the volume (and the warm-up disk, so that the
+        // calibration's zeroings cost what the measured one will) are served
+        // by the harness's NBD server, with one hold for both.
+        let (hold, nbd, warm_nbd) = match a.storage.latency {
             Some(profile) => {
-                let lat = profile.resolve(arch, a.accel);
-                // What the profile came to for this guest, beside its cmdline.
+                let hold = Hold::new(profile.initial_hold(arch, a.accel));
+                // Rewritten by the calibration with what it found and set.
                 let _ = std::fs::write(
                     a.req.log_dir.join("storage.txt"),
                     format!(
-                        "profile={}\nzero_delay_us={}\nguest_part_us={}\n",
+                        "profile={}\ninitial_hold_us={}\n",
                         a.req.storage_profile,
-                        lat.zero.as_micros(),
-                        crate::nbd::guest_part(arch, a.accel).as_micros()
+                        hold.get().as_micros(),
                     ),
                 );
-                Some(NbdServer::start(
+                let vol = NbdServer::start(
                     a.volume,
                     &a.req.log_dir.join("volume.nbd.sock"),
-                    lat,
-                )?)
+                    hold.clone(),
+                )?;
+                let warm = match a.warmup {
+                    Some(w) => Some(NbdServer::start(
+                        w,
+                        &a.req.log_dir.join("warmup.nbd.sock"),
+                        hold.clone(),
+                    )?),
+                    None => None,
+                };
+                (Some(hold), Some(vol), warm)
             }
-            None => None,
+            None => (None, None, None),
         };
         let volume = match &nbd {
             Some(n) => args::VolumeSource::NbdUnix(n.socket()),
             None => args::VolumeSource::File(a.volume),
+        };
+        let warmup = match (&warm_nbd, a.warmup) {
+            (Some(n), _) => Some(args::VolumeSource::NbdUnix(n.socket())),
+            (None, Some(w)) => Some(args::VolumeSource::File(w)),
+            (None, None) => None,
         };
         let argv = args::guest_args(&args::GuestArgs {
             arch,
@@ -89,7 +108,7 @@ impl QemuMachine {
             ssh_port: Some(a.port),
             volume: Some(volume),
             storage: a.storage,
-            warmup: a.warmup,
+            warmup,
         });
         let command_line = std::iter::once(arch.qemu_binary().to_string())
             .chain(argv.iter().map(|s| shell_quote(&s.to_string_lossy())))
@@ -128,6 +147,8 @@ impl QemuMachine {
             port: a.port,
             process: Some(process),
             nbd,
+            warm_nbd,
+            hold,
             volume: None,
             warmup: None,
             console_log,
@@ -196,6 +217,12 @@ impl Machine for QemuMachine {
         self.warmup.as_ref().map(|_| "/dev/vdb".to_string())
     }
 
+    fn zero_hold(&self) -> Option<std::sync::Arc<dyn lazyinit_core::provider::ZeroHold>> {
+        self.hold.clone().map(|h| {
+            std::sync::Arc::new(h) as std::sync::Arc<dyn lazyinit_core::provider::ZeroHold>
+        })
+    }
+
     fn console_tail(&self, lines: usize) -> String {
         let mut out = tail_lines(&self.console_log, lines);
         if let Some(p) = &self.process {
@@ -229,6 +256,7 @@ impl Machine for QemuMachine {
             p.stop(grace).await;
         }
         self.nbd.take();
+        self.warm_nbd.take();
         let _ = std::fs::remove_file(&self.qmp_socket);
         if let Some(mut w) = self.warmup.take() {
             let _ = w.remove();
@@ -254,6 +282,7 @@ impl Drop for QemuMachine {
         self.unregister();
         self.process.take();
         self.nbd.take();
+        self.warm_nbd.take();
         self.warmup.take();
         if let Some(v) = self.volume.take() {
             let dir = v.path().parent().map(Path::to_path_buf);

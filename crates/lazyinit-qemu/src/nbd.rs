@@ -33,40 +33,52 @@ use std::time::{Duration, Instant};
 
 use lazyinit_core::provider::ProviderError;
 
-/// Fixed per-request delays of the latency profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Latency {
-    /// Added to each zero (WRITE_ZEROES) request, from its arrival.
-    pub zero: Duration,
+/// The hold of every zero (WRITE_ZEROES) request, from its arrival. Shared
+/// by the volume's and the warm-up disk's servers, and set while the guest
+/// runs: the `ebs` profile calibrates it on each guest (the guest protocol's
+/// calibration step) before the measured mount.
+#[derive(Debug, Clone)]
+pub struct Hold(Arc<AtomicU64>);
+
+impl Hold {
+    pub fn new(d: Duration) -> Self {
+        Hold(Arc::new(AtomicU64::new(d.as_nanos() as u64)))
+    }
+    pub fn get(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::SeqCst))
+    }
+    pub fn set(&self, d: Duration) {
+        self.0.store(d.as_nanos() as u64, Ordering::SeqCst);
+    }
 }
 
-/// A latency profile as asked for: a fixed delay, or a target for the
-/// whole first zeroing (z1), from which the guest's own part is taken off.
+impl lazyinit_core::provider::ZeroHold for Hold {
+    fn get(&self) -> Duration {
+        Hold::get(self)
+    }
+    fn set(&self, hold: Duration) {
+        Hold::set(self, hold)
+    }
+}
+
+/// A latency profile as asked for: a fixed hold, or a target for the whole
+/// first zeroing (z1), from which the guest's own part is taken off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LatencyProfile {
     /// `latency:D`: every zero request takes D more.
     Fixed(Duration),
-    /// `ebs`: z1 should come to this much; the delay is the target minus
-    /// the guest's own part of a zeroing for the arch and accelerator.
+    /// `ebs`: z1 should come to this much. The hold starts at the target
+    /// minus a prior for the guest's own part (below) and is calibrated on
+    /// the guest before the measured mount.
     Z1Target(Duration),
 }
 
-/// z1 that `ebs` aims at: the middle of what the 2021 with-fix figures
-/// imply on EBS. L = floor(W z1 HZ) with W = 10: x86_64 at HZ=250 slept
-/// L=7 at 2 TiB (33.2 ms/group: z1 in 2.8-3.2 ms) and L=8-9 at 3 TiB
-/// (37.9 ms/group: z1 in 3.2-4.0 ms); arm64 at HZ=100 slept L=3 (40.3 and
-/// 42.8 ms/group: z1 in 3-4 ms). 3.4 ms is inside every one of those but
-/// the first, and keeps a no-fix zeroing under one 4 ms tick (HZ=250).
-pub const EBS_Z1: Duration = Duration::from_micros(3400);
-
-/// The guest's own part of a first zeroing on this NBD path (everything but
-/// the delay: the guest's block and ext4 code, virtio, QEMU's NBD client),
-/// measured here under TCG with the calibration spec
-/// (`specs/calibrate-z1.toml`, README "Storage profiles"): W=100 makes the
-/// sleep 100 z1 HZ ticks, so z1 is read to 0.04 ms (HZ=250) or 0.1 ms
-/// (HZ=100). Under KVM the guest's part is tens of microseconds (an estimate:
-/// KVM does not work on the machines this was measured on).
-pub fn guest_part(arch: lazyinit_core::Arch, accel: crate::Accel) -> Duration {
+/// A prior for the guest's own part of a first zeroing on this NBD path
+/// (the guest's block and ext4 code, virtio, QEMU's NBD client), from the
+/// `calibrate-z1` preset on one builder under TCG. Only the starting hold
+/// of a calibration: each guest measures its own (hosts differ by 0.2 ms
+/// and more, which at HZ=250 is half a tick of L).
+pub fn guest_part_prior(arch: lazyinit_core::Arch, accel: crate::Accel) -> Duration {
     use crate::Accel;
     use lazyinit_core::Arch;
     match (arch, accel) {
@@ -80,33 +92,18 @@ const GUEST_PART_TCG_X86_US: u64 = 1100;
 const GUEST_PART_TCG_ARM64_US: u64 = 1000;
 
 impl LatencyProfile {
-    /// The zero delay for a guest of this arch under this accelerator.
-    pub fn resolve(self, arch: lazyinit_core::Arch, accel: crate::Accel) -> Latency {
-        let zero = match self {
+    /// The starting hold for a guest of this arch under this accelerator.
+    pub fn initial_hold(self, arch: lazyinit_core::Arch, accel: crate::Accel) -> Duration {
+        match self {
             LatencyProfile::Fixed(d) => d,
-            LatencyProfile::Z1Target(t) => t
-                .saturating_sub(guest_part(arch, accel))
-                .max(Duration::from_micros(1)),
-        };
-        Latency { zero }
+            LatencyProfile::Z1Target(t) => {
+                lazyinit_core::storage::hold_for(t, guest_part_prior(arch, accel))
+            }
+        }
     }
 }
 
-/// Parses `2.4ms`, `2400us` or `3ms` (1 us to 1 s).
-pub fn parse_delay(s: &str) -> Option<Duration> {
-    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix("us") {
-        (n, 1e-6)
-    } else {
-        return None;
-    };
-    let v: f64 = num.trim().parse().ok()?;
-    let d = Duration::try_from_secs_f64(v * scale).ok()?;
-    // Whole microseconds: what the profile name says is what runs.
-    let d = Duration::from_micros((d.as_secs_f64() * 1e6).round() as u64);
-    (d >= Duration::from_micros(1) && d <= Duration::from_secs(1)).then_some(d)
-}
+pub use lazyinit_core::storage::parse_delay;
 
 // Protocol constants (NBD spec, doc/proto.md).
 const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
@@ -142,7 +139,7 @@ const MAX_REQUEST: u32 = 32 << 20;
 struct Export {
     file: File,
     size: u64,
-    latency: Latency,
+    hold: Hold,
     zero_requests: AtomicU64,
     /// What was written, when the file was all holes at start (else None:
     /// every zero request punches).
@@ -177,7 +174,7 @@ pub struct NbdServer {
 }
 
 impl NbdServer {
-    pub fn start(volume: &Path, socket: &Path, latency: Latency) -> Result<Self, ProviderError> {
+    pub fn start(volume: &Path, socket: &Path, hold: Hold) -> Result<Self, ProviderError> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -195,7 +192,7 @@ impl NbdServer {
         let export = Arc::new(Export {
             file,
             size,
-            latency,
+            hold,
             zero_requests: AtomicU64::new(0),
             written: {
                 use std::os::unix::fs::MetadataExt;
@@ -616,7 +613,7 @@ fn requests(
                 }
                 let delay = if kind == CMD_WRITE_ZEROES {
                     export.zero_requests.fetch_add(1, Ordering::SeqCst);
-                    export.latency.zero
+                    export.hold.get()
                 } else {
                     Duration::ZERO
                 };
@@ -655,29 +652,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ebs_takes_the_guest_part_off_its_target() {
+    fn ebs_starts_from_the_prior_and_the_hold_can_be_set() {
         use crate::Accel;
         use lazyinit_core::Arch;
-        let ebs = LatencyProfile::Z1Target(EBS_Z1);
+        let ebs = LatencyProfile::Z1Target(Duration::from_micros(3400));
         assert_eq!(
-            ebs.resolve(Arch::X86_64, Accel::Tcg).zero,
+            ebs.initial_hold(Arch::X86_64, Accel::Tcg),
             Duration::from_micros(3400 - GUEST_PART_TCG_X86_US)
         );
         assert_eq!(
-            ebs.resolve(Arch::Arm64, Accel::Tcg).zero,
+            ebs.initial_hold(Arch::Arm64, Accel::Tcg),
             Duration::from_micros(3400 - GUEST_PART_TCG_ARM64_US)
         );
         let fixed = LatencyProfile::Fixed(Duration::from_micros(700));
         assert_eq!(
-            fixed.resolve(Arch::Arm64, Accel::Kvm).zero,
+            fixed.initial_hold(Arch::Arm64, Accel::Kvm),
             Duration::from_micros(700)
         );
         // Never zero or negative, whatever the target.
         let tiny = LatencyProfile::Z1Target(Duration::from_micros(10));
         assert_eq!(
-            tiny.resolve(Arch::X86_64, Accel::Tcg).zero,
+            tiny.initial_hold(Arch::X86_64, Accel::Tcg),
             Duration::from_micros(1)
         );
+        let h = Hold::new(Duration::from_micros(2300));
+        let shared = h.clone();
+        shared.set(Duration::from_micros(2412));
+        assert_eq!(h.get(), Duration::from_micros(2412));
     }
 
     #[test]
@@ -752,14 +753,7 @@ mod tests {
         let vol = dir.path().join("v.raw");
         File::create(&vol).unwrap().set_len(64 << 20).unwrap();
         let sock = dir.path().join("v.sock");
-        let srv = NbdServer::start(
-            &vol,
-            &sock,
-            Latency {
-                zero: Duration::from_millis(200),
-            },
-        )
-        .unwrap();
+        let srv = NbdServer::start(&vol, &sock, Hold::new(Duration::from_millis(200))).unwrap();
         let uri = format!("nbd+unix:///?socket={}", sock.display());
 
         let (writes, _) = qemu_io(
@@ -782,13 +776,11 @@ mod tests {
         let (_, out) = qemu_io(&uri, &["read -P 0 0 4M", "read -P 0 8M 4M"]);
         assert!(!out.contains("Pattern verification failed"), "{out}");
         assert!(allocated(&vol) < 1 << 20, "zeroed ranges are holes");
-        // Three zero requests in sequence: at least 3 x 200 ms; the writes
-        // were not delayed (a margin of 400 ms separates the two).
+        // Three zero requests in sequence: at least 3 x 200 ms (a lower
+        // bound: a loaded host only adds). Only zero requests are held: the
+        // counter saw exactly the three.
         assert!(zeroes >= Duration::from_millis(600), "{zeroes:?}");
-        assert!(
-            writes + Duration::from_millis(400) < zeroes,
-            "{writes:?} vs {zeroes:?}"
-        );
+        let _ = writes;
 
         drop(srv);
         assert!(!sock.exists());

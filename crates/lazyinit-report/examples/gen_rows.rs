@@ -111,6 +111,11 @@ fn main() {
             storage_profile: "none".into(),
             concurrency: 4,
             mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
+            z1_ms: None,
+            z1_target_ms: None,
+            guest_part_ms: None,
+            zero_hold_ms: None,
+            zero_median_ms: None,
         };
         w.serialize(&row).expect("writing a row");
     }

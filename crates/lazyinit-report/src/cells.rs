@@ -309,6 +309,11 @@ pub(crate) mod tests_support {
             storage_profile: "none".into(),
             concurrency: 1,
             mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
+            z1_ms: None,
+            z1_target_ms: None,
+            guest_part_ms: None,
+            zero_hold_ms: None,
+            zero_median_ms: None,
         }
     }
 }

@@ -131,8 +131,9 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
         spec.concurrency = spec::Concurrency::Fixed(c);
     }
     if let Some(p) = &a.storage_profile {
-        lazyinit_qemu::parse_storage_profile(p).map_err(|e| bad_input(e.to_string()))?;
-        spec.storage_profile = p.clone();
+        spec.storage_profile = p
+            .parse()
+            .map_err(|e: lazyinit_core::storage::BadStorageProfile| bad_input(e.to_string()))?;
     }
     if let Some(accel) = a.accel {
         spec.provider_config
@@ -168,14 +169,9 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
 
 async fn provider_for(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
     match spec.provider.as_str() {
-        "qemu" => {
-            // A bad profile from a spec file is bad input (2), before
-            // anything runs or is written.
-            lazyinit_qemu::parse_storage_profile(&spec.storage_profile)?;
-            Ok(Arc::new(lazyinit_qemu::QemuProvider::new(qemu_config(
-                spec,
-            ))))
-        }
+        "qemu" => Ok(Arc::new(lazyinit_qemu::QemuProvider::new(qemu_config(
+            spec,
+        )))),
         "ec2" => super::providers::ec2_provider(spec).await,
         other => Err(bad_input(format!("unknown provider `{other}`")).into()),
     }

@@ -153,7 +153,7 @@ pub fn request(run_id: &str, cell: Cell, log_dir: PathBuf) -> LaunchRequest {
         initramfs: "/nonexistent/initramfs.cpio.gz".into(),
         log_dir,
         extra_cmdline: vec![],
-        storage_profile: "none".into(),
+        storage_profile: lazyinit_core::StorageProfile::None,
     }
 }
 

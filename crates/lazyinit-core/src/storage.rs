@@ -1,0 +1,282 @@
+//! Storage profiles: what a zeroing costs on a cell's volume.
+//!
+//! Parsed once, when the spec or the command line is read; every provider
+//! says in `preflight` which ones it can serve. Written back as the same
+//! text (`storage_profile` column, spec.toml).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::cell::Hz;
+
+/// z1 that `ebs` aims at before centring: what the 2021 with-fix figures
+/// imply on EBS. L = floor(W z1 HZ) with W = 10: x86_64 at HZ=250 slept
+/// L=7 at 2 TiB (z1 in 2.8-3.2 ms) and L=8-9 at 3 TiB (3.2-4.0 ms); arm64
+/// at HZ=100 slept L=3 (3-4 ms). 3.4 ms is inside all but the first, and
+/// keeps a no-fix zeroing under one 4 ms tick at HZ=250.
+pub const EBS_NOMINAL_Z1: Duration = Duration::from_micros(3400);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StorageProfile {
+    /// A raw sparse file; guest flushes reach the host disk.
+    #[default]
+    None,
+    /// A raw sparse file; the host drops flushes.
+    Unsafe,
+    /// QEMU block throttling at N requests per second.
+    Iops(u64),
+    /// Every zero request is held this long (from its arrival).
+    Latency(Duration),
+    /// The first zeroing z1 is brought to a target by calibrating, on each
+    /// guest, the part of a zeroing that is the guest's own: `ebs` centres
+    /// [`EBS_NOMINAL_Z1`] in its L interval at the cell's HZ
+    /// ([`centred_z1`]); `ebs:D` aims at D exactly.
+    Ebs { z1: Option<Duration> },
+}
+
+impl StorageProfile {
+    /// The z1 the calibration aims at for a cell, if this profile has one.
+    pub fn z1_target(&self, hz: Hz, wait_mult: u32) -> Option<Duration> {
+        match *self {
+            StorageProfile::Ebs { z1: Some(d) } => Some(d),
+            StorageProfile::Ebs { z1: None } => Some(centred_z1(EBS_NOMINAL_Z1, hz, wait_mult)),
+            _ => None,
+        }
+    }
+
+    /// Whether zero requests are held by the harness (served over NBD).
+    pub fn holds_zeroes(&self) -> bool {
+        matches!(
+            self,
+            StorageProfile::Latency(_) | StorageProfile::Ebs { .. }
+        )
+    }
+}
+
+/// The middle of the interval of z1 that gives the same sleep as `nominal`
+/// with the fix: L = floor(W z1 HZ), so every z1 in [L, L+1) / (W HZ) sleeps
+/// L ticks, and the middle is the farthest from both neighbours (0.2 ms
+/// either side at HZ=250, 0.5 ms at HZ=100, with W = 10).
+pub fn centred_z1(nominal: Duration, hz: Hz, wait_mult: u32) -> Duration {
+    let per_tick = wait_mult.max(1) as f64 * hz.get() as f64; // ticks per second of z1
+    let l = (nominal.as_secs_f64() * per_tick).floor();
+    Duration::from_secs_f64((l + 0.5) / per_tick)
+}
+
+/// Parses `2.4ms`, `2400us` or `3ms` (1 us to 1 s), in whole microseconds.
+pub fn parse_delay(s: &str) -> Option<Duration> {
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e-6)
+    } else {
+        return None;
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    let d = Duration::try_from_secs_f64(v * scale).ok()?;
+    let d = Duration::from_micros((d.as_secs_f64() * 1e6).round() as u64);
+    (d >= Duration::from_micros(1) && d <= Duration::from_secs(1)).then_some(d)
+}
+
+fn fmt_delay(d: Duration) -> String {
+    let us = d.as_micros();
+    if us.is_multiple_of(1000) {
+        format!("{}ms", us / 1000)
+    } else if us >= 1000 && us.is_multiple_of(100) {
+        format!("{}ms", us as f64 / 1000.0)
+    } else {
+        format!("{us}us")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown storage profile `{0}`: use ebs, ebs:D (a z1 target such as ebs:3.1ms), latency:D (1us to 1000ms, e.g. latency:2.2ms), none, unsafe or iops:N (N > 0)")]
+pub struct BadStorageProfile(pub String);
+
+impl std::str::FromStr for StorageProfile {
+    type Err = BadStorageProfile;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let bad = || BadStorageProfile(s.to_string());
+        Ok(match s {
+            "" | "none" => StorageProfile::None,
+            "unsafe" => StorageProfile::Unsafe,
+            "ebs" => StorageProfile::Ebs { z1: None },
+            _ => {
+                if let Some(n) = s.strip_prefix("iops:") {
+                    match n.parse::<u64>() {
+                        Ok(n) if n > 0 => StorageProfile::Iops(n),
+                        _ => return Err(bad()),
+                    }
+                } else if let Some(d) = s.strip_prefix("latency:") {
+                    StorageProfile::Latency(parse_delay(d).ok_or_else(bad)?)
+                } else if let Some(d) = s.strip_prefix("ebs:") {
+                    StorageProfile::Ebs {
+                        z1: Some(parse_delay(d).ok_or_else(bad)?),
+                    }
+                } else {
+                    return Err(bad());
+                }
+            }
+        })
+    }
+}
+
+impl fmt::Display for StorageProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageProfile::None => f.write_str("none"),
+            StorageProfile::Unsafe => f.write_str("unsafe"),
+            StorageProfile::Iops(n) => write!(f, "iops:{n}"),
+            StorageProfile::Latency(d) => write!(f, "latency:{}", fmt_delay(*d)),
+            StorageProfile::Ebs { z1: None } => f.write_str("ebs"),
+            StorageProfile::Ebs { z1: Some(d) } => write!(f, "ebs:{}", fmt_delay(*d)),
+        }
+    }
+}
+
+impl serde::Serialize for StorageProfile {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StorageProfile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What the calibration of one guest found and set (recorded per row).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Calibration {
+    /// The z1 aimed at.
+    pub z1_target: Duration,
+    /// The guest's own part of a first zeroing: the smallest of the warm
+    /// samples' zeroing time minus the hold they ran with.
+    pub guest_part: Duration,
+    /// The hold set for the measured volume: target minus guest part.
+    pub hold: Duration,
+}
+
+/// The guest part from calibration samples `(hold, zeroing time)`: the
+/// smallest excess of a zeroing over its hold. A neighbour can only make a
+/// zeroing longer, never shorter, so the smallest sample is the one least
+/// disturbed, which is what the measured first zeroing is (it runs with
+/// the host to itself, see the orchestrator's gate). None without samples.
+pub fn guest_part(samples: &[(Duration, Duration)]) -> Option<Duration> {
+    samples
+        .iter()
+        .map(|(hold, z)| z.saturating_sub(*hold))
+        .min()
+}
+
+/// The hold that brings z1 to `target` given the guest's own part; at
+/// least 1 us (a guest slower than the target gets no hold at all).
+pub fn hold_for(target: Duration, guest_part: Duration) -> Duration {
+    target
+        .saturating_sub(guest_part)
+        .max(Duration::from_micros(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hz(n: u32) -> Hz {
+        Hz::new(n).unwrap()
+    }
+
+    #[test]
+    fn parse_and_print_round_trip() {
+        for s in [
+            "none",
+            "unsafe",
+            "iops:400",
+            "latency:2.5ms",
+            "latency:900us",
+            "latency:3ms",
+            "ebs",
+            "ebs:3.1ms",
+            "ebs:3150us",
+        ] {
+            let p: StorageProfile = s.parse().unwrap();
+            assert_eq!(p.to_string(), s, "{s}");
+        }
+        assert_eq!("".parse::<StorageProfile>().unwrap(), StorageProfile::None);
+        assert_eq!(
+            "ebs:3.1ms".parse::<StorageProfile>().unwrap(),
+            StorageProfile::Ebs {
+                z1: Some(Duration::from_micros(3100))
+            }
+        );
+        for bad in [
+            "latency:0ms",
+            "latency:",
+            "latency:2",
+            "latency:5000ms",
+            "iops:0",
+            "ebs:",
+            "ebs:fast",
+            "fast",
+        ] {
+            let e = bad.parse::<StorageProfile>().unwrap_err();
+            assert!(e.to_string().contains("ebs:D"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn ebs_centres_its_target_in_the_l_interval() {
+        // HZ=250, W=10: 3.4 ms is L=8, whose interval is [3.2, 3.6) ms.
+        let t = StorageProfile::Ebs { z1: None }
+            .z1_target(hz(250), 10)
+            .unwrap();
+        assert_eq!(t, Duration::from_micros(3400));
+        // HZ=100: L=3, interval [3, 4) ms, middle 3.5 ms.
+        let t = StorageProfile::Ebs { z1: None }
+            .z1_target(hz(100), 10)
+            .unwrap();
+        assert_eq!(t, Duration::from_micros(3500));
+        // HZ=1000: L=34, [3.4, 3.5) ms.
+        let t = StorageProfile::Ebs { z1: None }
+            .z1_target(hz(1000), 10)
+            .unwrap();
+        assert_eq!(t, Duration::from_micros(3450));
+        // A user's target is taken as it is.
+        let t = StorageProfile::Ebs {
+            z1: Some(Duration::from_micros(3100)),
+        }
+        .z1_target(hz(250), 10);
+        assert_eq!(t, Some(Duration::from_micros(3100)));
+        assert_eq!(StorageProfile::Unsafe.z1_target(hz(250), 10), None);
+    }
+
+    #[test]
+    fn guest_part_is_the_least_disturbed_sample() {
+        let ms = |x: f64| Duration::from_secs_f64(x / 1000.0);
+        let s = [(ms(2.3), ms(3.5)), (ms(2.3), ms(3.31)), (ms(2.3), ms(4.9))];
+        let g = guest_part(&s).unwrap();
+        assert!((g.as_secs_f64() * 1000.0 - 1.01).abs() < 1e-9, "{g:?}");
+        assert_eq!(guest_part(&[]), None);
+        assert_eq!(hold_for(ms(3.4), g), ms(3.4) - g);
+        assert_eq!(hold_for(ms(1.0), ms(2.0)), Duration::from_micros(1));
+    }
+
+    #[test]
+    fn serde_as_text() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct S {
+            p: StorageProfile,
+        }
+        let s: S = toml::from_str("p = \"ebs:3.2ms\"").unwrap();
+        assert_eq!(
+            s.p,
+            StorageProfile::Ebs {
+                z1: Some(Duration::from_micros(3200))
+            }
+        );
+        assert_eq!(toml::to_string(&s).unwrap().trim(), "p = \"ebs:3.2ms\"");
+        assert!(toml::from_str::<S>("p = \"fast\"").is_err());
+    }
+}

@@ -1,0 +1,39 @@
+# Calibration and warm-up on the scratch disk: N mounts, each waiting for the
+# lazy-init thread's first zeroing, then unmounting. Each mount is a new
+# lazy-init request, so each first zeroing is timed like the measured one's
+# z1 (with a flush), on the same driver path and with the same hold. The
+# first also pays for TCG translating that code, so the measured zeroing
+# does not. The waits block on an instance's trace_pipe: no process runs in
+# the guest while a zeroing is timed. Prints the trace (journal starts and
+# group events) for the harness to time each zeroing.
+set -e
+T=/sys/kernel/tracing
+I=$T/instances/lazyinit
+dev="$1"; n="$2"; opts="$3"
+[ -d $I ] || mkdir $I
+echo 0 > $T/tracing_on
+grep -q mono $T/trace_clock && echo mono > $T/trace_clock
+grep -q mono $I/trace_clock && echo mono > $I/trace_clock
+for e in ext4_journal_start ext4_journal_start_sb; do
+  if [ -d $T/events/ext4/$e ]; then echo 1 > $T/events/ext4/$e/enable; fi
+done
+echo 1 > $T/events/ext4/ext4_lazy_itable_init/enable
+echo 1 > $I/events/ext4/ext4_lazy_itable_init/enable
+echo > $T/trace
+echo > $I/trace
+echo 1 > $T/tracing_on
+echo 1 > $I/tracing_on
+exec 3< $I/trace_pipe
+i=0
+while [ $i -lt "$n" ]; do
+  if [ -n "$opts" ]; then mount -t ext4 -o "$opts" "$dev" /mnt/warmup; else mount -t ext4 "$dev" /mnt/warmup; fi
+  if ! read -t 30 line <&3; then
+    umount /mnt/warmup
+    echo "no lazy-init zeroing on $dev within 30 s of mount $i" >&2
+    exit 1
+  fi
+  umount /mnt/warmup
+  i=$((i + 1))
+done
+exec 3<&-
+cat $T/trace
