@@ -57,7 +57,7 @@ fn manifest(dir: &str, image: &str, patch: Option<PatchFacts>) -> ManifestFacts 
 /// patch) and arm64 with it (as released); the others are not.
 fn kernels(rows: &[ResultRow]) -> BTreeMap<lazyinit_report::kcidb::BuildKey, KernelFacts> {
     build_keys(rows)
-        .into_iter()
+        .into_keys()
         .map(|k| {
             let profile = Some(if k.provider == "ec2" { "cloud" } else { "qemu" }.to_string());
             let debian = (k.kernel_source == "debian-6.1").then(|| "linux-source-6.1".to_string());

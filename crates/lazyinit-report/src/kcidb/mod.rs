@@ -143,15 +143,19 @@ fn releases(rows: &[ResultRow]) -> Vec<String> {
         .collect()
 }
 
-/// The kernels the rows ran, for the caller to look up.
-pub fn build_keys(rows: &[ResultRow]) -> Vec<BuildKey> {
-    let mut keys: Vec<BuildKey> = rows
-        .iter()
-        .zip(releases(rows))
-        .map(|(r, rel)| build_key(r, rel))
-        .collect();
-    keys.sort();
-    keys.dedup();
+/// The kernels the rows ran, for the caller to look up, each with the
+/// earliest start of a run on it (a cached build made later is another).
+pub fn build_keys(rows: &[ResultRow]) -> BTreeMap<BuildKey, String> {
+    let mut keys: BTreeMap<BuildKey, String> = BTreeMap::new();
+    for (r, rel) in rows.iter().zip(releases(rows)) {
+        keys.entry(build_key(r, rel))
+            .and_modify(|first| {
+                if r.started_at < *first {
+                    first.clone_from(&r.started_at)
+                }
+            })
+            .or_insert_with(|| r.started_at.clone());
+    }
     keys
 }
 
