@@ -96,9 +96,9 @@ fn find<'a>(
     key: &BuildKey,
     first_start: &str,
 ) -> Option<&'a (Manifest, PathBuf)> {
-    let start = chrono::DateTime::parse_from_rfc3339(first_start)
-        .ok()?
-        .with_timezone(&chrono::Utc);
+    // started_at is cut to whole seconds; a kernel built in that second counts.
+    let before =
+        chrono::DateTime::parse_from_rfc3339(first_start).ok()? + chrono::Duration::seconds(1);
     builds
         .iter()
         .filter(|(m, _)| {
@@ -108,7 +108,7 @@ fn find<'a>(
                 && m.hz == key.hz
                 && m.variant == key.variant
                 && m.profile == Profile::for_provider(&key.provider)
-                && m.built_at <= start
+                && m.built_at < before
         })
         .max_by_key(|(m, _)| m.built_at)
 }
