@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need (host packages, the EC2
-# API emulator's virtualenv), then runs every test of the workspace,
-# including the ones that build kernels and boot QEMU guests. Expensive
-# artifacts go to the content-keyed cache (~/.cache/lazyinit-bench), so a
-# second run reuses them.
+# The test command: installs what the tests need (host packages, the
+# virtualenvs of the EC2 API emulator and of the KCIDB validator), then runs
+# every test of the workspace, including the ones that build kernels and
+# boot QEMU guests. Expensive artifacts go to the content-keyed cache
+# (~/.cache/lazyinit-bench), so a second run reuses them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-host.sh
 if [ -f scripts/ec2-emulator.sh ]; then
   bash scripts/ec2-emulator.sh
 fi
+# kcidb-io: the KCIDB export tests validate real exports with it.
+bash scripts/kcidb-validator.sh >/dev/null
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use lazyinit_core::results::{read_rows, Status};
 use lazyinit_core::{model, Variant};
 
+mod kcidb_support;
+
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench"))
 }
@@ -201,6 +203,20 @@ fn smoke_run_measures_both_variants() {
         .unwrap();
     assert!(again.success());
     assert_eq!(read_rows(&csv).unwrap().len(), 2);
+
+    // The fresh run as a KCIDB report, accepted by kcidb-io's validator:
+    // both cells measured, the kernels this run built described from the
+    // cache's manifests, each cell's console.log its tests' log.
+    let v = kcidb_support::export_valid(&bin(), &csv, &[]);
+    let tests = v["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 2 * 3);
+    assert!(tests.iter().all(|t| t["status"] == "DONE"), "{v}");
+    assert!(tests.iter().all(|t| t["log_url"]
+        .as_str()
+        .is_some_and(|u| u.ends_with("/console.log"))));
+    let builds = v["builds"].as_array().unwrap();
+    assert_eq!(builds.len(), 2);
+    assert!(builds.iter().all(|b| b.get("compiler").is_some()), "{v}");
 }
 
 /// Waits until the run's event log shows `phase` for some cell.

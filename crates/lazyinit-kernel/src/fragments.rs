@@ -34,6 +34,18 @@ pub enum Profile {
     Cloud,
 }
 
+impl Profile {
+    /// The profile a provider's guests need: EC2 instances boot `cloud`
+    /// kernels, local guests `qemu` ones.
+    pub fn for_provider(provider: &str) -> Profile {
+        if provider == "ec2" {
+            Profile::Cloud
+        } else {
+            Profile::Qemu
+        }
+    }
+}
+
 impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

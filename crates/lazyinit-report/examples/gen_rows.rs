@@ -2,6 +2,7 @@
 //!
 //!     cargo run --release -p lazyinit-report --example gen_rows -- 10000 /tmp/rows.csv
 //!     time lazyinit-bench report /tmp/rows.csv > /dev/null
+//!     time lazyinit-bench report --format kcidb /tmp/rows.csv > /dev/null
 //!
 //! Rows follow the model (DESIGN §2) with noise, over a matrix of providers,
 //! arches, HZ, variants and volumes; about 3% of runs fail. Deterministic.

@@ -3,11 +3,13 @@
 //! Pipeline: [`input::load`] the CSVs, [`report::build`] (cells keyed by
 //! their whole configuration, statistics, model, 2021 figures, ratios),
 //! then render with [`render`] or plot with [`plot`]. [`compare`] matches
-//! two sets of cells and decides whether the candidate regressed.
+//! two sets of cells and decides whether the candidate regressed. [`kcidb`]
+//! exports the rows as a KCIDB report for KernelCI.
 
 pub mod cells;
 pub mod compare;
 pub mod input;
+pub mod kcidb;
 pub mod plot;
 pub mod ratios;
 pub mod render;

@@ -3,6 +3,7 @@
 
 pub mod cleanup;
 pub mod image;
+pub mod kcidb;
 pub mod kernel;
 pub mod providers;
 pub mod report;

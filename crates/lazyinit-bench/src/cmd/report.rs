@@ -17,9 +17,18 @@ pub struct ReportArgs {
     /// per cell, and cells never mix providers, machines, accels or kernels.
     #[arg(required = true)]
     pub csv: Vec<PathBuf>,
-    /// Output format: markdown, csv or json [default: from --out's extension, else markdown].
+    /// Output format: markdown, csv, json, or kcidb (every row and metric as
+    /// one KCIDB report for KernelCI) [default: from --out's extension, else markdown].
     #[arg(long, value_parser = clap::value_parser!(Format))]
     pub format: Option<Format>,
+    /// With --format kcidb: the CI system's KCIDB origin, which prefixes
+    /// every id (lowercase letters, digits, underscores).
+    #[arg(long, value_name = "NAME")]
+    pub origin: Option<String>,
+    /// With --format kcidb: the cache whose kernel manifests give compilers,
+    /// patches and files (default: $LAZYINIT_CACHE_DIR or ~/.cache/lazyinit-bench).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
     /// Also draw an SVG of the cells (bars, 95% CI, model, 2021); when runs
     /// have groups.csv beside them, a cycle-time plot goes to <PATH>-cycles.svg.
     #[arg(long, value_name = "PATH")]
@@ -94,6 +103,12 @@ fn cycles_path(svg: &Path) -> PathBuf {
 
 pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     let format = format_of(a.format, &a.out);
+    if format == Format::Kcidb {
+        return kcidb(a);
+    }
+    if a.origin.is_some() || a.cache_dir.is_some() {
+        return Err(bad_input("--origin and --cache-dir go with --format kcidb").into());
+    }
     if let Some(svg) = &a.svg {
         let dir = svg
             .parent()
@@ -115,7 +130,7 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     let text = match format {
         Format::Markdown => render::markdown::render(&rep),
         Format::Csv => render::csv::render(&rep),
-        Format::Json => render::json::render(&rep),
+        Format::Json | Format::Kcidb => render::json::render(&rep),
     };
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
@@ -136,6 +151,45 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     Ok(lazyinit_core::exit::OK)
 }
 
+/// Every row and metric as one KCIDB report (no statistics: KernelCI
+/// aggregates the tests itself).
+fn kcidb(a: ReportArgs) -> anyhow::Result<u8> {
+    if a.svg.is_some() {
+        return Err(bad_input("--svg does not go with --format kcidb").into());
+    }
+    let origin = a
+        .origin
+        .as_deref()
+        .unwrap_or(lazyinit_report::kcidb::DEFAULT_ORIGIN);
+    lazyinit_report::kcidb::ids::check_origin(origin).map_err(bad_input)?;
+    let mut out = output(&a.out)?;
+    let loaded = load_all(&a.csv)?;
+    let cache_dir = a.cache_dir.unwrap_or_else(lazyinit_core::paths::cache_dir);
+    let kernels = super::kcidb::kernel_facts(&loaded, &cache_dir);
+    let files = super::kcidb::run_files(&loaded);
+    let rows: Vec<_> = loaded.into_iter().map(|l| l.row).collect();
+    let inputs = lazyinit_report::kcidb::Inputs {
+        rows: &rows,
+        kernels: &kernels,
+        files: &files,
+    };
+    let report =
+        lazyinit_report::kcidb::export(&inputs, origin).map_err(|e| bad_input(e.to_string()))?;
+    out.write_all(lazyinit_report::kcidb::render(&report).as_bytes())
+        .and_then(|_| out.flush())
+        .context("cannot write the KCIDB report")?;
+    let manifests = kernels.values().filter(|k| k.manifest.is_some()).count();
+    eprintln!(
+        "KCIDB v{}.{}: {} checkout(s), {} build(s) ({manifests} with a cached manifest), {} test(s)",
+        lazyinit_report::kcidb::types::MAJOR,
+        lazyinit_report::kcidb::types::MINOR,
+        report.checkouts.len(),
+        report.builds.len(),
+        report.tests.len()
+    );
+    Ok(lazyinit_core::exit::OK)
+}
+
 pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
     // Written so that NaN is refused too.
     let valid = a.threshold.is_finite() && a.threshold >= 0.0 && a.alpha > 0.0 && a.alpha < 1.0;
@@ -143,6 +197,9 @@ pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
         return Err(bad_input("--threshold must be >= 0 and --alpha between 0 and 1").into());
     }
     let format = format_of(a.format, &a.out);
+    if format == Format::Kcidb {
+        return Err(bad_input("--format kcidb is a format of `report` only").into());
+    }
     let mut out = output(&a.out)?;
     let rows = |paths: &[PathBuf]| -> anyhow::Result<Vec<_>> {
         Ok(load_all(paths)?.into_iter().map(|l| l.row).collect())
@@ -158,7 +215,7 @@ pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
     let text = match format {
         Format::Markdown => render::compare::markdown(&c),
         Format::Csv => render::compare::csv(&c),
-        Format::Json => render::json::render(&c),
+        Format::Json | Format::Kcidb => render::json::render(&c),
     };
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())

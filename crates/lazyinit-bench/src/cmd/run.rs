@@ -245,11 +245,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         cancel: cancel.clone(),
         jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
         prioritize_sensitive: !a.no_isolate,
-        kernel_profile: if spec.provider == "ec2" {
-            lazyinit_kernel::Profile::Cloud
-        } else {
-            lazyinit_kernel::Profile::Qemu
-        },
+        kernel_profile: lazyinit_kernel::Profile::for_provider(&spec.provider),
         boot_timeout: Duration::from_secs(a.boot_timeout),
     };
     let result = lazyinit_orchestrator::run(&spec, &plan, provider, opts).await;

@@ -16,6 +16,8 @@ pub enum Format {
     Markdown,
     Csv,
     Json,
+    /// A KCIDB report of the rows ([`crate::kcidb`]); `report` only.
+    Kcidb,
 }
 
 impl std::str::FromStr for Format {
@@ -25,7 +27,10 @@ impl std::str::FromStr for Format {
             "markdown" | "md" => Ok(Format::Markdown),
             "csv" => Ok(Format::Csv),
             "json" => Ok(Format::Json),
-            _ => Err(format!("unknown format `{s}`: use markdown, csv or json")),
+            "kcidb" => Ok(Format::Kcidb),
+            _ => Err(format!(
+                "unknown format `{s}`: use markdown, csv, json or kcidb"
+            )),
         }
     }
 }
