@@ -82,13 +82,15 @@ pub struct Cycles {
     pub ms: Vec<f64>,
 }
 
-/// Parses `group,t_s` and returns the gaps between consecutive events in
+/// Parses `group,t_s` (and `group,t_s,zero_ms`, which runs write since
+/// zeroings are timed) and returns the gaps between consecutive events in
 /// trace order. Errors name the line.
 pub fn parse_groups(text: &str) -> Result<Vec<f64>, String> {
     let mut rdr = csv::ReaderBuilder::new().from_reader(text.as_bytes());
     let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
-    if headers.iter().collect::<Vec<_>>() != ["group", "t_s"] {
-        return Err("line 1: header must be `group,t_s`".into());
+    let h: Vec<&str> = headers.iter().collect();
+    if h != ["group", "t_s"] && h != ["group", "t_s", "zero_ms"] {
+        return Err("line 1: header must be `group,t_s` or `group,t_s,zero_ms`".into());
     }
     let mut times = Vec::new();
     for rec in rdr.records() {
@@ -136,6 +138,9 @@ mod tests {
         assert_eq!(ms.len(), 2);
         assert!((ms[0] - 110.0).abs() < 1e-9 && (ms[1] - 110.0).abs() < 1e-9);
         assert!(parse_groups("g,t\n").is_err());
+        let timed = parse_groups("group,t_s,zero_ms\n0,10.0,3.412\n1,10.04,\n").unwrap();
+        assert_eq!(timed.len(), 1);
+        assert!((timed[0] - 40.0).abs() < 1e-9);
         let e = parse_groups("group,t_s\n0,1.0\n1,x\n").unwrap_err();
         assert!(e.starts_with("line 3:"), "{e}");
     }
