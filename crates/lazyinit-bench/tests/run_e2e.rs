@@ -172,19 +172,28 @@ fn smoke_run_measures_both_variants() {
     // HZ=250 with the fix. Both variants get the same storage.
     let l = fix.sleep_ticks.unwrap();
     assert_eq!(l, 8, "fix slept L={l}; z1 {:?} ms", fix.z1_ms);
-    assert_eq!(nofix.sleep_ticks, Some(10), "no-fix slept {:?}", nofix.sleep_ticks);
+    assert_eq!(
+        nofix.sleep_ticks,
+        Some(10),
+        "no-fix slept {:?}",
+        nofix.sleep_ticks
+    );
     for r in &rows {
         assert_eq!(r.z1_target_ms, Some(3.4), "{}", r.cell_id);
         let (g, h) = (r.guest_part_ms.unwrap(), r.zero_hold_ms.unwrap());
         assert!(g > 0.0 && g < 3.4, "guest part {g} ms");
         assert!((g + h - 3.4).abs() < 0.002, "hold {h} + guest part {g}");
         let z1 = r.z1_ms.unwrap();
-        assert!((3.2..3.6).contains(&z1), "{}: measured z1 {z1} ms", r.cell_id);
+        assert!(
+            (3.2..3.6).contains(&z1),
+            "{}: measured z1 {z1} ms",
+            r.cell_id
+        );
         let dir = out.path().join("res").join(&r.cell_id);
         let st = std::fs::read_to_string(dir.join("storage.txt")).unwrap();
         assert!(st.contains("z1_target_us=3400\n"), "{st}");
         let cal = std::fs::read_to_string(dir.join("calibration.csv")).unwrap();
-        assert_eq!(cal.lines().count(), 5, "{cal}");
+        assert_eq!(cal.lines().count(), 6, "{cal}");
         let groups = std::fs::read_to_string(dir.join("groups.csv")).unwrap();
         assert!(groups.starts_with("group,t_s,zero_ms\n"), "{groups}");
     }

@@ -26,10 +26,16 @@ echo 1 > $I/tracing_on
 exec 3< $I/trace_pipe
 i=0
 while [ $i -lt "$n" ]; do
+  # Before an umount ends, a short sleep can let a second group run: only
+  # the first zeroing after each marker is a first zeroing (with a flush).
+  echo lazyinit-cal-mount > $T/trace_marker
+  # Without the fix, zeroings shorter than a tick run back to back: more
+  # than one group per mount. Only what this mount zeroes may wake the read.
+  echo > $I/trace
   if [ -n "$opts" ]; then mount -t ext4 -o "$opts" "$dev" /mnt/warmup; else mount -t ext4 "$dev" /mnt/warmup; fi
   if ! read -t 30 line <&3; then
     umount /mnt/warmup
-    echo "no lazy-init zeroing on $dev within 30 s of mount $i" >&2
+    echo "no lazy-init zeroing on $dev within 30 s of mount $i (scratch disk out of uninitialised groups?)" >&2
     exit 1
   fi
   umount /mnt/warmup

@@ -159,6 +159,32 @@ impl TraceSummary {
     }
 }
 
+/// The first zeroing time after each `marker` line (seconds; None where it
+/// was not timed): one per mount of the calibration, whose later groups
+/// (run before the umount ended) are not first zeroings.
+pub fn first_zeroings_after(trace: &str, marker: &str) -> Vec<Option<f64>> {
+    let mut out = Vec::new();
+    let mut segment = String::new();
+    let mut started = false;
+    for line in trace.lines() {
+        if matches!(trace_line(line), Some(TraceEvent { kind: EventKind::Marker(ref m), .. }) if m == marker)
+        {
+            if started {
+                out.push(summarize(&segment).z1_s());
+            }
+            segment.clear();
+            started = true;
+        } else if started {
+            segment.push_str(line);
+            segment.push('\n');
+        }
+    }
+    if started {
+        out.push(summarize(&segment).z1_s());
+    }
+    out
+}
+
 pub fn summarize(trace: &str) -> TraceSummary {
     let mut s = TraceSummary::default();
     let mut seen = std::collections::HashSet::new();
@@ -224,6 +250,25 @@ mod tests {
         // Only the lazy-init thread's journal starts count.
         assert!((s.z1_s().unwrap() - 0.0035).abs() < 1e-9);
         assert!((s.median_zero_s().unwrap() - 0.00375).abs() < 1e-9);
+    }
+
+    #[test]
+    fn first_zeroing_of_each_mount() {
+        let t = "\
+  sh-1 [000] ..... 1.000000: tracing_mark_write: lazyinit-cal-mount\n\
+  ext4lazyinit-7 [000] ..... 3.000000: ext4_journal_start: dev 254,16 blocks 1\n\
+  ext4lazyinit-7 [000] ..... 3.005000: ext4_lazy_itable_init: dev 254,16 group 1\n\
+  ext4lazyinit-7 [000] ..... 3.060000: ext4_journal_start: dev 254,16 blocks 1\n\
+  ext4lazyinit-7 [000] ..... 3.063000: ext4_lazy_itable_init: dev 254,16 group 2\n\
+  sh-1 [000] ..... 4.000000: tracing_mark_write: lazyinit-cal-mount\n\
+  ext4lazyinit-9 [000] ..... 6.000000: ext4_journal_start: dev 254,16 blocks 1\n\
+  ext4lazyinit-9 [000] ..... 6.003500: ext4_lazy_itable_init: dev 254,16 group 3\n\
+  sh-1 [000] ..... 7.000000: tracing_mark_write: lazyinit-cal-mount\n";
+        let z = first_zeroings_after(t, "lazyinit-cal-mount");
+        assert_eq!(z.len(), 3);
+        assert!((z[0].unwrap() - 0.005).abs() < 1e-9, "{z:?}");
+        assert!((z[1].unwrap() - 0.0035).abs() < 1e-9, "{z:?}");
+        assert_eq!(z[2], None);
     }
 
     #[test]

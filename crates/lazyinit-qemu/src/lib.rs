@@ -98,6 +98,12 @@ pub fn storage_for(profile: &StorageProfile, cell: &Cell) -> args::Storage {
     }
 }
 
+/// The scratch disk of the warm-up and the storage calibration: 32 groups,
+/// so that five mounts never run out of uninitialised groups even without
+/// the fix, where zeroings shorter than a tick run back to back. Sparse: a
+/// few tens of MB of host disk.
+pub const SCRATCH_BYTES: u64 = 4 << 30;
+
 pub struct QemuProvider {
     config: QemuConfig,
     volume_dir: PathBuf,
@@ -313,14 +319,13 @@ impl Provider for QemuProvider {
                 .join(format!("{}.warmup.raw", req.cell.id()));
             let _ = std::fs::remove_file(&p);
             Some(
-                volume::SparseVolume::create(p.clone(), lazyinit_core::ByteSize(1 << 30)).map_err(
-                    |e| {
+                volume::SparseVolume::create(p.clone(), lazyinit_core::ByteSize(SCRATCH_BYTES))
+                    .map_err(|e| {
                         ProviderError::infra(format!(
                             "cannot create the warm-up disk {}: {e}",
                             p.display()
                         ))
-                    },
-                )?,
+                    })?,
             )
         } else {
             None
