@@ -193,7 +193,7 @@ fn smoke_run_measures_both_variants() {
         let st = std::fs::read_to_string(dir.join("storage.txt")).unwrap();
         assert!(st.contains("z1_target_us=3400\n"), "{st}");
         let cal = std::fs::read_to_string(dir.join("calibration.csv")).unwrap();
-        assert_eq!(cal.lines().count(), 6, "{cal}");
+        assert_eq!(cal.lines().count(), 7, "{cal}");
         let groups = std::fs::read_to_string(dir.join("groups.csv")).unwrap();
         assert!(groups.starts_with("group,t_s,zero_ms\n"), "{groups}");
     }

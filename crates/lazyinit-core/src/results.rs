@@ -104,6 +104,10 @@ pub struct ResultRow {
     /// Median zeroing time over all groups, ms.
     #[serde(default)]
     pub zero_median_ms: Option<f64>,
+    /// Measured mounts it took to get a first zeroing inside the z1
+    /// target's L interval (1: the first; `ebs` only).
+    #[serde(default)]
+    pub z1_attempts: Option<u32>,
 }
 
 impl ResultRow {
@@ -151,6 +155,7 @@ pub const COLUMNS: &[&str] = &[
     "guest_part_ms",
     "zero_hold_ms",
     "zero_median_ms",
+    "z1_attempts",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -331,6 +336,7 @@ mod tests {
             guest_part_ms: Some(1.02),
             zero_hold_ms: Some(2.38),
             zero_median_ms: Some(3.2),
+            z1_attempts: Some(1),
         }
     }
 
@@ -364,7 +370,7 @@ mod tests {
         let mut w = csv::Writer::from_writer(Vec::new());
         w.serialize(sample()).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        let cut = |l: &str| l.rsplitn(6, ',').last().unwrap().to_string();
+        let cut = |l: &str| l.rsplitn(7, ',').last().unwrap().to_string();
         let old: String = text.lines().map(|l| cut(l) + "\n").collect();
         assert!(old.starts_with("run_id,") && old.lines().next().unwrap().ends_with(",mkfs_cmd"));
         let rows = read_rows_from(old.as_bytes(), Path::new("old.csv")).unwrap();

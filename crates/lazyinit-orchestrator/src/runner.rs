@@ -376,6 +376,7 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
         guest_part_ms: None,
         zero_hold_ms: None,
         zero_median_ms: None,
+        z1_attempts: None,
     };
 
     ev.phase(&id, Phase::Launch);
@@ -544,6 +545,7 @@ async fn measure(
     if let Some(c) = m.calibration {
         row.z1_target_ms = Some(ms(c.z1_target));
         row.guest_part_ms = Some(ms(c.guest_part));
+        row.z1_attempts = Some(m.z1_attempts);
     }
     (machine, Ok(()))
 }

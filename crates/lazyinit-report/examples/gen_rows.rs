@@ -117,6 +117,7 @@ fn main() {
             guest_part_ms: None,
             zero_hold_ms: None,
             zero_median_ms: None,
+            z1_attempts: None,
         };
         w.serialize(&row).expect("writing a row");
     }

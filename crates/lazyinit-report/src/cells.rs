@@ -314,6 +314,7 @@ pub(crate) mod tests_support {
             guest_part_ms: None,
             zero_hold_ms: None,
             zero_median_ms: None,
+            z1_attempts: None,
         }
     }
 }
