@@ -97,7 +97,11 @@ pub trait Provider: Send + Sync {
 
     /// Checks, before anything starts, that these cells can run here at all
     /// (tools installed, disk or quota enough). Launches nothing.
-    async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError>;
+    async fn preflight(
+        &self,
+        cells: &[Cell],
+        storage: &crate::storage::StorageProfile,
+    ) -> Result<(), ProviderError>;
 
     /// Refuses a storage profile this provider cannot serve (bad input,
     /// before any build). By default only the provider's own storage

@@ -375,7 +375,11 @@ impl Provider for Ec2Provider {
         }
     }
 
-    async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError> {
+    async fn preflight(
+        &self,
+        cells: &[Cell],
+        _storage: &lazyinit_core::StorageProfile,
+    ) -> Result<(), ProviderError> {
         for cell in cells {
             let gib = volume_gib(cell.volume);
             if gib == 0 || gib > MAX_VOLUME_GIB {

@@ -28,7 +28,9 @@ async fn two_cells_launch_tag_attach_and_tear_down() {
         cell(Arch::Arm64, 100, Variant::NoFix, "2TiB"),
         cell(Arch::X86_64, 250, Variant::Fix, "3TiB"),
     ];
-    p.preflight(&cells).await.expect("preflight");
+    p.preflight(&cells, &lazyinit_core::StorageProfile::None)
+        .await
+        .expect("preflight");
 
     let tmp = tempfile::tempdir().unwrap();
     let mut machines = Vec::new();
@@ -320,7 +322,10 @@ async fn unknown_ami_and_instance_type_are_refused() {
     cfg.instance_types.arm64 = "c5.2xlarge".into();
     let p = moto.provider(cfg).await;
     let e = p
-        .preflight(&[cell(Arch::Arm64, 100, Variant::Fix, "2TiB")])
+        .preflight(
+            &[cell(Arch::Arm64, 100, Variant::Fix, "2TiB")],
+            &lazyinit_core::StorageProfile::None,
+        )
         .await
         .unwrap_err();
     assert!(e.to_string().contains("not arm64"), "{e}");
@@ -329,13 +334,19 @@ async fn unknown_ami_and_instance_type_are_refused() {
     cfg.ami.x86_64 = Some("ami-0e9271c829888680e".into()); // the emulator's arm64 AL2022
     let p = moto.provider(cfg).await;
     let e = p
-        .preflight(&[cell(Arch::X86_64, 250, Variant::Fix, "2TiB")])
+        .preflight(
+            &[cell(Arch::X86_64, 250, Variant::Fix, "2TiB")],
+            &lazyinit_core::StorageProfile::None,
+        )
         .await
         .unwrap_err();
     assert!(matches!(e, ProviderError::BadInput(_)), "{e}");
 
     let e = p
-        .preflight(&[cell(Arch::X86_64, 250, Variant::Fix, "17TiB")])
+        .preflight(
+            &[cell(Arch::X86_64, 250, Variant::Fix, "17TiB")],
+            &lazyinit_core::StorageProfile::None,
+        )
         .await
         .unwrap_err();
     assert!(e.to_string().contains("16 TiB"), "{e}");

@@ -287,7 +287,10 @@ pub fn run(
     }
     m.hold = opts.hold.as_ref().map(|h| h.get());
     check(
-        remote.exec(&script_with_args(TRACE_SETUP_SH, &[kb.clone()]), short)?,
+        remote.exec(
+            &script_with_args(TRACE_SETUP_SH, std::slice::from_ref(&kb)),
+            short,
+        )?,
         "trace setup",
     )?;
     // The critical span: the mount and the first zeroing(s), after the
@@ -300,31 +303,40 @@ pub fn run(
     }
     // With a z1 target, the first zeroing is the controlled quantity of
     // the experiment (EBS-like storage), not its result: a first zeroing
-    // that lands outside the target's L interval (each zeroing's own part
-    // varies by about 0.1 ms under TCG, and at HZ=250 the interval is
-    // 0.4 ms wide) is not kept; the filesystem is made anew and mounted
-    // again, at most MAX_ATTEMPTS times. The row counts the attempts.
-    let want = opts
-        .z1_target
-        .map(|t| model::sleep_ticks(exp.hz, exp.variant, opts.wait_mult, t.as_secs_f64()));
+    // outside the target's L interval (each zeroing's own part varies by
+    // about 0.1 ms under TCG, and at HZ=250 the interval is 0.4 ms wide) is
+    // not kept; the filesystem is made anew and mounted again, at most
+    // MAX_ATTEMPTS times. The same interval holds for both variants, so
+    // that fix and no fix are compared on the same storage. The row counts
+    // the attempts.
+    let window = opts.z1_target.map(|t| z1_window(exp.hz, opts.wait_mult, t));
     let mut mounted_at;
     let mut attempt = 1;
     loop {
         opts.events.phase(cell, Phase::Mount);
         mounted_at = mount(remote, opts, &mount_opts)?;
         opts.events.phase(cell, Phase::Lazyinit);
-        let slept = wait_for_sleep(remote, exp, to_init)?;
-        tracing::info!(cell = %cell, attempt, slept, ?want, "critical span over: the sleep is set");
-        let missed = matches!((want, slept), (Some(w), Some(l)) if w != l);
+        wait_for_sleep(remote, exp, to_init)?;
+        let z1 = parse::summarize(&check(
+            remote.exec("cat /sys/kernel/tracing/trace", short)?,
+            "read the first zeroing",
+        )?)
+        .z1_s();
+        tracing::info!(cell = %cell, attempt, ?z1, ?window, "critical span over: the sleep is set");
+        let missed = match (window, z1) {
+            (Some((lo, hi)), Some(z)) => z < lo || z >= hi,
+            _ => false,
+        };
         if !missed || attempt == MAX_ATTEMPTS {
             break;
         }
         opts.events.note(
             cell,
             format!(
-                "first zeroing slept L={} instead of {}: making the filesystem anew (attempt {})",
-                slept.unwrap_or(0),
-                want.unwrap_or(0),
+                "first zeroing {:.3} ms, outside the target's [{:.3}, {:.3}) ms: making the filesystem anew (attempt {})",
+                z1.unwrap_or(0.0) * 1e3,
+                window.map(|w| w.0 * 1e3).unwrap_or(0.0),
+                window.map(|w| w.1 * 1e3).unwrap_or(0.0),
                 attempt + 1
             ),
         );
@@ -335,7 +347,10 @@ pub fn run(
         opts.events.phase(cell, Phase::Mkfs);
         mkfs(remote, opts, &mut m)?;
         check(
-            remote.exec(&script_with_args(TRACE_SETUP_SH, &[kb.clone()]), short)?,
+            remote.exec(
+                &script_with_args(TRACE_SETUP_SH, std::slice::from_ref(&kb)),
+                short,
+            )?,
             "trace setup",
         )?;
         attempt += 1;
@@ -349,6 +364,14 @@ pub fn run(
     opts.events.phase(cell, Phase::Collect);
     collect(remote, exp, opts, to_init, &mut m)?;
     Ok(m)
+}
+
+/// The z1 interval, seconds, that sleeps the same L as `target` with the
+/// fix: [L, L+1) / (W HZ).
+pub fn z1_window(hz: lazyinit_core::Hz, wait_mult: u32, target: Duration) -> (f64, f64) {
+    let per = wait_mult.max(1) as f64 * hz.get() as f64;
+    let l = model::sleep_ticks(hz, Variant::Fix, wait_mult, target.as_secs_f64()) as f64;
+    (l / per, (l + 1.0) / per)
 }
 
 /// Mounts the volume (trace markers around it); returns when it was mounted.
@@ -381,26 +404,22 @@ fn mount(
 /// while the zeroings that set it are timed. The first cycle that slept
 /// (1.5 ticks or more) says the sleep is set: with the fix after the first
 /// group, without it after the first zeroing that crossed a tick (zeroings
-/// that cross none run back to back). Returns the sleep that cycle shows.
+/// that cross none run back to back).
 fn wait_for_sleep(
     remote: &mut dyn Remote,
     exp: &Expectation,
     to_init: u64,
-) -> Result<Option<u64>, GuestError> {
+) -> Result<(), GuestError> {
     let gap_us = (1_500_000 / exp.hz.get()).to_string();
     let cap = SENSITIVE_GROUPS.min(to_init);
-    let waited = key_values(&check(
+    check(
         remote.exec(
             &script_with_args(WAIT_GROUPS_SH, &[cap.to_string(), gap_us, "60".into()]),
             Duration::from_secs(60 * (cap + 2)),
         )?,
         "wait for the sleep to be set",
-    )?);
-    Ok(waited
-        .get("gap_us")
-        .and_then(|g| g.parse::<f64>().ok())
-        .filter(|g| *g > 0.0)
-        .and_then(|g| model::infer_sleep_ticks(exp.hz, g / 1000.0)))
+    )?;
+    Ok(())
 }
 
 /// mkfs of the volume; returns the groups to initialise.
@@ -710,9 +729,11 @@ mod tests {
         cancel_at_poll: Option<Arc<AtomicBool>>,
         /// First zeroing times (us) the calibration mounts report.
         calibration_us: Vec<u64>,
-        /// The cycle (us) that ends each measured mount's wait.
-        wait_gaps_us: Vec<u64>,
+        /// The first zeroing (us) each measured mount's trace shows.
+        first_zeroings_us: Vec<u64>,
         facts: Option<BTreeMap<String, String>>,
+        waits: u32,
+        reads: u32,
         scripts: Vec<&'static str>,
     }
 
@@ -725,8 +746,10 @@ mod tests {
                 zeroed,
                 cancel_at_poll: None,
                 calibration_us: vec![],
-                wait_gaps_us: vec![],
+                first_zeroings_us: vec![],
                 facts: None,
+                waits: 0,
+                reads: 0,
                 scripts: vec![],
             }
         }
@@ -777,12 +800,8 @@ mod tests {
                 return ok(tr);
             }
             if script.ends_with(WAIT_GROUPS_SH) {
-                let gap = if self.wait_gaps_us.is_empty() {
-                    44_000
-                } else {
-                    self.wait_gaps_us.remove(0)
-                };
-                return ok(format!("seen=2\ngap_us={gap}\n"));
+                self.waits += 1;
+                return ok("seen=2\ngap_us=44000\n".into());
             }
             if script == "umount /mnt/vol" {
                 self.scripts.push("umount");
@@ -811,6 +830,16 @@ mod tests {
                 } else {
                     format!("pid=\ngroups={}\n", self.traced)
                 });
+            }
+            if script.starts_with("cat /sys/kernel/tracing/trace") && self.waits > self.reads {
+                // Read right after a measured mount's wait: its first zeroing.
+                self.reads += 1;
+                let us = if self.first_zeroings_us.is_empty() {
+                    3400
+                } else {
+                    self.first_zeroings_us.remove(0)
+                };
+                return ok(format!("  ext4lazyinit-120 [000] ..... 102.000000: ext4_journal_start: dev 254,0 blocks 1\n  ext4lazyinit-120 [000] ..... {:.6}: ext4_lazy_itable_init: dev 254,0 group 1\n", 102.0 + us as f64 / 1e6));
             }
             if script.starts_with("cat /sys/kernel/tracing/trace") {
                 let mut t = String::from("# tracer: nop\n");
@@ -983,7 +1012,8 @@ mod tests {
             ..exp()
         };
         let mut g = FakeGuest::new(64, 64, 0);
-        g.wait_gaps_us = vec![40_000, 36_100];
+        // 3.62 ms is past [3.2, 3.6): made again; 3.45 ms is kept.
+        g.first_zeroings_us = vec![3620, 3450];
         g.facts = Some(facts_for(&fix));
         let m = run(&mut g, &fix, &o).unwrap();
         assert_eq!(m.z1_attempts, 2);
@@ -1003,7 +1033,7 @@ mod tests {
         );
         // Never more than MAX_ATTEMPTS: the last one is kept as it is.
         let mut g = FakeGuest::new(64, 64, 0);
-        g.wait_gaps_us = vec![40_000; 5];
+        g.first_zeroings_us = vec![3100; 5];
         g.facts = Some(facts_for(&fix));
         let m = run(&mut g, &fix, &o).unwrap();
         assert_eq!(m.z1_attempts, MAX_ATTEMPTS);
@@ -1011,7 +1041,7 @@ mod tests {
         // Without a target nothing is retried.
         o.z1_target = None;
         let mut g = FakeGuest::new(64, 64, 0);
-        g.wait_gaps_us = vec![40_000];
+        g.first_zeroings_us = vec![3100];
         g.facts = Some(facts_for(&fix));
         assert_eq!(run(&mut g, &fix, &o).unwrap().z1_attempts, 1);
     }
@@ -1024,6 +1054,20 @@ mod tests {
             format!("-lazyinit-hz250-{}", e.variant),
         );
         f
+    }
+
+    #[test]
+    fn z1_windows() {
+        let w = z1_window(Hz::new(250).unwrap(), 10, Duration::from_micros(3400));
+        assert!(
+            (w.0 - 0.0032).abs() < 1e-12 && (w.1 - 0.0036).abs() < 1e-12,
+            "{w:?}"
+        );
+        let w = z1_window(Hz::new(100).unwrap(), 10, Duration::from_micros(3500));
+        assert!(
+            (w.0 - 0.003).abs() < 1e-12 && (w.1 - 0.004).abs() < 1e-12,
+            "{w:?}"
+        );
     }
 
     #[test]

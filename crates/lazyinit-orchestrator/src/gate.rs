@@ -256,7 +256,11 @@ mod tests {
         fn name(&self) -> &str {
             "recorder"
         }
-        async fn preflight(&self, _: &[lazyinit_core::Cell]) -> Result<(), ProviderError> {
+        async fn preflight(
+            &self,
+            _: &[lazyinit_core::Cell],
+            _: &lazyinit_core::StorageProfile,
+        ) -> Result<(), ProviderError> {
             Ok(())
         }
         async fn launch(&self, _: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {

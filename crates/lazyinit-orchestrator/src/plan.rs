@@ -157,7 +157,12 @@ pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
         memory_mib: concurrency as u64 * (guest_mib + QEMU_OVERHEAD_MIB),
         disk_bytes: planned
             .iter()
-            .map(|p| lazyinit_qemu::volume::expected_host_bytes(p.cell.volume))
+            .map(|p| {
+                lazyinit_qemu::volume::expected_host_bytes(
+                    p.cell.volume,
+                    spec.storage_profile.holds_zeroes(),
+                )
+            })
             .sum(),
         cells: planned,
         kernels: kernels.into_iter().collect(),

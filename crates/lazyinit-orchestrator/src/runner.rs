@@ -133,7 +133,7 @@ pub async fn run(
     // Bad input and missing tools fail here, before anything is written.
     provider.check_storage(&spec.storage_profile)?;
     if !todo.is_empty() {
-        provider.preflight(&todo).await?;
+        provider.preflight(&todo, &spec.storage_profile).await?;
     }
     std::fs::create_dir_all(&opts.out_dir).with_context(|| {
         format!(

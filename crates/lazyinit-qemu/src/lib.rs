@@ -208,7 +208,11 @@ impl Provider for QemuProvider {
         true
     }
 
-    async fn preflight(&self, cells: &[Cell]) -> Result<(), ProviderError> {
+    async fn preflight(
+        &self,
+        cells: &[Cell],
+        storage: &StorageProfile,
+    ) -> Result<(), ProviderError> {
         for arch in Arch::ALL {
             if cells.iter().any(|c| c.arch == arch) && !which(arch.qemu_binary()) {
                 let pkg = match arch {
@@ -229,7 +233,7 @@ impl Provider for QemuProvider {
         })?;
         let need: u64 = cells
             .iter()
-            .map(|c| volume::expected_host_bytes(c.volume))
+            .map(|c| volume::expected_host_bytes(c.volume, storage.holds_zeroes()))
             .sum();
         let free = volume::free_bytes(&self.volume_dir).map_err(|e| {
             ProviderError::infra(format!("cannot stat {}: {e}", self.volume_dir.display()))
