@@ -245,7 +245,10 @@ pub fn run(
     let cancelled = || opts.cancel.load(Ordering::SeqCst);
 
     opts.events.phase(cell, Phase::Verify);
-    let facts = key_values(&check(remote.exec(FACTS_SH, short)?, "facts")?);
+    let facts_text = check(remote.exec(FACTS_SH, short)?, "facts")?;
+    // What the guest said it is, kept beside the row as evidence.
+    let _ = std::fs::write(opts.log_dir.join("facts.txt"), &facts_text);
+    let facts = key_values(&facts_text);
     verify_facts(&facts, exp)?;
     let mut m = Measurement {
         kernel_release: facts["release"].clone(),

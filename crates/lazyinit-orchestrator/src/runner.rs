@@ -150,6 +150,21 @@ pub async fn run(
         toml::to_string_pretty(spec).unwrap_or_default(),
     )
     .with_context(|| format!("cannot write to {}", opts.out_dir.display()))?;
+    // Every command that wrote rows here, for whoever checks a figure.
+    {
+        use std::io::Write;
+        let line = format!(
+            "{} {}\n",
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            std::env::args().collect::<Vec<_>>().join(" ")
+        );
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(opts.out_dir.join("command.txt"))
+            .and_then(|mut f| f.write_all(line.as_bytes()))
+            .with_context(|| format!("cannot write to {}", opts.out_dir.display()))?;
+    }
     if todo.is_empty() {
         return Ok(summary);
     }

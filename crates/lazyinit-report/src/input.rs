@@ -105,14 +105,37 @@ pub fn parse_groups(text: &str) -> Result<Vec<f64>, String> {
     Ok(times.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect())
 }
 
-/// Cycle series of every row that has a `groups.csv`; absent files are
-/// skipped silently, unreadable ones are returned as warnings.
+/// The text of a run's `groups.csv`, or of `groups.csv.gz` where a
+/// published run keeps it compressed; None when neither exists.
+pub fn read_groups(csv: &Path) -> Option<std::io::Result<String>> {
+    if csv.exists() {
+        return Some(std::fs::read_to_string(csv));
+    }
+    let gz = csv.with_extension("csv.gz");
+    if !gz.exists() {
+        return None;
+    }
+    Some(std::fs::File::open(&gz).and_then(|f| {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(f), &mut text)?;
+        Ok(text)
+    }))
+}
+
+/// Cycle series of every row that has a `groups.csv` (or `.csv.gz`);
+/// absent files are skipped silently, unreadable ones are returned as
+/// warnings.
 pub fn load_cycles(rows: &[LoadedRow]) -> (Vec<Cycles>, Vec<String>) {
     let (mut series, mut warnings) = (Vec::new(), Vec::new());
     for r in rows {
         let path = r.groups_csv();
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
+        let text = match read_groups(&path) {
+            None => continue,
+            Some(Ok(t)) => t,
+            Some(Err(e)) => {
+                warnings.push(format!("{}: {e}; left out of the cycle plot", path.display()));
+                continue;
+            }
         };
         match parse_groups(&text) {
             Ok(ms) => series.push(Cycles {
@@ -131,6 +154,24 @@ pub fn load_cycles(rows: &[LoadedRow]) -> (Vec<Cycles>, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compressed_groups_read_like_plain_ones() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("groups.csv");
+        assert!(read_groups(&plain).is_none());
+        let text = "group,t_s,zero_ms\n0,1.0,3.4\n1,1.04,3.3\n";
+        let mut gz = flate2::write::GzEncoder::new(
+            std::fs::File::create(dir.path().join("groups.csv.gz")).unwrap(),
+            flate2::Compression::default(),
+        );
+        gz.write_all(text.as_bytes()).unwrap();
+        gz.finish().unwrap();
+        assert_eq!(read_groups(&plain).unwrap().unwrap(), text);
+        std::fs::write(&plain, "group,t_s\n").unwrap();
+        assert_eq!(read_groups(&plain).unwrap().unwrap(), "group,t_s\n");
+    }
 
     #[test]
     fn cycles_are_gaps_in_ms() {
