@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Makes a finished results folder publishable in the repository: keeps what
+# lets someone check every figure, compresses the per-group data, drops
+# what is large and redundant, and writes the report beside it.
+#
+#   scripts/publish-run.sh results/<run>
+#
+# Kept per cell: groups.csv.gz (every group's trace time and zeroing time),
+# calibration.csv and storage.txt (the storage calibration), facts.txt (what
+# the guest said it is), qemu.cmdline, error.txt, and the last 60 lines of
+# console.log (console-tail.log). Left out: trace.txt (the raw ftrace text:
+# 5-6 MB per 3 TiB cell; groups.csv carries every group event and zeroing it
+# holds), the full console.log (boot messages), qemu.stderr when empty,
+# sockets. Kept per run: results.csv, spec.toml, command.txt, run.log,
+# events.jsonl, report.md, report.svg, report-cycles.svg.
+set -euo pipefail
+dir="${1:?usage: $0 RESULTS_DIR}"
+[ -f "$dir/results.csv" ] || { echo "error: $dir/results.csv not found" >&2; exit 2; }
+cd "$(dirname "$0")/.."
+bin="${LAZYINIT_BENCH:-target/debug/lazyinit-bench}"
+for cell in "$dir"/*/; do
+  cell="${cell%/}"
+  [ -f "$cell/groups.csv" ] && gzip -9 -f "$cell/groups.csv"
+  if [ -f "$cell/console.log" ]; then
+    tail -n 60 "$cell/console.log" > "$cell/console-tail.log"
+    rm -f "$cell/console.log"
+  fi
+  rm -f "$cell/trace.txt" "$cell"/*.sock
+  [ -s "$cell/qemu.stderr" ] || rm -f "$cell/qemu.stderr"
+done
+"$bin" report "$dir/results.csv" --out "$dir/report.md" --svg "$dir/report.svg"
+du -sh "$dir"
