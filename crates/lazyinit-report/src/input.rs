@@ -133,7 +133,10 @@ pub fn load_cycles(rows: &[LoadedRow]) -> (Vec<Cycles>, Vec<String>) {
             None => continue,
             Some(Ok(t)) => t,
             Some(Err(e)) => {
-                warnings.push(format!("{}: {e}; left out of the cycle plot", path.display()));
+                warnings.push(format!(
+                    "{}: {e}; left out of the cycle plot",
+                    path.display()
+                ));
                 continue;
             }
         };
