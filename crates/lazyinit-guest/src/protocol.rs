@@ -394,6 +394,35 @@ pub fn run(
     Ok(m)
 }
 
+/// The sleep L the kernel chose. With the fix it is floor(W z1 HZ), the
+/// kernel's own formula on the z1 the trace measured: the cycle cannot
+/// tell, because a zeroing that ends after the next tick (a 3.6 ms zeroing
+/// plus 0.4 ms of wake-up latency at HZ=250) makes every cycle L+2 ticks,
+/// and on one core a run slept L=8 in 10-tick cycles. Without the fix it is
+/// W times the ticks of the first zeroing that crossed one: the median
+/// cycle's ticks minus one, to the nearest multiple of W.
+pub fn sleep_ticks(
+    exp: &Expectation,
+    wait_mult: u32,
+    z1_ms: Option<f64>,
+    median_cycle_ms: Option<f64>,
+) -> Option<u64> {
+    let from_cycle = median_cycle_ms.and_then(|c| model::infer_sleep_ticks(exp.hz, c));
+    match (exp.variant, z1_ms) {
+        (Variant::Fix, Some(z)) => Some(model::sleep_ticks(
+            exp.hz,
+            Variant::Fix,
+            wait_mult,
+            z / 1000.0,
+        )),
+        (Variant::NoFix, _) => from_cycle.map(|l| {
+            let w = wait_mult.max(1) as u64;
+            (((l + w / 2) / w).max(1)) * w
+        }),
+        (Variant::Fix, None) => from_cycle,
+    }
+}
+
 /// The z1 interval, seconds, that sleeps the same L as `target` with the
 /// fix: [L, L+1) / (W HZ).
 pub fn z1_window(hz: lazyinit_core::Hz, wait_mult: u32, target: Duration) -> (f64, f64) {
@@ -643,9 +672,7 @@ fn collect(
     };
     m.z1_ms = s.z1_s().map(|z| z * 1000.0);
     m.zero_median_ms = s.median_zero_s().map(|z| z * 1000.0);
-    m.sleep_ticks = m
-        .median_cycle_ms
-        .and_then(|c| model::infer_sleep_ticks(exp.hz, c));
+    m.sleep_ticks = sleep_ticks(exp, opts.wait_mult, m.z1_ms, m.median_cycle_ms);
     if m.lazyinit_s.is_none() {
         return Err(GuestError::Parse {
             step: "collect trace",
@@ -1088,6 +1115,22 @@ mod tests {
             format!("-lazyinit-hz250-{}", e.variant),
         );
         f
+    }
+
+    #[test]
+    fn the_sleep_is_the_kernels_formula_with_the_fix_and_a_multiple_of_w_without() {
+        let fix = Expectation {
+            variant: Variant::Fix,
+            ..exp()
+        };
+        // 3.578 ms at HZ=250 is L=8, even in 10-tick (40 ms) cycles.
+        assert_eq!(sleep_ticks(&fix, 10, Some(3.578), Some(40.0)), Some(8));
+        assert_eq!(sleep_ticks(&fix, 10, None, Some(36.0)), Some(8));
+        // Without the fix: 11 or 12 ticks a cycle is L=10; 21 is L=20.
+        assert_eq!(sleep_ticks(&exp(), 10, Some(3.4), Some(44.0)), Some(10));
+        assert_eq!(sleep_ticks(&exp(), 10, Some(3.4), Some(48.0)), Some(10));
+        assert_eq!(sleep_ticks(&exp(), 10, Some(3.4), Some(84.0)), Some(20));
+        assert_eq!(sleep_ticks(&exp(), 10, None, None), None);
     }
 
     #[test]
