@@ -7,6 +7,7 @@
 //! the one seam that has several implementations, the [`provider::Provider`].
 
 pub mod cell;
+pub mod estimate;
 pub mod events;
 pub mod exit;
 pub mod model;

@@ -1,0 +1,470 @@
+//! Early-stop estimates of a lazy-init run (DESIGN §2).
+//!
+//! While a zeroing takes less than one tick, each group's cycle is L + 1
+//! ticks, and L is fixed once near the start; the odd cycle gets an extra
+//! tick when a wakeup or a zeroing runs late. So once the recent cycles
+//! agree, the first n groups predict the rest: the run so far is measured,
+//! the G - n groups left are taken at the locked cycle, and the thread
+//! exits one cycle (less a zeroing) after its last group.
+//!
+//! [`check`] is pure and works on any prefix of a run's per-group trace
+//! times: the guest protocol calls it on the trace so far, `replay` on a
+//! finished run's `groups.csv` cut to n groups, both on the schedule of
+//! [`next_check`], so a replay stops where a live run would have.
+//!
+//! The lock. Cycles are counted in whole ticks (rounded); m is the median
+//! over the recent half of the trace. A cycle more than one tick short of
+//! m means groups ran back to back (the sleep was not set yet); one more
+//! than max(2, m/2) ticks long is a stall. The window is the run of cycles
+//! since the last such one; the lock holds when it spans at least the
+//! recent half of the trace (and [`MIN_WINDOW`] cycles), and its two
+//! halves agree: the same median, and means within two standard errors.
+//!
+//! The interval. The rest of the run is M = G - n cycles plus the tail.
+//! Tick-locked, each of them is m ticks plus the odd extra tick: the
+//! window's x extra ticks in w cycles give their rate a Jeffreys posterior,
+//! so the extra ticks still to come are negative binomial (the spread of
+//! the future and the error of the rate in one; never fewer than none).
+//! Sub-tick jitter does not add up from cycle to cycle, only at the two
+//! ends, and is added once. Cycles that are not tick-locked (L = 0: groups
+//! back to back) get a Student t interval for a sum of M + 1 more of them.
+
+use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, DiscreteCDF, NegativeBinomial, StudentsT};
+
+use crate::cell::Hz;
+
+/// Cycles the lock needs in the clean recent part of the trace, at least.
+pub const MIN_WINDOW: u64 = 12;
+
+/// The fewest groups an estimate can start from: the recent half of the
+/// cycles must hold [`MIN_WINDOW`] of them.
+pub const MIN_GROUPS: u64 = 2 * MIN_WINDOW + 1;
+
+/// Coverage of the prediction interval.
+pub const CONFIDENCE: f64 = 0.95;
+
+/// How far apart, in standard errors, the halves of the window may be. A
+/// refusal only costs more tracing, so the test need not be loose.
+const DRIFT_Z: f64 = 2.0;
+
+/// A run's per-group trace so far.
+#[derive(Debug, Clone, Copy)]
+pub struct Trace<'a> {
+    pub hz: Hz,
+    /// Groups the run zeroes in all (G): those mkfs left not zeroed.
+    pub to_init: u64,
+    /// Mount done to the first group's event, seconds (the random start
+    /// delay and the bitmap prefetch: measured, never predicted).
+    pub first_group_s: f64,
+    /// Event times of the groups traced so far, trace order, seconds.
+    pub t_s: &'a [f64],
+    /// Each group's zeroing time, seconds, where traced (may be shorter
+    /// than `t_s`, or empty).
+    pub zero_s: &'a [Option<f64>],
+}
+
+/// A prediction of `lazyinit_s` from the first `groups_traced` groups.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Estimate {
+    pub groups_traced: u64,
+    pub to_init: u64,
+    /// Measured: mount done to the first group.
+    pub first_group_s: f64,
+    /// Measured: first to last traced group.
+    pub traced_span_s: f64,
+    /// Cycles the locked cycle was measured over (the clean recent part).
+    pub window: u64,
+    /// The locked cycle in whole ticks (median of the recent half): L + 1.
+    pub ticks: u64,
+    /// The locked cycle, seconds: `ticks` plus the extra ticks the window
+    /// saw per cycle (its mean cycle when the cycle is not tick-locked).
+    pub cycle_s: f64,
+    /// Predicted last group to the thread's exit, seconds.
+    pub tail_s: f64,
+    /// Predicted mount to the thread's exit, seconds.
+    pub lazyinit_s: f64,
+    /// [`CONFIDENCE`] prediction interval of `lazyinit_s`.
+    pub lo_s: f64,
+    pub hi_s: f64,
+}
+
+impl Estimate {
+    /// The sleep L the locked cycle implies.
+    pub fn sleep_ticks(&self) -> u64 {
+        self.ticks.saturating_sub(1)
+    }
+    /// Predicted first-to-last group time per group, ms (`ms_per_group`).
+    pub fn ms_per_group(&self) -> Option<f64> {
+        (self.to_init > 1).then(|| {
+            let left = (self.to_init - self.groups_traced) as f64;
+            (self.traced_span_s + left * self.cycle_s) / (self.to_init - 1) as f64 * 1000.0
+        })
+    }
+    /// Predicted first group to the thread's exit: the part of
+    /// `lazyinit_s` that the random start delay does not move.
+    pub fn from_first_group_s(&self) -> f64 {
+        self.lazyinit_s - self.first_group_s
+    }
+}
+
+/// Why the trace so far does not allow an estimate yet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum NotLocked {
+    /// Fewer groups than [`MIN_GROUPS`].
+    TooFew { traced: u64, need: u64 },
+    /// Every group is traced: the run is measured, not estimated.
+    Complete { traced: u64 },
+    /// The clean recent run of cycles is too short: a cycle before it ran
+    /// back to back or stalled.
+    Unsettled {
+        /// 1-based trace position of the group that ended the odd cycle.
+        group: u64,
+        cycle_ms: f64,
+        ticks: u64,
+        kind: Odd,
+        clean: u64,
+        need: u64,
+    },
+    /// The halves of the window have different median cycles.
+    Changed { first_ticks: u64, second_ticks: u64 },
+    /// The halves' mean cycles are further apart than their noise allows.
+    Drift {
+        first_ms: f64,
+        second_ms: f64,
+        allowed_ms: f64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Odd {
+    /// More than a tick short of the locked cycle: back to back.
+    Short,
+    /// Longer than the locked cycle by max(2, m/2) ticks.
+    Stall,
+}
+
+impl std::fmt::Display for NotLocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotLocked::TooFew { traced, need } => {
+                write!(f, "{traced} groups traced; an estimate needs {need}")
+            }
+            NotLocked::Complete { traced } => {
+                write!(f, "all {traced} groups traced: measured, not estimated")
+            }
+            NotLocked::Unsettled {
+                group,
+                cycle_ms,
+                ticks,
+                kind,
+                clean,
+                need,
+            } => {
+                let what = match kind {
+                    Odd::Short => "ran back to back (the sleep was not set yet)",
+                    Odd::Stall => "stalled",
+                };
+                write!(
+                    f,
+                    "group {group}'s cycle ({cycle_ms:.1} ms, {ticks} ticks) {what}; the {clean} cycles since agree, the lock needs {need}"
+                )
+            }
+            NotLocked::Changed {
+                first_ticks,
+                second_ticks,
+            } => write!(
+                f,
+                "the recent cycles changed from {first_ticks} to {second_ticks} ticks"
+            ),
+            NotLocked::Drift {
+                first_ms,
+                second_ms,
+                allowed_ms,
+            } => write!(
+                f,
+                "the recent cycles drift: {first_ms:.3} ms then {second_ms:.3} ms (more than the {allowed_ms:.3} ms their noise allows)"
+            ),
+        }
+    }
+}
+
+/// Where the next check goes after one at `n` groups did not lock: half
+/// as many groups again (at least [`MIN_WINDOW`]), so that reading the
+/// trace so far costs O(G) in all however long the lock takes.
+pub fn next_check(n: u64) -> u64 {
+    n + (n / 2).max(MIN_WINDOW)
+}
+
+fn median_u64(v: &mut [u64]) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// Sample variance (n - 1); 0 for fewer than two values.
+fn variance(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64
+}
+
+/// Two-sided Student t quantile for [`CONFIDENCE`].
+fn t_quantile(df: f64) -> f64 {
+    StudentsT::new(0.0, 1.0, df.max(1.0))
+        .map(|t| t.inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0))
+        .unwrap_or(1.96)
+}
+
+/// The spread of cycles, for the drift test and the interval.
+struct Noise {
+    /// Per-cycle variance of what adds up over cycles, s².
+    per_cycle: f64,
+    /// Variance that enters once, at the ends (sub-tick jitter), s².
+    ends: f64,
+}
+
+/// The window's noise: whole ticks and sub-tick residuals when the cycle
+/// is tick-locked (`m >= 1`), raw cycles otherwise.
+fn noise(cycles: &[f64], tick: f64, m: u64) -> Noise {
+    let w = cycles.len() as f64;
+    if m == 0 {
+        return Noise {
+            per_cycle: variance(cycles),
+            ends: 0.0,
+        };
+    }
+    let ticks: Vec<f64> = cycles.iter().map(|c| (c / tick).round()).collect();
+    let resid: Vec<f64> = cycles
+        .iter()
+        .zip(&ticks)
+        .map(|(c, k)| c - k * tick)
+        .collect();
+    // No extra tick seen in w cycles does not mean none will come: at
+    // least the variance of one at the rate (0 + 1/2) / (w + 1).
+    let p0 = 0.5 / (w + 1.0);
+    Noise {
+        per_cycle: variance(&ticks).max(p0 * (1.0 - p0)) * tick * tick,
+        ends: variance(&resid),
+    }
+}
+
+/// How far below and above the prediction the [`CONFIDENCE`] interval of
+/// `future` more cycles reaches, from a window of `w` cycles.
+///
+/// Tick-locked, the window had `extra` = x ticks past m ticks a cycle.
+/// Extra ticks come at a rate with a Jeffreys posterior Gamma(x + 1/2, w);
+/// the future ones are then negative binomial, NB(x + 1/2, w / (w +
+/// future)): the spread of the future and the error of the rate in one,
+/// never below no extra tick at all. The jitter at the two ends (a late
+/// wakeup of the last traced group or of the exit) adds to both sides.
+/// Not tick-locked: Student t on the raw cycles, for a sum of `future`
+/// more of them.
+fn interval(w: f64, extra: Option<f64>, tick: f64, nz: &Noise, future: u64) -> (f64, f64) {
+    let f = future as f64;
+    let Some(x) = extra else {
+        let half = t_quantile(w - 1.0) * (f * nz.per_cycle + f * f * nz.per_cycle / w).sqrt();
+        return (half, half);
+    };
+    let expected = f * x / w;
+    let ends = 1.96 * nz.ends.sqrt();
+    let Ok(nb) = NegativeBinomial::new(x + 0.5, w / (w + f)) else {
+        return (ends, ends);
+    };
+    let alpha = 1.0 - CONFIDENCE;
+    let lo = quantile(&nb, alpha / 2.0) as f64;
+    let hi = quantile(&nb, 1.0 - alpha / 2.0) as f64;
+    (
+        (expected - lo).max(0.0) * tick + ends,
+        (hi - expected).max(0.0) * tick + ends,
+    )
+}
+
+/// The smallest k with P(X <= k) >= p, by bisection (statrs's generic
+/// search starts from a fixed bracket too narrow for thousands of ticks).
+fn quantile(nb: &NegativeBinomial, p: f64) -> u64 {
+    let mut hi = 1u64;
+    while nb.cdf(hi) < p {
+        hi *= 2;
+        if hi > 1 << 40 {
+            return hi;
+        }
+    }
+    let mut lo = 0u64;
+    if nb.cdf(0) >= p {
+        return 0;
+    }
+    // cdf(lo) < p <= cdf(hi)
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if nb.cdf(mid) >= p {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
+/// Estimates the run from its trace so far, or says why not yet.
+pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
+    let n = tr.t_s.len() as u64;
+    if n >= tr.to_init {
+        return Err(NotLocked::Complete { traced: n });
+    }
+    if n < MIN_GROUPS {
+        return Err(NotLocked::TooFew {
+            traced: n,
+            need: MIN_GROUPS,
+        });
+    }
+    let tick = tr.hz.tick_s();
+    let cycles: Vec<f64> = tr.t_s.windows(2).map(|w| w[1] - w[0]).collect();
+    let ticks_of = |c: f64| (c / tick).round().max(0.0) as u64;
+    let recent = &cycles[cycles.len() / 2..];
+    let m = median_u64(&mut recent.iter().map(|&c| ticks_of(c)).collect::<Vec<_>>());
+    let short = |c: f64| m >= 2 && c < (m - 1) as f64 * tick;
+    let stall = |c: f64| c > (m + 2.max(m.div_ceil(2))) as f64 * tick;
+    let clean = cycles
+        .iter()
+        .rev()
+        .take_while(|&&c| !short(c) && !stall(c))
+        .count();
+    let need = MIN_WINDOW.max((cycles.len() as u64).div_ceil(2));
+    if (clean as u64) < need {
+        let i = cycles.len() - clean - 1;
+        let c = cycles[i];
+        return Err(NotLocked::Unsettled {
+            // Cycle i ends at group i + 1 (0-based), the (i + 2)th traced.
+            group: i as u64 + 2,
+            cycle_ms: c * 1000.0,
+            ticks: ticks_of(c),
+            kind: if short(c) { Odd::Short } else { Odd::Stall },
+            clean: clean as u64,
+            need,
+        });
+    }
+    let window = &cycles[cycles.len() - clean..];
+    let (a, b) = window.split_at(window.len() / 2);
+    let (ma, mb) = (
+        median_u64(&mut a.iter().map(|&c| ticks_of(c)).collect::<Vec<_>>()),
+        median_u64(&mut b.iter().map(|&c| ticks_of(c)).collect::<Vec<_>>()),
+    );
+    if ma != mb {
+        return Err(NotLocked::Changed {
+            first_ticks: ma,
+            second_ticks: mb,
+        });
+    }
+    let nz = noise(window, tick, m);
+    let var_mean = |len: usize| {
+        let l = len as f64;
+        nz.per_cycle / l + nz.ends / (l * l)
+    };
+    let allowed = (DRIFT_Z * (var_mean(a.len()) + var_mean(b.len())).sqrt()).max(1e-6);
+    let (mean_a, mean_b) = (mean(a), mean(b));
+    if (mean_b - mean_a).abs() > allowed {
+        return Err(NotLocked::Drift {
+            first_ms: mean_a * 1000.0,
+            second_ms: mean_b * 1000.0,
+            allowed_ms: allowed * 1000.0,
+        });
+    }
+
+    // Tick-locked, the cycle is m ticks plus the extra ticks the window
+    // saw per cycle: its span in whole ticks, so that a late wakeup at
+    // either end of the window is not multiplied by G - n.
+    let w = window.len() as f64;
+    let extra = (m >= 1).then(|| ((window.iter().sum::<f64>() / tick).round() - w * m as f64).max(0.0));
+    let cycle_s = match extra {
+        Some(x) => (m as f64 + x / w) * tick,
+        None => mean(window),
+    };
+    let zeroings: Vec<f64> = tr
+        .zero_s
+        .iter()
+        .take(tr.t_s.len())
+        .skip(tr.t_s.len() - window.len())
+        .flatten()
+        .copied()
+        .collect();
+    let zero = if zeroings.is_empty() {
+        0.0
+    } else {
+        let mut z = zeroings;
+        z.sort_by(f64::total_cmp);
+        z[z.len() / 2]
+    };
+    // The last group sets the next wake one cycle on; the thread finds no
+    // group left there and exits, without zeroing.
+    let tail_s = (cycle_s - zero).max(0.0);
+    let left = tr.to_init - n;
+    let traced_span_s = tr.t_s[tr.t_s.len() - 1] - tr.t_s[0];
+    let lazyinit_s = tr.first_group_s + traced_span_s + left as f64 * cycle_s + tail_s;
+    // The rest: `left` cycles and the tail, which is one more.
+    let (below, above) = interval(w, extra, tick, &nz, left + 1);
+    Ok(Estimate {
+        groups_traced: n,
+        to_init: tr.to_init,
+        first_group_s: tr.first_group_s,
+        traced_span_s,
+        window: window.len() as u64,
+        ticks: m,
+        cycle_s,
+        tail_s,
+        lazyinit_s,
+        lo_s: lazyinit_s - below,
+        hi_s: lazyinit_s + above,
+    })
+}
+
+/// What an early stop after `after` groups would have done on a finished
+/// run: the checks it made, and the estimate if one locked before the end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Replay {
+    pub after: u64,
+    /// Each refused check: groups traced and why.
+    pub refused: Vec<(u64, NotLocked)>,
+    pub estimate: Option<Estimate>,
+}
+
+/// Replays the early stop on a finished run's whole trace (`tr.t_s` holds
+/// every group), checking at `after` groups, then on [`next_check`]'s
+/// schedule, as the guest protocol does.
+pub fn replay(tr: &Trace, after: u64) -> Replay {
+    let mut out = Replay {
+        after,
+        refused: Vec::new(),
+        estimate: None,
+    };
+    let total = tr.t_s.len() as u64;
+    let mut n = after.max(MIN_GROUPS);
+    while n < total.min(tr.to_init) {
+        let cut = Trace {
+            t_s: &tr.t_s[..n as usize],
+            zero_s: &tr.zero_s[..(n as usize).min(tr.zero_s.len())],
+            ..*tr
+        };
+        match check(&cut) {
+            Ok(e) => {
+                out.estimate = Some(e);
+                break;
+            }
+            Err(why) => out.refused.push((n, why)),
+        }
+        n = next_check(n);
+    }
+    out
+}
+
+pub mod synth;
+
+#[cfg(test)]
+mod tests;

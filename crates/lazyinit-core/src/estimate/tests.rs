@@ -1,0 +1,258 @@
+use super::synth::{generate, Run};
+use super::*;
+
+fn hz(n: u32) -> Hz {
+    Hz::new(n).unwrap()
+}
+
+fn trace_of(t: &synth::Trace, hz_: u32) -> Trace<'_> {
+    Trace {
+        hz: hz(hz_),
+        to_init: t.t_s.len() as u64,
+        first_group_s: t.first_group_s(),
+        t_s: &t.t_s,
+        zero_s: &t.zero_s,
+    }
+}
+
+fn rel_err(est: f64, truth: f64) -> f64 {
+    (est / truth - 1.0).abs()
+}
+
+#[test]
+fn a_clean_run_is_predicted_exactly_from_25_groups() {
+    let run = generate(&Run::clean(250, 10, 16384));
+    let tr = trace_of(&run, 250);
+    let e = replay(&tr, 25).estimate.unwrap();
+    assert_eq!((e.groups_traced, e.ticks, e.sleep_ticks()), (25, 11, 10));
+    assert_eq!(e.window, 24);
+    assert!((e.cycle_s - 0.044).abs() < 1e-9, "{e:?}");
+    // Exactly L + 1 ticks per cycle: only the exit's 50 us is unknown.
+    assert!((e.lazyinit_s - run.lazyinit_s()).abs() < 1e-3, "{e:?}");
+    assert!(e.lo_s < run.lazyinit_s() && run.lazyinit_s() < e.hi_s);
+    assert!((e.ms_per_group().unwrap() - 44.0).abs() < 1e-6);
+    assert!((e.from_first_group_s() - (run.lazyinit_s() - run.first_group_s())).abs() < 1e-3);
+}
+
+/// Over many noisy runs of the reported cells' shapes, the 95% interval
+/// covers the true total about 95% of the time (not much less, and not
+/// always: a uselessly wide interval would), and the error falls with N.
+#[test]
+fn the_interval_covers_noisy_runs_as_often_as_it_says() {
+    // (HZ, L, G, chance of an extra tick): the reported cells, with and
+    // without the fix, quiet and busy.
+    let cells = [
+        (100, 10, 16384, 0.02),
+        (250, 10, 24576, 0.005),
+        (100, 3, 16384, 0.05),
+        (250, 8, 24576, 0.02),
+    ];
+    let mut rms = Vec::new();
+    for n in [50, 200] {
+        let (mut runs, mut covered, mut sq) = (0, 0, 0.0);
+        for (hz_, l, g, p) in cells {
+            for seed in 1..=50 {
+                let run = generate(&Run {
+                    extra_tick: p,
+                    ..Run::noisy(hz_, l, g, seed)
+                });
+                let e = replay(&trace_of(&run, hz_), n).estimate.unwrap();
+                let truth = run.lazyinit_s();
+                runs += 1;
+                covered += usize::from(e.lo_s <= truth && truth <= e.hi_s);
+                sq += (e.lazyinit_s / truth - 1.0).powi(2);
+            }
+        }
+        let coverage = covered as f64 / runs as f64;
+        assert!((0.9..0.995).contains(&coverage), "N={n}: coverage {coverage}");
+        rms.push((sq / runs as f64).sqrt());
+    }
+    // Four times the groups: about half the error.
+    assert!(rms[1] < rms[0] * 0.6 && rms[0] < 0.006, "{rms:?}");
+}
+
+#[test]
+fn the_interval_narrows_with_more_groups() {
+    let run = generate(&Run::noisy(250, 10, 16384, 7));
+    let tr = trace_of(&run, 250);
+    let width = |n| {
+        let e = replay(&tr, n).estimate.unwrap();
+        e.hi_s - e.lo_s
+    };
+    assert!(width(50) > width(200) && width(200) > width(1000));
+}
+
+#[test]
+fn refuses_while_groups_run_back_to_back_then_locks() {
+    // Without the fix: 30 groups back to back until one crosses a tick.
+    let run = generate(&Run {
+        back_to_back: 30,
+        ..Run::noisy(100, 10, 16384, 3)
+    });
+    let tr = trace_of(&run, 100);
+    let r = replay(&tr, 50);
+    assert!(
+        matches!(
+            r.refused[0],
+            (
+                50,
+                NotLocked::Unsettled {
+                    kind: Odd::Short,
+                    group: 30,
+                    ..
+                }
+            )
+        ),
+        "{:?}",
+        r.refused
+    );
+    let e = r.estimate.unwrap();
+    assert_eq!((e.groups_traced, e.sleep_ticks()), (75, 10));
+    let truth = run.lazyinit_s() - run.first_group_s();
+    assert!(rel_err(e.from_first_group_s(), truth) < 0.005);
+}
+
+#[test]
+fn a_stall_in_the_recent_cycles_defers_the_stop() {
+    // A 600 ms stall after group index 40: in the recent half at 50, 75;
+    // past it (and measured, not extrapolated) at 112.
+    let run = generate(&Run {
+        stalls: vec![(40, 600.0)],
+        ..Run::noisy(100, 3, 16384, 5)
+    });
+    let tr = trace_of(&run, 100);
+    let r = replay(&tr, 50);
+    let ns: Vec<u64> = r.refused.iter().map(|(n, _)| *n).collect();
+    assert_eq!(ns, [50, 75]);
+    for (_, why) in &r.refused {
+        assert!(
+            matches!(
+                why,
+                NotLocked::Unsettled {
+                    kind: Odd::Stall,
+                    group: 42,
+                    ..
+                }
+            ),
+            "{why:?}"
+        );
+        assert!(why.to_string().contains("stalled"), "{why}");
+    }
+    let e = r.estimate.unwrap();
+    assert_eq!(e.groups_traced, 112);
+    assert!(rel_err(e.lazyinit_s, run.lazyinit_s()) < 0.005, "{e:?}");
+}
+
+#[test]
+fn a_drift_in_the_recent_cycles_defers_the_stop() {
+    // Clean, then from group 30 every other cycle a tick longer: the
+    // halves of the window disagree.
+    let run = generate(&Run {
+        drift: Some((30, 0.5)),
+        ..Run::clean(250, 8, 24576)
+    });
+    let tr = trace_of(&run, 250);
+    let c = check(&Trace {
+        t_s: &tr.t_s[..50],
+        ..tr
+    });
+    assert!(
+        matches!(
+            c,
+            Err(NotLocked::Drift { .. } | NotLocked::Changed { .. })
+        ),
+        "{c:?}"
+    );
+    // Once the new rate fills the window, it locks at that rate.
+    let e = replay(&tr, 50).estimate.unwrap();
+    assert!(e.groups_traced > 50);
+    assert!(rel_err(e.lazyinit_s, run.lazyinit_s()) < 0.005, "{e:?}");
+}
+
+#[test]
+fn a_late_change_is_not_seen() {
+    // What an early stop cannot know (README): a drift or a stall after
+    // the stop point. The estimate locks at 50 and misses both.
+    let drift = generate(&Run {
+        drift: Some((2000, 0.3)),
+        ..Run::clean(250, 10, 16384)
+    });
+    let e = replay(&trace_of(&drift, 250), 50).estimate.unwrap();
+    assert_eq!(e.groups_traced, 50);
+    assert!(e.hi_s < drift.lazyinit_s(), "{e:?}");
+    assert!(rel_err(e.lazyinit_s, drift.lazyinit_s()) > 0.02);
+
+    let stall = generate(&Run {
+        stalls: vec![(5000, 30_000.0)],
+        ..Run::clean(100, 3, 16384)
+    });
+    let e = replay(&trace_of(&stall, 100), 50).estimate.unwrap();
+    assert!(e.hi_s < stall.lazyinit_s(), "{e:?}");
+}
+
+#[test]
+fn too_few_and_complete_traces_are_not_estimates() {
+    let run = generate(&Run::clean(100, 10, 64));
+    let tr = trace_of(&run, 100);
+    assert_eq!(
+        check(&Trace {
+            t_s: &tr.t_s[..20],
+            ..tr
+        }),
+        Err(NotLocked::TooFew {
+            traced: 20,
+            need: 25
+        })
+    );
+    assert_eq!(check(&tr), Err(NotLocked::Complete { traced: 64 }));
+    // A replay asked to stop at or past the end is a measurement.
+    let r = replay(&tr, 64);
+    assert_eq!(r.estimate, None);
+    assert!(r.refused.is_empty());
+    assert_eq!(replay(&tr, 60).estimate.unwrap().groups_traced, 60);
+}
+
+#[test]
+fn back_to_back_groups_with_the_fix_lock_on_raw_cycles() {
+    // With the fix and a tiny first zeroing, L = 0: no tick lattice.
+    let run = generate(&Run {
+        back_to_back: 4096,
+        zero_ms: 0.9,
+        jitter_ms: 0.0,
+        ..Run::clean(100, 0, 4096)
+    });
+    let tr = trace_of(&run, 100);
+    let e = replay(&tr, 50).estimate.unwrap();
+    assert_eq!(e.ticks, 0);
+    assert!((e.cycle_s - 0.0009).abs() < 1e-9, "{e:?}");
+}
+
+#[test]
+fn the_schedule_grows_by_half() {
+    assert_eq!(next_check(25), 37);
+    assert_eq!(next_check(50), 75);
+    assert_eq!(next_check(75), 112);
+    assert_eq!(next_check(1000), 1500);
+}
+
+#[test]
+fn zeroing_times_shorten_the_tail() {
+    let run = generate(&Run::clean(100, 3, 1024));
+    let tr = trace_of(&run, 100);
+    let with = check(&Trace {
+        t_s: &tr.t_s[..100],
+        zero_s: &tr.zero_s[..100],
+        ..tr
+    })
+    .unwrap();
+    let without = check(&Trace {
+        t_s: &tr.t_s[..100],
+        zero_s: &[],
+        ..tr
+    })
+    .unwrap();
+    assert!((without.tail_s - with.tail_s - 0.0034).abs() < 1e-9);
+    // The exit is a cycle after the last group's tick: cycle less zeroing.
+    let real_tail = run.exit_s - run.t_s[run.t_s.len() - 1];
+    assert!((with.tail_s - real_tail).abs() < 1e-4, "{with:?} {real_tail}");
+}
