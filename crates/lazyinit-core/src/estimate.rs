@@ -13,21 +13,26 @@
 //! [`next_check`], so a replay stops where a live run would have.
 //!
 //! The lock. Cycles are counted in whole ticks (rounded); m is the median
-//! over the recent half of the trace. A cycle more than one tick short of
+//! over the recent half of the trace. A cycle two ticks or more short of
 //! m means groups ran back to back (the sleep was not set yet); one more
 //! than max(2, m/2) ticks long is a stall. The window is the run of cycles
 //! since the last such one; the lock holds when it spans at least the
 //! recent half of the trace (and [`MIN_WINDOW`] cycles), and its two
 //! halves agree: the same median, and means within two standard errors.
 //!
-//! The interval. The rest of the run is M = G - n cycles plus the tail.
-//! Tick-locked, each of them is m ticks plus the odd extra tick: the
-//! window's x extra ticks in w cycles give their rate a Jeffreys posterior,
-//! so the extra ticks still to come are negative binomial (the spread of
-//! the future and the error of the rate in one; never fewer than none).
-//! Sub-tick jitter does not add up from cycle to cycle, only at the two
-//! ends, and is added once. Cycles that are not tick-locked (L = 0: groups
-//! back to back) get a Student t interval for a sum of M + 1 more of them.
+//! The cycle. Tick-locked, it is m ticks plus the x extra ticks the window
+//! had over w cycles (each cycle rounded to whole ticks), counted from its
+//! first on-time group to its last (an event within a quarter tick of the
+//! others' phase on the tick grid): a late wakeup's long cycle and the
+//! short one after it cancel, and one at an end is not multiplied by the
+//! G - n groups to come. The prediction runs from that last on-time group.
+//!
+//! The interval. Extra ticks come at a rate with a Jeffreys posterior, so
+//! those still to come are negative binomial: the spread of the future and
+//! the error of the rate in one, never fewer than none. Sub-tick jitter
+//! does not add up from cycle to cycle, only at the ends, and is added
+//! once. Cycles that are not tick-locked (L = 0: groups back to back) get
+//! a Student t interval for the sum of the cycles to come.
 
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, DiscreteCDF, NegativeBinomial, StudentsT};
@@ -71,9 +76,11 @@ pub struct Estimate {
     pub to_init: u64,
     /// Measured: mount done to the first group.
     pub first_group_s: f64,
-    /// Measured: first to last traced group.
-    pub traced_span_s: f64,
-    /// Cycles the locked cycle was measured over (the clean recent part).
+    /// Predicted first to last group: measured to the last on-time group,
+    /// then the locked cycle for each group after it.
+    pub groups_span_s: f64,
+    /// Cycles the locked cycle was measured over: the clean recent part,
+    /// from its first on-time group to its last.
     pub window: u64,
     /// The locked cycle in whole ticks (median of the recent half): L + 1.
     pub ticks: u64,
@@ -96,10 +103,7 @@ impl Estimate {
     }
     /// Predicted first-to-last group time per group, ms (`ms_per_group`).
     pub fn ms_per_group(&self) -> Option<f64> {
-        (self.to_init > 1).then(|| {
-            let left = (self.to_init - self.groups_traced) as f64;
-            (self.traced_span_s + left * self.cycle_s) / (self.to_init - 1) as f64 * 1000.0
-        })
+        (self.to_init > 1).then(|| self.groups_span_s / (self.to_init - 1) as f64 * 1000.0)
     }
     /// Predicted first group to the thread's exit: the part of
     /// `lazyinit_s` that the random start delay does not move.
@@ -140,7 +144,7 @@ pub enum NotLocked {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Odd {
-    /// More than a tick short of the locked cycle: back to back.
+    /// Two ticks or more short of the locked cycle: back to back.
     Short,
     /// Longer than the locked cycle by max(2, m/2) ticks.
     Stall,
@@ -273,6 +277,9 @@ fn interval(w: f64, extra: Option<f64>, tick: f64, nz: &Noise, future: u64) -> (
         let half = t_quantile(w - 1.0) * (f * nz.per_cycle + f * f * nz.per_cycle / w).sqrt();
         return (half, half);
     };
+    // Fewer than none (a timer base a tick behind shortens a cycle):
+    // centred on the count seen, spread as for none.
+    let x = x.max(0.0);
     let expected = f * x / w;
     let ends = 1.96 * nz.ends.sqrt();
     let Ok(nb) = NegativeBinomial::new(x + 0.5, w / (w + f)) else {
@@ -313,6 +320,27 @@ fn quantile(nb: &NegativeBinomial, p: f64) -> u64 {
     hi
 }
 
+/// The first and the last on-time group of a run of tick-locked events:
+/// each event's phase on the tick grid, against their circular mean, is
+/// within a quarter tick (a late wakeup shifts one event, not the grid).
+/// None when fewer than half of them are on time.
+fn anchors(t_s: &[f64], tick: f64) -> Option<(usize, usize)> {
+    use std::f64::consts::TAU;
+    let phase = |t: f64| (t / tick).fract();
+    let (sin, cos) = t_s.iter().fold((0.0, 0.0), |(s, c), &t| {
+        let a = TAU * phase(t);
+        (s + a.sin(), c + a.cos())
+    });
+    let reference = sin.atan2(cos) / TAU;
+    let on_time = |t: f64| {
+        let d = phase(t) - reference;
+        (d - d.round()).abs() <= 0.25
+    };
+    let s = t_s.iter().position(|&t| on_time(t))?;
+    let e = t_s.iter().rposition(|&t| on_time(t))?;
+    ((e - s) * 2 >= t_s.len()).then_some((s, e))
+}
+
 /// Estimates the run from its trace so far, or says why not yet.
 pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
     let n = tr.t_s.len() as u64;
@@ -330,15 +358,20 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
     let ticks_of = |c: f64| (c / tick).round().max(0.0) as u64;
     let recent = &cycles[cycles.len() / 2..];
     let m = median_u64(&mut recent.iter().map(|&c| ticks_of(c)).collect::<Vec<_>>());
-    let short = |c: f64| m >= 2 && c < (m - 1) as f64 * tick;
+    let short = |c: f64| c < (m as f64 - 1.5) * tick;
     let stall = |c: f64| c > (m + 2.max(m.div_ceil(2))) as f64 * tick;
-    let clean = cycles
+    // Never the first cycle: it follows the start delay and the bitmap
+    // prefetch, and may be a tick short (a timer base left behind while
+    // the CPU idled) or long.
+    let clean = cycles[1..]
         .iter()
         .rev()
         .take_while(|&&c| !short(c) && !stall(c))
         .count();
     let need = MIN_WINDOW.max((cycles.len() as u64).div_ceil(2));
     if (clean as u64) < need {
+        // The odd cycle before the clean run (it never reaches back to
+        // the first cycle while short of `need`).
         let i = cycles.len() - clean - 1;
         let c = cycles[i];
         return Err(NotLocked::Unsettled {
@@ -378,20 +411,31 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
         });
     }
 
-    // Tick-locked, the cycle is m ticks plus the extra ticks the window
-    // saw per cycle: its span in whole ticks, so that a late wakeup at
-    // either end of the window is not multiplied by G - n.
-    let w = window.len() as f64;
-    let extra = (m >= 1).then(|| ((window.iter().sum::<f64>() / tick).round() - w * m as f64).max(0.0));
-    let cycle_s = match extra {
-        Some(x) => (m as f64 + x / w) * tick,
-        None => mean(window),
+    // The cycle, and the last group it is counted from.
+    let first = tr.t_s.len() - 1 - window.len();
+    let (cycle_s, extra, w, last) = match anchors(&tr.t_s[first..], tick) {
+        Some((s, e)) if m >= 1 => {
+            // Tick-locked: m ticks plus the extra ticks seen per cycle,
+            // counted between two on-time groups, so that a late wakeup at
+            // either end of the window is not multiplied by G - n.
+            // Each cycle rounded on its own: a small error in the tick's
+            // length does not add up, and a late wakeup's long cycle and
+            // the short one after it cancel.
+            let w = (e - s) as f64;
+            let ticks: f64 = cycles[first + s..first + e]
+                .iter()
+                .map(|&c| (c / tick).round())
+                .sum();
+            let x = ticks - w * m as f64;
+            ((m as f64 + x / w) * tick, Some(x), w, first + e)
+        }
+        _ => (mean(window), None, window.len() as f64, tr.t_s.len() - 1),
     };
     let zeroings: Vec<f64> = tr
         .zero_s
         .iter()
         .take(tr.t_s.len())
-        .skip(tr.t_s.len() - window.len())
+        .skip(first + 1)
         .flatten()
         .copied()
         .collect();
@@ -405,17 +449,17 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
     // The last group sets the next wake one cycle on; the thread finds no
     // group left there and exits, without zeroing.
     let tail_s = (cycle_s - zero).max(0.0);
-    let left = tr.to_init - n;
-    let traced_span_s = tr.t_s[tr.t_s.len() - 1] - tr.t_s[0];
-    let lazyinit_s = tr.first_group_s + traced_span_s + left as f64 * cycle_s + tail_s;
-    // The rest: `left` cycles and the tail, which is one more.
-    let (below, above) = interval(w, extra, tick, &nz, left + 1);
+    let after = tr.to_init - 1 - last as u64;
+    let groups_span_s = tr.t_s[last] - tr.t_s[0] + after as f64 * cycle_s;
+    let lazyinit_s = tr.first_group_s + groups_span_s + tail_s;
+    // To come: the cycles after the last counted group and the tail.
+    let (below, above) = interval(w, extra, tick, &nz, after + 1);
     Ok(Estimate {
         groups_traced: n,
         to_init: tr.to_init,
         first_group_s: tr.first_group_s,
-        traced_span_s,
-        window: window.len() as u64,
+        groups_span_s,
+        window: w as u64,
         ticks: m,
         cycle_s,
         tail_s,

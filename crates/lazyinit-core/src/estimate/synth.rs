@@ -26,6 +26,9 @@ pub struct Run {
     pub jitter_ms: f64,
     /// (after group index i, 0-based, in trace order; ms): stalls.
     pub stalls: Vec<(u64, f64)>,
+    /// (group index i; ms): that group's wakeup runs this late (on top of
+    /// the jitter); the tick grid, and so the next group, is not moved.
+    pub late: Vec<(u64, f64)>,
     /// From group index i on, the extra-tick chance becomes this.
     pub drift: Option<(u64, f64)>,
     pub seed: u64,
@@ -44,6 +47,7 @@ impl Run {
             extra_tick: 0.0,
             jitter_ms: 0.0,
             stalls: Vec::new(),
+            late: Vec::new(),
             drift: None,
             seed: 1,
         }
@@ -115,7 +119,12 @@ pub fn generate(r: &Run) -> Trace {
     let mut late = rng.next() * r.jitter_ms / 1000.0;
     let mut t = wake_tick * tick + late + z;
     for i in 0..r.groups {
-        t_s.push(t);
+        let extra_late = r
+            .late
+            .iter()
+            .find(|(g, _)| *g == i)
+            .map_or(0.0, |(_, ms)| ms / 1000.0);
+        t_s.push(t + extra_late);
         let last = i + 1 == r.groups;
         if i + 1 < r.back_to_back {
             // The next zeroing starts at once.
