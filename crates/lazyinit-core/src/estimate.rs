@@ -13,7 +13,7 @@
 //! [`next_check`], so a replay stops where a live run would have.
 //!
 //! The lock. Cycles are counted in whole ticks (rounded); m is the median
-//! over the recent half of the trace. A cycle two ticks or more short of
+//! of the last [`MIN_WINDOW`] of them. A cycle two ticks or more short of
 //! m means groups ran back to back (the sleep was not set yet); one more
 //! than max(2, m/2) ticks long is a stall. The window is the run of cycles
 //! since the last such one; the lock holds when it spans at least the
@@ -82,7 +82,7 @@ pub struct Estimate {
     /// Cycles the locked cycle was measured over: the clean recent part,
     /// from its first on-time group to its last.
     pub window: u64,
-    /// The locked cycle in whole ticks (median of the recent half): L + 1.
+    /// The locked cycle in whole ticks (median of the latest cycles): L + 1.
     pub ticks: u64,
     /// The locked cycle, seconds: `ticks` plus the extra ticks the window
     /// saw per cycle (its mean cycle when the cycle is not tick-locked).
@@ -356,7 +356,9 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
     let tick = tr.hz.tick_s();
     let cycles: Vec<f64> = tr.t_s.windows(2).map(|w| w[1] - w[0]).collect();
     let ticks_of = |c: f64| (c / tick).round().max(0.0) as u64;
-    let recent = &cycles[cycles.len() / 2..];
+    // The cycle the latest groups agree on: the median of the last
+    // MIN_WINDOW cycles (whether it holds for longer is the lock's test).
+    let recent = &cycles[cycles.len() - MIN_WINDOW as usize..];
     let m = median_u64(&mut recent.iter().map(|&c| ticks_of(c)).collect::<Vec<_>>());
     let short = |c: f64| c < (m as f64 - 1.5) * tick;
     let stall = |c: f64| c > (m + 2.max(m.div_ceil(2))) as f64 * tick;

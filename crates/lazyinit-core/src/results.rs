@@ -108,6 +108,26 @@ pub struct ResultRow {
     /// target's L interval (1: the first; `ebs` only).
     #[serde(default)]
     pub z1_attempts: Option<u32>,
+    /// `true` when `lazyinit_s` (and `ms_per_group`, `sleep_ticks`) is an
+    /// early-stop estimate from the first `estimate_groups` groups, not a
+    /// measurement to the thread's exit (README, "Estimates").
+    #[serde(default)]
+    pub estimated: bool,
+    /// The `estimate-after` the run asked for (also on rows whose cycle
+    /// never locked, which ran to the end and are measured).
+    #[serde(default)]
+    pub estimate_after: Option<u64>,
+    /// Groups traced when the estimate was made.
+    #[serde(default)]
+    pub estimate_groups: Option<u64>,
+    /// The locked cycle the rest was predicted at, ms.
+    #[serde(default)]
+    pub estimate_cycle_ms: Option<f64>,
+    /// 95% prediction interval of an estimated `lazyinit_s`.
+    #[serde(default)]
+    pub lazyinit_lo_s: Option<f64>,
+    #[serde(default)]
+    pub lazyinit_hi_s: Option<f64>,
 }
 
 impl ResultRow {
@@ -156,6 +176,12 @@ pub const COLUMNS: &[&str] = &[
     "zero_hold_ms",
     "zero_median_ms",
     "z1_attempts",
+    "estimated",
+    "estimate_after",
+    "estimate_groups",
+    "estimate_cycle_ms",
+    "lazyinit_lo_s",
+    "lazyinit_hi_s",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -337,6 +363,12 @@ mod tests {
             zero_hold_ms: Some(2.38),
             zero_median_ms: Some(3.2),
             z1_attempts: Some(1),
+            estimated: false,
+            estimate_after: None,
+            estimate_groups: None,
+            estimate_cycle_ms: None,
+            lazyinit_lo_s: None,
+            lazyinit_hi_s: None,
         }
     }
 
@@ -364,18 +396,46 @@ mod tests {
         assert_eq!(rows, vec![sample(), second]);
     }
 
-    /// Results written before the calibration columns existed still read.
+    /// Results written before the calibration and the estimate columns
+    /// existed still read, as measurements.
     #[test]
     fn older_files_without_the_last_columns_read() {
         let mut w = csv::Writer::from_writer(Vec::new());
         w.serialize(sample()).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        let cut = |l: &str| l.rsplitn(7, ',').last().unwrap().to_string();
-        let old: String = text.lines().map(|l| cut(l) + "\n").collect();
-        assert!(old.starts_with("run_id,") && old.lines().next().unwrap().ends_with(",mkfs_cmd"));
-        let rows = read_rows_from(old.as_bytes(), Path::new("old.csv")).unwrap();
-        assert_eq!(rows[0].z1_ms, None);
-        assert_eq!(rows[0].mkfs_cmd, sample().mkfs_cmd);
+        for last in ["mkfs_cmd", "z1_attempts"] {
+            let keep = COLUMNS.iter().position(|c| *c == last).unwrap() + 1;
+            let cut = |l: &str| l.split(',').take(keep).collect::<Vec<_>>().join(",");
+            let old: String = text.lines().map(|l| cut(l) + "\n").collect();
+            assert!(old.lines().next().unwrap().ends_with(&format!(",{last}")));
+            let rows = read_rows_from(old.as_bytes(), Path::new("old.csv")).unwrap();
+            assert_eq!(rows[0].mkfs_cmd, sample().mkfs_cmd);
+            assert!(!rows[0].estimated);
+            assert_eq!(rows[0].estimate_groups, None);
+        }
+    }
+
+    #[test]
+    fn estimated_rows_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.csv");
+        let mut e = sample();
+        e.estimated = true;
+        e.estimate_after = Some(50);
+        e.estimate_groups = Some(75);
+        e.estimate_cycle_ms = Some(44.0);
+        e.lazyinit_lo_s = Some(726.0);
+        e.lazyinit_hi_s = Some(729.5);
+        ResultsWriter::open(&p).unwrap().append(&e).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with(",true,50,75,44.0,726.0,729.5"),
+            "{text}"
+        );
+        assert_eq!(read_rows(&p).unwrap(), vec![e]);
     }
 
     #[test]

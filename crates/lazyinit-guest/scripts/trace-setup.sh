@@ -8,6 +8,8 @@ I=$T/instances/lazyinit
 kb="$1"
 [ -d $I ] || mkdir $I
 echo 0 > $T/tracing_on
+# Reading `trace` mid-run (the early stop) must not pause recording.
+if [ -f $T/options/pause-on-trace ]; then echo 0 > $T/options/pause-on-trace; fi
 grep -q mono $T/trace_clock && echo mono > $T/trace_clock
 echo "$kb" > $T/buffer_size_kb
 echo > $T/trace

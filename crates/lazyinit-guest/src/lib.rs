@@ -4,6 +4,7 @@
 //! The protocol is written against [`Remote`], a one-method seam over SSH,
 //! so its logic is tested without a guest; `SshRemote` is the real one.
 
+mod estimate;
 pub mod install;
 pub mod parse;
 pub mod protocol;

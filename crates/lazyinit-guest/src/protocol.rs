@@ -22,10 +22,13 @@ const FACTS_SH: &str = include_str!("../scripts/facts.sh");
 const MKFS_SH: &str = include_str!("../scripts/mkfs.sh");
 const TRACE_SETUP_SH: &str = include_str!("../scripts/trace-setup.sh");
 const MOUNT_SH: &str = include_str!("../scripts/mount.sh");
-const POLL_SH: &str = include_str!("../scripts/poll.sh");
+pub(crate) const POLL_SH: &str = include_str!("../scripts/poll.sh");
 const WARMUP_MKFS_SH: &str = include_str!("../scripts/warmup-mkfs.sh");
 const CALIBRATE_SH: &str = include_str!("../scripts/calibrate.sh");
-const WAIT_GROUPS_SH: &str = include_str!("../scripts/wait-groups.sh");
+pub(crate) const WAIT_GROUPS_SH: &str = include_str!("../scripts/wait-groups.sh");
+/// The whole trace so far; reading it does not stop tracing (with
+/// `pause-on-trace` off, as trace-setup.sh leaves it).
+pub(crate) const READ_TRACE: &str = "cat /sys/kernel/tracing/trace";
 
 /// Mounts of the scratch disk before the measured one: the first
 /// [`COLD_MOUNTS`] pay for TCG translating the zeroing code (measured: 5.9,
@@ -103,6 +106,9 @@ pub struct ProtocolOptions {
     pub hold: Option<Arc<dyn lazyinit_core::provider::ZeroHold>>,
     /// The first zeroing time to calibrate the hold for (`ebs`).
     pub z1_target: Option<Duration>,
+    /// Stop early once the cycle has locked, checking from this many
+    /// groups on (`estimate-after`; see [`crate::estimate`]).
+    pub estimate_after: Option<u64>,
 }
 
 /// Everything one run measured.
@@ -133,6 +139,9 @@ pub struct Measurement {
     /// Measured mounts it took to get a first zeroing in the target's L
     /// interval (1 when the first was; see `MAX_ATTEMPTS`).
     pub z1_attempts: u32,
+    /// Set when the run stopped early: `lazyinit_s`, `ms_per_group` and
+    /// `sleep_ticks` are then this estimate's, not measurements.
+    pub estimate: Option<lazyinit_core::estimate::Estimate>,
 }
 
 /// Quotes an argument for the guest's POSIX shell.
@@ -198,7 +207,7 @@ pub fn trace_buffer_kb(groups: u64) -> u64 {
     (groups * 256 / 1024).max(4096)
 }
 
-fn check(out: crate::RemoteOutput, step: &'static str) -> Result<String, GuestError> {
+pub(crate) fn check(out: crate::RemoteOutput, step: &'static str) -> Result<String, GuestError> {
     if out.status != 0 {
         return Err(GuestError::Command {
             step,
@@ -321,7 +330,7 @@ pub fn run(
         opts.events.phase(cell, Phase::Lazyinit);
         wait_for_sleep(remote, exp, to_init)?;
         let z1 = parse::summarize(&check(
-            remote.exec("cat /sys/kernel/tracing/trace", short)?,
+            remote.exec(READ_TRACE, short)?,
             "read the first zeroing",
         )?)
         .z1_s();
@@ -386,6 +395,9 @@ pub fn run(
     m.hold = opts.hold.as_ref().map(|h| h.get());
     drop(critical);
 
+    if crate::estimate::early_stop(remote, exp, opts, to_init, mounted_at, &mut m)? {
+        return Ok(m);
+    }
     poll_until_done(remote, exp, opts, to_init, mounted_at, &mut m)?;
     drop(measuring);
 
@@ -652,7 +664,7 @@ fn collect(
     m: &mut Measurement,
 ) -> Result<(), GuestError> {
     let trace = check(
-        remote.exec("cat /sys/kernel/tracing/trace", Duration::from_secs(120))?,
+        remote.exec(READ_TRACE, Duration::from_secs(120))?,
         "collect trace",
     )?;
     let _ = std::fs::write(opts.log_dir.join("trace.txt"), &trace);
@@ -933,6 +945,7 @@ mod tests {
             gate: Arc::new(NoGate),
             hold: None,
             z1_target: None,
+            estimate_after: None,
         }
     }
 

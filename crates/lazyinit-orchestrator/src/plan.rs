@@ -60,6 +60,8 @@ pub struct Plan {
     pub parallel_s: f64,
     pub memory_mib: u64,
     pub disk_bytes: u64,
+    /// Cells stop early, estimating the rest (`estimate-after`).
+    pub estimate_after: Option<u64>,
 }
 
 pub fn cells(spec: &Spec) -> Vec<Cell> {
@@ -123,6 +125,15 @@ pub fn host_available_mib() -> u64 {
         .unwrap_or(4096)
 }
 
+/// Lazy-init the cell waits for: every group, or with `estimate-after`
+/// the groups before the first check (a cycle that locks later costs more).
+fn traced_s(p: &Prediction, groups: u64, spec: &Spec) -> f64 {
+    match spec.estimate_after {
+        Some(n) if n < groups => n as f64 * p.per_group_s,
+        _ => p.lazyinit_s,
+    }
+}
+
 pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
     let cells = cells(spec);
     let planned: Vec<PlannedCell> = cells
@@ -135,7 +146,9 @@ pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
             PlannedCell {
                 id: cell.id(),
                 groups: model::groups(cell.volume),
-                predicted_wall_s: predicted.lazyinit_s + model::MEAN_START_DELAY_S + OVERHEAD_S,
+                predicted_wall_s: traced_s(&predicted, model::groups(cell.volume), spec)
+                    + model::MEAN_START_DELAY_S
+                    + OVERHEAD_S,
                 predicted,
                 reported_s,
                 cell,
@@ -165,6 +178,7 @@ pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
             })
             .sum(),
         cells: planned,
+        estimate_after: spec.estimate_after,
         kernels: kernels.into_iter().collect(),
         arches: arches.into_iter().collect(),
         concurrency,
@@ -208,6 +222,11 @@ pub fn render(p: &Plan) -> String {
             k.arch, k.source, k.hz, k.variant
         ));
     }
+    if let Some(n) = p.estimate_after {
+        s.push_str(&format!(
+            "\nestimate-after {n}: each cell stops once its cycle has locked, from {n} groups on, and records a predicted lazyinit_s (README, \"Estimates\"); the model column is a full run\n"
+        ));
+    }
     s.push_str(&format!(
         "\nestimated wall time: {} (slowest cell alone {}, all cells one after another {})\n",
         hms(p.parallel_s),
@@ -241,6 +260,19 @@ mod tests {
         assert_eq!(p.concurrency, 4);
         assert!(p.parallel_s < p.serial_s);
         assert!((p.parallel_s - p.slowest_cell_s).abs() < 1e-9);
+    }
+
+    #[test]
+    fn nightly_runs_the_reported_cells_in_minutes() {
+        let full = Spec::parse(preset("reported").unwrap(), "reported").unwrap();
+        let nightly = Spec::parse(preset("nightly").unwrap(), "nightly").unwrap();
+        let (a, b) = (plan(&full, 512, 20_000), plan(&nightly, 512, 20_000));
+        assert_eq!(a.cells.len(), b.cells.len());
+        assert!(a.slowest_cell_s > 2500.0, "{}", a.slowest_cell_s);
+        // 50 groups of at most 110 ms, plus the start delay and overhead.
+        assert!(b.slowest_cell_s < 60.0, "{}", b.slowest_cell_s);
+        assert!(render(&b).contains("estimate-after 50: "));
+        assert!(!render(&a).contains("estimate-after"));
     }
 
     #[test]

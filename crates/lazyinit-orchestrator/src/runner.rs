@@ -392,6 +392,12 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
         zero_hold_ms: None,
         zero_median_ms: None,
         z1_attempts: None,
+        estimated: false,
+        estimate_after: None,
+        estimate_groups: None,
+        estimate_cycle_ms: None,
+        lazyinit_lo_s: None,
+        lazyinit_hi_s: None,
     };
 
     ev.phase(&id, Phase::Launch);
@@ -532,6 +538,7 @@ async fn measure(
         gate: Arc::new(gate.clone()),
         hold: machine.zero_hold(),
         z1_target: sh.spec.storage_profile.z1_target(cell.hz, cell.wait_mult),
+        estimate_after: sh.spec.estimate_after,
     };
     let m =
         tokio::task::spawn_blocking(move || lazyinit_guest::run(&mut remote, &exp, &popts)).await;
@@ -561,6 +568,14 @@ async fn measure(
         row.z1_target_ms = Some(ms(c.z1_target));
         row.guest_part_ms = Some(ms(c.guest_part));
         row.z1_attempts = Some(m.z1_attempts);
+    }
+    row.estimate_after = sh.spec.estimate_after;
+    if let Some(e) = m.estimate {
+        row.estimated = true;
+        row.estimate_groups = Some(e.groups_traced);
+        row.estimate_cycle_ms = Some(e.cycle_s * 1000.0);
+        row.lazyinit_lo_s = Some(e.lo_s);
+        row.lazyinit_hi_s = Some(e.hi_s);
     }
     (machine, Ok(()))
 }

@@ -105,6 +105,13 @@ pub struct Spec {
     /// Extra mkfs.ext4 arguments; none by default, as in the report.
     #[serde(default)]
     pub mkfs_args: Vec<String>,
+    /// Early stop: trace the first N groups, and once the cycle has locked
+    /// record a predicted `lazyinit_s` with its 95% interval instead of
+    /// waiting for the thread's exit (README, "Estimates"). Absent: every
+    /// cell runs to the end. Left out of the spec's text when absent, so
+    /// the hash (and results folder) of every spec without it is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_after: Option<u64>,
     /// Per-provider settings, `[provider-config.qemu]` / `[provider-config.ec2]`.
     #[serde(default)]
     pub provider_config: ProviderConfigs,
@@ -224,6 +231,9 @@ impl Spec {
         if self.poll_interval < Duration::from_millis(200) {
             return Err("poll-interval: use at least 200ms".into());
         }
+        if let Some(n) = self.estimate_after {
+            check_estimate_after(n)?;
+        }
         Ok(())
     }
 
@@ -239,6 +249,19 @@ impl Spec {
     }
 }
 
+/// `estimate-after` (or `--estimate-after`) must leave the lock check
+/// enough cycles.
+pub fn check_estimate_after(n: u64) -> Result<(), String> {
+    let min = lazyinit_core::estimate::MIN_GROUPS;
+    if n < min {
+        return Err(format!(
+            "estimate-after: use at least {min} groups (the lock check needs {} recent cycles in the last half of the trace)",
+            lazyinit_core::estimate::MIN_WINDOW
+        ));
+    }
+    Ok(())
+}
+
 /// Built-in presets, also shipped as files under `specs/`.
 pub fn preset(name: &str) -> Option<&'static str> {
     match name {
@@ -246,11 +269,12 @@ pub fn preset(name: &str) -> Option<&'static str> {
         "reported" => Some(include_str!("../../../specs/reported.toml")),
         "smoke" => Some(include_str!("../../../specs/smoke.toml")),
         "calibrate-z1" => Some(include_str!("../../../specs/calibrate-z1.toml")),
+        "nightly" => Some(include_str!("../../../specs/nightly.toml")),
         _ => None,
     }
 }
 
-pub const PRESETS: &[&str] = &["quick", "reported", "smoke", "calibrate-z1"];
+pub const PRESETS: &[&str] = &["quick", "reported", "smoke", "calibrate-z1", "nightly"];
 
 #[cfg(test)]
 mod tests {
@@ -302,6 +326,37 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("2TB"), "{e}");
+    }
+
+    #[test]
+    fn estimate_after_is_checked_and_changes_the_hash_only_when_set() {
+        let base = "name='x'\narches=['x86_64']\nhz=[100]\nsizes=['8GiB']\n";
+        let plain = Spec::parse(base, "t").unwrap();
+        assert_eq!(plain.estimate_after, None);
+        // Specs written before the key existed keep their results folder.
+        assert!(!toml::to_string(&plain).unwrap().contains("estimate"));
+        let est = Spec::parse(&format!("{base}estimate-after = 50\n"), "t").unwrap();
+        assert_eq!(est.estimate_after, Some(50));
+        assert_ne!(plain.hash(), est.hash());
+        let e = Spec::parse(&format!("{base}estimate-after = 10\n"), "t").unwrap_err();
+        assert!(
+            e.to_string().contains("estimate-after: use at least 25"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nightly_is_the_reported_matrix_with_estimates() {
+        let r = Spec::parse(preset("reported").unwrap(), "reported").unwrap();
+        let n = Spec::parse(preset("nightly").unwrap(), "nightly").unwrap();
+        assert_eq!(n.estimate_after, Some(50));
+        assert_eq!(r.estimate_after, None);
+        let same = Spec {
+            name: r.name.clone(),
+            estimate_after: None,
+            ..n
+        };
+        assert_eq!(same, r);
     }
 
     #[test]

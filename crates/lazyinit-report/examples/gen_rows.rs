@@ -118,6 +118,12 @@ fn main() {
             zero_hold_ms: None,
             zero_median_ms: None,
             z1_attempts: None,
+            estimated: false,
+            estimate_after: None,
+            estimate_groups: None,
+            estimate_cycle_ms: None,
+            lazyinit_lo_s: None,
+            lazyinit_hi_s: None,
         };
         w.serialize(&row).expect("writing a row");
     }

@@ -13,7 +13,8 @@ use lazyinit_orchestrator::spec::{self, Spec};
 
 #[derive(clap::Args, Debug)]
 pub struct SpecArgs {
-    /// A spec file (.toml) or a preset: quick (default), reported, smoke.
+    /// A spec file (.toml) or a preset: quick (default), reported, nightly
+    /// (reported with estimates), smoke, calibrate-z1.
     /// Without it and with --arch/--hz/--variant/--size, runs that one cell.
     pub spec: Option<String>,
     /// One cell: guest arch (x86_64, arm64).
@@ -44,6 +45,11 @@ pub struct SpecArgs {
     /// the host disk), unsafe (flushes dropped), or iops:N (throttled).
     #[arg(long)]
     pub storage_profile: Option<String>,
+    /// Stop each cell once its cycle has locked, checking from N groups on,
+    /// and record a predicted lazyinit_s with a 95% interval instead of a
+    /// measurement (the spec's `estimate-after`; README, "Estimates").
+    #[arg(long, value_name = "N")]
+    pub estimate_after: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -134,6 +140,10 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
         spec.storage_profile = p
             .parse()
             .map_err(|e: lazyinit_core::storage::BadStorageProfile| bad_input(e.to_string()))?;
+    }
+    if let Some(n) = a.estimate_after {
+        spec::check_estimate_after(n).map_err(bad_input)?;
+        spec.estimate_after = Some(n);
     }
     if let Some(accel) = a.accel {
         spec.provider_config

@@ -65,7 +65,10 @@ fn the_interval_covers_noisy_runs_as_often_as_it_says() {
             }
         }
         let coverage = covered as f64 / runs as f64;
-        assert!((0.9..0.995).contains(&coverage), "N={n}: coverage {coverage}");
+        assert!(
+            (0.9..0.995).contains(&coverage),
+            "N={n}: coverage {coverage}"
+        );
         rms.push((sq / runs as f64).sqrt());
     }
     // Four times the groups: about half the error.
@@ -158,10 +161,7 @@ fn a_drift_in_the_recent_cycles_defers_the_stop() {
         ..tr
     });
     assert!(
-        matches!(
-            c,
-            Err(NotLocked::Drift { .. } | NotLocked::Changed { .. })
-        ),
+        matches!(c, Err(NotLocked::Drift { .. } | NotLocked::Changed { .. })),
         "{c:?}"
     );
     // Once the new rate fills the window, it locks at that rate.
@@ -255,7 +255,10 @@ fn zeroing_times_shorten_the_tail() {
     assert!((without.tail_s - with.tail_s - 0.0034).abs() < 1e-9);
     // The exit is a cycle after the last group's tick: cycle less zeroing.
     let real_tail = run.exit_s - run.t_s[run.t_s.len() - 1];
-    assert!((with.tail_s - real_tail).abs() < 1e-4, "{with:?} {real_tail}");
+    assert!(
+        (with.tail_s - real_tail).abs() < 1e-4,
+        "{with:?} {real_tail}"
+    );
 }
 
 #[test]

@@ -1,0 +1,201 @@
+//! The early stop (`estimate-after = N`): once N groups are traced, read
+//! the trace so far and ask [`lazyinit_core::estimate::check`] whether the
+//! cycle has locked. Locked: record the prediction and stop (the runner
+//! tears the guest down with the thread still running). Not yet: wait for
+//! more groups on the estimator's schedule and ask again; a cycle that
+//! never locks before the end is measured as usual.
+//!
+//! Waiting is a blocking read in the guest (wait-groups.sh on the group
+//! events' trace_pipe), in chunks so that Ctrl-C is honoured between them.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use lazyinit_core::estimate::{self, Estimate, Trace, MIN_GROUPS};
+use lazyinit_core::events::{Event, Phase};
+
+use crate::parse::{self, key_values};
+use crate::protocol::{
+    check, script_with_args, sleep_ticks, Expectation, Measurement, ProtocolOptions, POLL_SH,
+    READ_TRACE, WAIT_GROUPS_SH,
+};
+use crate::{GuestError, Remote};
+
+/// Groups one blocking wait in the guest covers at most: at 110 ms a group,
+/// Ctrl-C waits for a few seconds at most.
+const WAIT_CHUNK: u64 = 32;
+
+/// wait-groups.sh's gap (us) that ends a wait early: never, here.
+const NEVER_US: &str = "3600000000";
+
+/// Runs the early stop when asked. Ok(true): `m` holds the estimate and
+/// the partial trace is saved. Ok(false): not asked, or the thread exited
+/// before the cycle locked; measure to the end.
+pub(crate) fn early_stop(
+    remote: &mut dyn Remote,
+    exp: &Expectation,
+    opts: &ProtocolOptions,
+    to_init: u64,
+    mounted_at: Instant,
+    m: &mut Measurement,
+) -> Result<bool, GuestError> {
+    let Some(after) = opts.estimate_after else {
+        return Ok(false);
+    };
+    let cell = &opts.cell_id;
+    let mut log = format!("estimate_after={after}\nto_init={to_init}\n");
+    let mut target = after.max(MIN_GROUPS);
+    while target < to_init {
+        if !wait_for_groups(remote, opts, target, to_init, mounted_at)? {
+            log.push_str("exited before the cycle locked: measured\n");
+            let _ = std::fs::write(opts.log_dir.join("estimate.txt"), &log);
+            return Ok(false);
+        }
+        let trace = check(
+            remote.exec(READ_TRACE, Duration::from_secs(120))?,
+            "read the trace so far",
+        )?;
+        let s = parse::summarize(&trace);
+        let (Some(done), Some(first)) = (s.mount_done, s.first_group()) else {
+            return Err(GuestError::Parse {
+                step: "read the trace so far",
+                what: "no mount marker or no group event in the trace".into(),
+            });
+        };
+        let t_s: Vec<f64> = s.groups.iter().map(|g| g.1).collect();
+        let tr = Trace {
+            hz: exp.hz,
+            to_init,
+            first_group_s: first - done,
+            t_s: &t_s,
+            zero_s: &s.zero_s,
+        };
+        match estimate::check(&tr) {
+            Ok(e) => {
+                let _ = writeln!(log, "check at {}: locked", t_s.len());
+                log.push_str(&summary(&e));
+                opts.events.note(
+                    cell,
+                    format!(
+                        "estimate from {} groups: {:.1} s (95% {:.1}-{:.1}), L={}",
+                        e.groups_traced,
+                        e.lazyinit_s,
+                        e.lo_s,
+                        e.hi_s,
+                        e.sleep_ticks()
+                    ),
+                );
+                opts.events.phase(cell, Phase::Collect);
+                let _ = std::fs::write(opts.log_dir.join("trace.txt"), &trace);
+                let _ = std::fs::write(opts.log_dir.join("groups.csv"), s.groups_csv());
+                let _ = std::fs::write(opts.log_dir.join("estimate.txt"), &log);
+                fill(m, &s, done, &e);
+                // The kernel's L, as a measured run says it (with the fix
+                // from z1: a cycle of L + 2 ticks is not L + 1).
+                let locked_ms = e.ticks as f64 * 1000.0 / exp.hz.get() as f64;
+                m.sleep_ticks = sleep_ticks(exp, opts.wait_mult, m.z1_ms, Some(locked_ms))
+                    .or(Some(e.sleep_ticks()));
+                return Ok(true);
+            }
+            Err(why) => {
+                let _ = writeln!(log, "check at {}: {why}", t_s.len());
+                opts.events.note(
+                    cell,
+                    format!("no estimate at {} groups yet: {why}", t_s.len()),
+                );
+                target = estimate::next_check(t_s.len() as u64);
+            }
+        }
+    }
+    log.push_str("the next check would be past the last group: measured\n");
+    let _ = std::fs::write(opts.log_dir.join("estimate.txt"), &log);
+    Ok(false)
+}
+
+/// Blocks until `target` groups are traced. False when the thread exited
+/// first.
+fn wait_for_groups(
+    remote: &mut dyn Remote,
+    opts: &ProtocolOptions,
+    target: u64,
+    to_init: u64,
+    mounted_at: Instant,
+) -> Result<bool, GuestError> {
+    let short = Duration::from_secs(120);
+    loop {
+        if opts.cancel.load(Ordering::SeqCst) {
+            return Err(GuestError::Interrupted);
+        }
+        let poll = key_values(&check(remote.exec(POLL_SH, short)?, "poll")?);
+        let done = poll
+            .get("groups")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        opts.events.emit(Event::Groups {
+            cell: opts.cell_id.clone(),
+            done: done.min(to_init),
+            total: to_init,
+            eta_s: None,
+        });
+        if done >= target {
+            return Ok(true);
+        }
+        if poll.get("pid").is_none_or(|p| p.is_empty()) {
+            return Ok(false);
+        }
+        if mounted_at.elapsed() > opts.lazyinit_deadline {
+            return Err(GuestError::Timeout {
+                step: "lazyinit",
+                after: opts.lazyinit_deadline,
+            });
+        }
+        let k = (target - done).min(WAIT_CHUNK);
+        // K more groups: a gap of an hour never ends the wait early. A
+        // group takes well under a minute; 60 s without one means the
+        // thread is gone or stuck, and the poll says which.
+        check(
+            remote.exec(
+                &script_with_args(
+                    WAIT_GROUPS_SH,
+                    &[k.to_string(), NEVER_US.into(), "60".into()],
+                ),
+                Duration::from_secs(60 * (k + 2)),
+            )?,
+            "wait for groups",
+        )?;
+    }
+}
+
+/// The measurement of a stopped run: measured where the trace so far
+/// says, predicted where the estimate does.
+fn fill(m: &mut Measurement, s: &parse::TraceSummary, mount_done: f64, e: &Estimate) {
+    m.traced_groups = s.distinct_groups;
+    m.mount_s = s.mount_start.map(|a| mount_done - a);
+    m.first_group_s = Some(e.first_group_s);
+    m.lazyinit_s = Some(e.lazyinit_s);
+    m.ms_per_group = e.ms_per_group();
+    m.median_cycle_ms = s.median_cycle_ms();
+    m.z1_ms = s.z1_s().map(|z| z * 1000.0);
+    m.zero_median_ms = s.median_zero_s().map(|z| z * 1000.0);
+    m.estimate = Some(*e);
+}
+
+/// `key=value` lines of an estimate, for the cell's estimate.txt.
+fn summary(e: &Estimate) -> String {
+    format!(
+        "groups_traced={}\nwindow={}\nticks={}\ncycle_ms={:.4}\ntail_ms={:.3}\nfirst_group_s={:.6}\nlazyinit_s={:.3}\nlo_s={:.3}\nhi_s={:.3}\n",
+        e.groups_traced,
+        e.window,
+        e.ticks,
+        e.cycle_s * 1000.0,
+        e.tail_s * 1000.0,
+        e.first_group_s,
+        e.lazyinit_s,
+        e.lo_s,
+        e.hi_s
+    )
+}
+
+#[cfg(test)]
+mod tests;

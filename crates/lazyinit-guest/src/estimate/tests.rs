@@ -1,0 +1,235 @@
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use lazyinit_core::estimate::synth::{self, generate, Run};
+use lazyinit_core::events::EventSink;
+use lazyinit_core::{Arch, Hz, Variant};
+
+use super::*;
+use crate::{NoGate, RemoteOutput};
+
+/// The trace clock at the end of the mount.
+const MOUNT_DONE: f64 = 100.0;
+
+/// A guest in its measured phase, on a synthetic run: time moves on only
+/// while the protocol blocks in wait-groups.sh, to the group it waits for.
+struct Lazyinit {
+    run: synth::Trace,
+    /// Guest clock, seconds since the end of the mount.
+    now: f64,
+    scripts: Vec<String>,
+    /// Set at the first wait (an interrupt while the groups come).
+    cancel_at_wait: Option<Arc<AtomicBool>>,
+}
+
+impl Lazyinit {
+    fn new(run: synth::Trace) -> Self {
+        Lazyinit {
+            now: run.t_s[0] - 0.5,
+            run,
+            scripts: Vec::new(),
+            cancel_at_wait: None,
+        }
+    }
+    fn done(&self) -> usize {
+        self.run.t_s.iter().filter(|&&t| t <= self.now).count()
+    }
+    fn trace(&self) -> String {
+        let mut t = String::from("# tracer: nop\n");
+        let at = |ts: f64| MOUNT_DONE + ts;
+        t.push_str(&format!(
+            "  sh-1 [000] ..... {:.6}: tracing_mark_write: lazyinit-mount-start\n",
+            at(-0.15)
+        ));
+        t.push_str(&format!(
+            "  sh-1 [000] ..... {:.6}: tracing_mark_write: lazyinit-mount-done\n",
+            at(0.0)
+        ));
+        for (g, (ts, z)) in self.run.t_s.iter().zip(&self.run.zero_s).enumerate() {
+            if *ts > self.now {
+                break;
+            }
+            let start = ts - z.unwrap_or(0.0);
+            t.push_str(&format!("  ext4lazyinit-120 [000] ..... {:.6}: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0x0\n", at(start)));
+            t.push_str(&format!(
+                "  ext4lazyinit-120 [000] ..... {:.6}: ext4_lazy_itable_init: dev 254,0 group {}\n",
+                at(*ts),
+                g + 1
+            ));
+        }
+        if self.now >= self.run.exit_s {
+            t.push_str(&format!("  ext4lazyinit-120 [000] ..... {:.6}: sched_process_exit: comm=ext4lazyinit pid=120 prio=120\n", at(self.run.exit_s)));
+        }
+        t
+    }
+}
+
+fn ok(stdout: String) -> Result<RemoteOutput, GuestError> {
+    Ok(RemoteOutput {
+        status: 0,
+        stdout,
+        stderr: String::new(),
+    })
+}
+
+impl Remote for Lazyinit {
+    fn exec(&mut self, script: &str, _t: Duration) -> Result<RemoteOutput, GuestError> {
+        if script == POLL_SH {
+            self.scripts.push("poll".into());
+            let pid = if self.now < self.run.exit_s {
+                "120"
+            } else {
+                ""
+            };
+            return ok(format!("pid={pid}\ngroups={}\n", self.done()));
+        }
+        if script.ends_with(WAIT_GROUPS_SH) {
+            // `set -- 'K' 'T'`: wait for K more groups.
+            let k: usize = script.split('\'').nth(1).unwrap().parse().unwrap();
+            self.scripts.push(format!("wait {k}"));
+            if let Some(c) = &self.cancel_at_wait {
+                c.store(true, Ordering::SeqCst);
+            }
+            let upto = self.done() + k;
+            self.now = match self.run.t_s.get(upto - 1) {
+                Some(t) => *t,
+                None => self.run.exit_s,
+            };
+            return ok(format!("seen={k}\n"));
+        }
+        if script == READ_TRACE {
+            self.scripts.push(format!("trace {}", self.done()));
+            return ok(self.trace());
+        }
+        Err(GuestError::Ssh(format!("unexpected script: {script}")))
+    }
+}
+
+fn exp(hz: u32) -> Expectation {
+    Expectation {
+        arch: Arch::Arm64,
+        hz: Hz::new(hz).unwrap(),
+        variant: Variant::NoFix,
+        kernel_release: "6.1.192-lazyinit-hz100-nofix".into(),
+    }
+}
+
+fn opts(dir: &Path, after: Option<u64>) -> ProtocolOptions {
+    ProtocolOptions {
+        cell_id: "c".into(),
+        device: "/dev/vda".into(),
+        warmup_device: None,
+        mkfs_args: vec![],
+        wait_mult: 10,
+        poll_interval: Duration::from_millis(1),
+        lazyinit_deadline: Duration::from_secs(60),
+        log_dir: dir.to_path_buf(),
+        cancel: Arc::new(AtomicBool::new(false)),
+        events: EventSink::discard(),
+        gate: Arc::new(NoGate),
+        hold: None,
+        z1_target: None,
+        estimate_after: after,
+    }
+}
+
+fn stop(g: &mut Lazyinit, hz: u32, o: &ProtocolOptions) -> Result<(bool, Measurement), GuestError> {
+    let mut m = Measurement::default();
+    let to_init = g.run.t_s.len() as u64;
+    let stopped = early_stop(g, &exp(hz), o, to_init, Instant::now(), &mut m)?;
+    Ok((stopped, m))
+}
+
+#[test]
+fn stops_once_n_groups_are_traced_and_the_cycle_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Lazyinit::new(generate(&Run::noisy(100, 10, 16384, 4)));
+    let (stopped, m) = stop(&mut g, 100, &opts(dir.path(), Some(50))).unwrap();
+    assert!(stopped);
+    // Blocked in the guest in chunks of at most 32, then one trace read.
+    assert_eq!(
+        g.scripts,
+        ["poll", "wait 32", "poll", "wait 18", "poll", "trace 50"]
+    );
+    let e = m.estimate.unwrap();
+    assert_eq!((e.groups_traced, m.traced_groups), (50, 50));
+    assert_eq!(m.sleep_ticks, Some(10));
+    let truth = g.run.lazyinit_s();
+    assert!((m.lazyinit_s.unwrap() / truth - 1.0).abs() < 0.005);
+    assert!((m.first_group_s.unwrap() - g.run.first_group_s()).abs() < 1e-6);
+    assert!((m.mount_s.unwrap() - 0.15).abs() < 1e-6);
+    assert!((m.ms_per_group.unwrap() - 110.0).abs() < 1.0);
+    assert!((m.z1_ms.unwrap() - 3.4).abs() < 1e-3);
+    assert_eq!(m.lazyinit_poll_s, None, "nothing was seen to exit");
+    // The partial trace is kept, with what was decided.
+    let groups = std::fs::read_to_string(dir.path().join("groups.csv")).unwrap();
+    assert_eq!(groups.lines().count(), 51);
+    let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
+    assert!(
+        log.contains("check at 50: locked\ngroups_traced=50\n"),
+        "{log}"
+    );
+    assert!(dir.path().join("trace.txt").exists());
+}
+
+#[test]
+fn goes_on_while_the_cycles_disagree() {
+    // Without the fix, 40 groups back to back before the sleep is set.
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Lazyinit::new(generate(&Run {
+        back_to_back: 40,
+        ..Run::noisy(100, 10, 16384, 2)
+    }));
+    let (stopped, m) = stop(&mut g, 100, &opts(dir.path(), Some(50))).unwrap();
+    assert!(stopped);
+    let reads: Vec<&String> = g
+        .scripts
+        .iter()
+        .filter(|s| s.starts_with("trace"))
+        .collect();
+    assert_eq!(reads, ["trace 50", "trace 75", "trace 112"]);
+    assert_eq!(m.estimate.unwrap().groups_traced, 112);
+    let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
+    assert!(log.contains("check at 50: group 40's cycle"), "{log}");
+    assert!(log.contains("ran back to back"), "{log}");
+    assert!(log.contains("check at 112: locked"), "{log}");
+}
+
+#[test]
+fn a_cycle_that_never_locks_is_measured() {
+    // 30 groups: the first check would be at 25, its window too short
+    // to lock until past the end.
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Lazyinit::new(generate(&Run {
+        back_to_back: 20,
+        ..Run::clean(250, 10, 30)
+    }));
+    let (stopped, m) = stop(&mut g, 250, &opts(dir.path(), Some(25))).unwrap();
+    assert!(!stopped);
+    assert_eq!(m.estimate, None);
+    let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
+    assert!(log.ends_with("past the last group: measured\n"), "{log}");
+}
+
+#[test]
+fn not_asked_does_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Lazyinit::new(generate(&Run::clean(100, 3, 512)));
+    let (stopped, _) = stop(&mut g, 100, &opts(dir.path(), None)).unwrap();
+    assert!(!stopped);
+    assert!(g.scripts.is_empty());
+}
+
+#[test]
+fn ctrl_c_while_waiting_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(dir.path(), Some(200));
+    let mut g = Lazyinit::new(generate(&Run::clean(100, 3, 16384)));
+    g.cancel_at_wait = Some(o.cancel.clone());
+    assert!(matches!(
+        stop(&mut g, 100, &o),
+        Err(GuestError::Interrupted)
+    ));
+    assert_eq!(g.scripts, ["poll", "wait 32"]);
+}
