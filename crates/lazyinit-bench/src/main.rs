@@ -36,6 +36,8 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Compare a candidate's results against a baseline (exit 1 on regression).
     Compare(cmd::report::CompareArgs),
+    /// Replay early-stop estimates over finished full runs: predicted vs measured.
+    Replay(cmd::replay::ReplayArgs),
     /// Find and remove leftover cloud resources of this project.
     Cleanup(cmd::cleanup::CleanupArgs),
 }
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
             Command::Plan(a) => cmd::run::plan(a).await,
             Command::Report(a) => cmd::report::report(a).await,
             Command::Compare(a) => cmd::report::compare(a).await,
+            Command::Replay(a) => cmd::replay::run(a).await,
             Command::Cleanup(a) => cmd::cleanup::run(a).await,
         }
     });

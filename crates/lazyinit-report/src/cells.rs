@@ -12,7 +12,7 @@ use lazyinit_core::results::{ResultRow, Status};
 use lazyinit_core::{reported, Arch, ByteSize, Hz, Variant};
 use serde::Serialize;
 
-use crate::stats::{summarize, Summary};
+use crate::stats::{summarize, Interval, Summary};
 
 /// What is aggregated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -23,6 +23,9 @@ pub enum Metric {
     LazyinitS,
     /// Trace, first to last group (milliseconds per group).
     MsPerGroup,
+    /// `lazyinit_s - first_group_s` (seconds): the first group to the
+    /// thread's exit, the part the random start delay does not move.
+    FromFirstGroupS,
 }
 
 impl Metric {
@@ -30,17 +33,19 @@ impl Metric {
         match self {
             Metric::LazyinitS => row.lazyinit_s,
             Metric::MsPerGroup => row.ms_per_group,
+            Metric::FromFirstGroupS => Some(row.lazyinit_s? - row.first_group_s?),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Metric::LazyinitS => "lazyinit_s",
             Metric::MsPerGroup => "ms_per_group",
+            Metric::FromFirstGroupS => "from_first_group_s",
         }
     }
     pub fn unit(self) -> &'static str {
         match self {
-            Metric::LazyinitS => "s",
+            Metric::LazyinitS | Metric::FromFirstGroupS => "s",
             Metric::MsPerGroup => "ms",
         }
     }
@@ -52,8 +57,9 @@ impl std::str::FromStr for Metric {
         match s {
             "lazyinit_s" => Ok(Metric::LazyinitS),
             "ms_per_group" => Ok(Metric::MsPerGroup),
+            "from_first_group_s" => Ok(Metric::FromFirstGroupS),
             _ => Err(format!(
-                "unknown metric `{s}`: use lazyinit_s or ms_per_group"
+                "unknown metric `{s}`: use lazyinit_s, ms_per_group or from_first_group_s"
             )),
         }
     }
@@ -72,6 +78,9 @@ pub struct CellKey {
     pub wait_mult: u32,
     pub volume_bytes: u64,
     pub storage_profile: String,
+    /// Early-stop estimates are never pooled or compared with measurements
+    /// unless asked (`compare --ignore estimated`).
+    pub estimated: bool,
 }
 
 impl CellKey {
@@ -87,6 +96,7 @@ impl CellKey {
             wait_mult: row.wait_mult,
             volume_bytes: row.volume_bytes,
             storage_profile: row.storage_profile.clone(),
+            estimated: row.estimated,
         }
     }
 
@@ -112,6 +122,9 @@ impl CellKey {
         }
         if self.storage_profile != "none" && !self.storage_profile.is_empty() {
             s.push_str(&format!(" storage={}", self.storage_profile));
+        }
+        if self.estimated {
+            s.push_str(" (estimate)");
         }
         s
     }
@@ -151,6 +164,11 @@ pub struct CellStats {
     pub concurrency: Vec<u32>,
     pub model: ModelValue,
     pub reported: Option<ReportedValue>,
+    /// Estimates: the groups each was made from (distinct values).
+    pub estimate_groups: Vec<u64>,
+    /// An estimated cell of one run: that run's 95% prediction interval
+    /// of `lazyinit_s` (other metrics have none).
+    pub prediction: Option<Interval>,
 }
 
 /// The zeroing time of the first measured group that makes the kernel
@@ -202,6 +220,7 @@ pub fn model_for(key: &CellKey, sleep_ticks: &[u64], metric: Metric) -> ModelVal
         // The thread starts after a random 0-5 s delay: add its mean.
         Metric::LazyinitS => pred.lazyinit_s + MEAN_START_DELAY_S,
         Metric::MsPerGroup => pred.per_group_s * 1000.0,
+        Metric::FromFirstGroupS => pred.lazyinit_s,
     };
     ModelValue {
         value,
@@ -216,6 +235,8 @@ pub fn reported_for(key: &CellKey, metric: Metric, mean: Option<f64>) -> Option<
     let value = match metric {
         Metric::LazyinitS => r.seconds,
         Metric::MsPerGroup => r.seconds * 1000.0 / model::groups(key.volume()).max(1) as f64,
+        // The report's figures include the start delay.
+        Metric::FromFirstGroupS => return None,
     };
     let mean = mean?;
     Some(ReportedValue {
@@ -253,6 +274,20 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
+            let estimate_groups: Vec<u64> = ok
+                .iter()
+                .filter_map(|r| r.estimate_groups)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let prediction = match (ok.as_slice(), metric) {
+                ([r], Metric::LazyinitS) if r.estimated => match (r.lazyinit_lo_s, r.lazyinit_hi_s)
+                {
+                    (Some(lo), Some(hi)) => Some(Interval { lo, hi }),
+                    _ => None,
+                },
+                _ => None,
+            };
             let summary = summarize(&values);
             let model = model_for(&key, &sleep_ticks, metric);
             let reported = reported_for(&key, metric, summary.as_ref().map(|s| s.mean));
@@ -265,6 +300,8 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 concurrency,
                 model,
                 reported,
+                estimate_groups,
+                prediction,
             }
         })
         .collect()
@@ -315,6 +352,12 @@ pub(crate) mod tests_support {
             zero_hold_ms: None,
             zero_median_ms: None,
             z1_attempts: None,
+            estimated: false,
+            estimate_after: None,
+            estimate_groups: None,
+            estimate_cycle_ms: None,
+            lazyinit_lo_s: None,
+            lazyinit_hi_s: None,
         }
     }
 }
@@ -336,6 +379,7 @@ mod tests {
             wait_mult: 10,
             volume_bytes,
             storage_profile: "none".into(),
+            estimated: false,
         }
     }
 

@@ -34,6 +34,8 @@ pub enum KeyField {
     Accel,
     KernelSource,
     StorageProfile,
+    /// Match an early-stop estimate with a measurement of the same cell.
+    Estimated,
 }
 
 impl std::str::FromStr for KeyField {
@@ -45,9 +47,10 @@ impl std::str::FromStr for KeyField {
             "accel" => KeyField::Accel,
             "kernel_source" => KeyField::KernelSource,
             "storage_profile" => KeyField::StorageProfile,
+            "estimated" => KeyField::Estimated,
             _ => {
                 return Err(format!(
-                    "cannot ignore `{s}`: use provider, machine, accel, kernel_source or storage_profile"
+                    "cannot ignore `{s}`: use provider, machine, accel, kernel_source, storage_profile or estimated"
                 ))
             }
         })
@@ -66,6 +69,10 @@ fn matching_key(k: &CellKey, ignore: &[KeyField]) -> CellKey {
             KeyField::Accel => &mut k.accel,
             KeyField::KernelSource => &mut k.kernel_source,
             KeyField::StorageProfile => &mut k.storage_profile,
+            KeyField::Estimated => {
+                k.estimated = false;
+                continue;
+            }
         };
         *field = IGNORED.into();
     }
@@ -73,23 +80,32 @@ fn matching_key(k: &CellKey, ignore: &[KeyField]) -> CellKey {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("the {side} has several cells that differ only in ignored fields ({a} and {b}); ignoring them would pool different configurations: compare them separately")]
-pub struct AmbiguousMatch {
-    pub side: &'static str,
-    pub a: String,
-    pub b: String,
+pub enum CompareError {
+    #[error("the {side} has several cells that differ only in ignored fields ({a} and {b}); ignoring them would pool different configurations: compare them separately")]
+    Ambiguous {
+        side: &'static str,
+        a: String,
+        b: String,
+    },
+    /// An early-stop estimate is never silently compared with a measurement.
+    #[error("{cell}: the baseline is {baseline} and the candidate {candidate}; an early-stop estimate is not a measurement (README, \"Estimates\"): pass --ignore estimated to compare them anyway")]
+    EstimateVsMeasurement {
+        cell: String,
+        baseline: &'static str,
+        candidate: &'static str,
+    },
 }
 
 fn side_cells(
     rows: &[ResultRow],
     o: &CompareOptions,
     side: &'static str,
-) -> Result<BTreeMap<CellKey, CellStats>, AmbiguousMatch> {
+) -> Result<BTreeMap<CellKey, CellStats>, CompareError> {
     let mut out: BTreeMap<CellKey, CellStats> = BTreeMap::new();
     for c in aggregate(rows, o.metric) {
         let k = matching_key(&c.key, &o.ignore);
         if let Some(prev) = out.get(&k) {
-            return Err(AmbiguousMatch {
+            return Err(CompareError::Ambiguous {
                 side,
                 a: prev.key.label(),
                 b: c.key.label(),
@@ -154,6 +170,10 @@ pub struct CellComparison {
     pub test: Test,
     pub verdict: Verdict,
     pub notes: Vec<String>,
+    /// Whether each side is an early-stop estimate (they differ only
+    /// with `--ignore estimated`; `key.estimated` is the baseline's).
+    pub baseline_estimated: bool,
+    pub candidate_estimated: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -245,13 +265,67 @@ fn sleep_note(b: &CellStats, c: &CellStats) -> Option<String> {
     ))
 }
 
+fn kind(estimated: bool) -> &'static str {
+    if estimated {
+        "an estimate"
+    } else {
+        "a measurement"
+    }
+}
+
+/// A cell that is an estimate on one side and a measurement on the other
+/// matches only when `estimated` is ignored.
+fn refuse_estimate_vs_measurement(
+    base: &BTreeMap<CellKey, CellStats>,
+    cand: &BTreeMap<CellKey, CellStats>,
+) -> Result<(), CompareError> {
+    for k in base.keys().filter(|k| !cand.contains_key(*k)) {
+        let flipped = CellKey {
+            estimated: !k.estimated,
+            ..k.clone()
+        };
+        if cand.contains_key(&flipped) && !base.contains_key(&flipped) {
+            return Err(CompareError::EstimateVsMeasurement {
+                cell: k.label().trim_end_matches(" (estimate)").to_string(),
+                baseline: kind(k.estimated),
+                candidate: kind(flipped.estimated),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn estimate_note(b: &CellStats, c: &CellStats) -> Option<String> {
+    let groups = |s: &CellStats| {
+        s.estimate_groups
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let side = |s: &CellStats| match s.key.estimated {
+        true => format!("an estimate from the first {} groups", groups(s)),
+        false => "a measurement".to_string(),
+    };
+    (b.key.estimated || c.key.estimated).then(|| {
+        format!(
+            "baseline: {}; candidate: {} (a stall or drift after an early stop is not seen)",
+            side(b),
+            side(c)
+        )
+    })
+}
+
 pub fn compare(
     baseline: &[ResultRow],
     candidate: &[ResultRow],
     o: &CompareOptions,
-) -> Result<Comparison, AmbiguousMatch> {
+) -> Result<Comparison, CompareError> {
     let base = side_cells(baseline, o, "baseline")?;
     let cand = side_cells(candidate, o, "candidate")?;
+    if !o.ignore.contains(&KeyField::Estimated) {
+        refuse_estimate_vs_measurement(&base, &cand)?;
+    }
     let mut cells = Vec::new();
     let mut missing = Vec::new();
     for (key, b) in &base {
@@ -261,6 +335,7 @@ pub fn compare(
         };
         let (change_pct, welch, test, verdict) = judge(b.summary.as_ref(), c.summary.as_ref(), o);
         let mut notes: Vec<String> = sleep_note(b, c).into_iter().collect();
+        notes.extend(estimate_note(b, c));
         if test == Test::ThresholdOnly {
             notes.push("a side has one run: no t-test, threshold only".into());
         }
@@ -273,6 +348,8 @@ pub fn compare(
             test,
             verdict,
             notes,
+            baseline_estimated: b.key.estimated,
+            candidate_estimated: c.key.estimated,
         });
     }
     missing.extend(
@@ -343,7 +420,58 @@ mod tests {
         assert_eq!(c.cells[0].key.kernel_source, IGNORED);
         // Two kernels on one side would be pooled by the ignore: refused.
         let err = compare(&[base.clone(), cand.clone()], &[cand], &o).unwrap_err();
-        assert_eq!(err.side, "baseline");
+        assert!(
+            matches!(
+                err,
+                CompareError::Ambiguous {
+                    side: "baseline",
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!("kernel".parse::<KeyField>().is_err());
+    }
+
+    #[test]
+    fn an_estimate_is_compared_with_a_measurement_only_when_told() {
+        let base = crate::cells::tests_support::row("debian-6.1", 60.0);
+        let mut est = base.clone();
+        est.run_id = "nightly".into();
+        est.estimated = true;
+        est.estimate_groups = Some(50);
+        est.lazyinit_s = Some(60.2);
+        let err = compare(
+            std::slice::from_ref(&base),
+            std::slice::from_ref(&est),
+            &CompareOptions::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CompareError::EstimateVsMeasurement {
+                    baseline: "a measurement",
+                    candidate: "an estimate",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("--ignore estimated"), "{err}");
+        let o = CompareOptions {
+            ignore: vec![KeyField::Estimated],
+            ..Default::default()
+        };
+        let c = compare(std::slice::from_ref(&base), std::slice::from_ref(&est), &o).unwrap();
+        assert_eq!(c.cells.len(), 1);
+        assert_eq!(c.cells[0].verdict, Verdict::NoChange);
+        assert!(c.cells[0].notes[0].contains("candidate: an estimate from the first 50 groups"));
+        // Estimates against estimates (last night's) need nothing.
+        let mut old = est.clone();
+        old.run_id = "last-night".into();
+        let c = compare(&[old], &[est], &CompareOptions::default()).unwrap();
+        assert_eq!((c.cells.len(), c.missing.len()), (1, 0));
+        assert!("estimated".parse::<KeyField>().is_ok());
     }
 }

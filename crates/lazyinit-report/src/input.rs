@@ -31,9 +31,24 @@ pub struct LoadedRow {
 }
 
 impl LoadedRow {
-    /// `<results dir>/<cell_id>/groups.csv`: trace timestamps per group.
+    /// `<results dir>/<cell_id>/groups.csv`: trace timestamps per group
+    /// (or `groups.csv.gz` beside it; see [`LoadedRow::groups`]).
     pub fn groups_csv(&self) -> PathBuf {
         self.results_dir.join(&self.row.cell_id).join("groups.csv")
+    }
+
+    /// The run's per-group trace ([`read_groups`]). `Ok(None)` when it
+    /// kept none.
+    pub fn groups(&self) -> Result<Option<Groups>, String> {
+        let path = self.groups_csv();
+        match read_groups(&path) {
+            None => Ok(None),
+            Some(text) => text
+                .map_err(|e| e.to_string())
+                .and_then(|t| parse_groups(&t))
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", path.display())),
+        }
     }
 }
 
@@ -74,25 +89,44 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<LoadedRow>, InputError> {
     Ok(out)
 }
 
+/// One run's `groups.csv`: each group's trace event, in trace order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Groups {
+    /// Event times, trace clock, seconds.
+    pub t_s: Vec<f64>,
+    /// Zeroing times, seconds (`group,t_s,zero_ms`; none in older files).
+    pub zero_s: Vec<Option<f64>>,
+}
+
+impl Groups {
+    /// Milliseconds between consecutive groups' events.
+    pub fn cycles_ms(&self) -> Vec<f64> {
+        self.t_s
+            .windows(2)
+            .map(|w| (w[1] - w[0]) * 1000.0)
+            .collect()
+    }
+}
+
 /// Per-group cycle times of one run, from its `groups.csv`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cycles {
+    /// The run's cell, and for an estimate how many groups it traced.
     pub cell_id: String,
     /// Milliseconds between consecutive groups' trace events.
     pub ms: Vec<f64>,
 }
 
-/// Parses `group,t_s` (and `group,t_s,zero_ms`, which runs write since
-/// zeroings are timed) and returns the gaps between consecutive events in
-/// trace order. Errors name the line.
-pub fn parse_groups(text: &str) -> Result<Vec<f64>, String> {
+/// Parses `group,t_s` or `group,t_s,zero_ms` (an empty zero_ms is
+/// unknown). Errors name the line.
+pub fn parse_groups(text: &str) -> Result<Groups, String> {
     let mut rdr = csv::ReaderBuilder::new().from_reader(text.as_bytes());
     let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
     let h: Vec<&str> = headers.iter().collect();
     if h != ["group", "t_s"] && h != ["group", "t_s", "zero_ms"] {
         return Err("line 1: header must be `group,t_s` or `group,t_s,zero_ms`".into());
     }
-    let mut times = Vec::new();
+    let mut g = Groups::default();
     for rec in rdr.records() {
         let rec = rec.map_err(|e| e.to_string())?;
         let line = rec.position().map(|p| p.line()).unwrap_or(0);
@@ -100,9 +134,18 @@ pub fn parse_groups(text: &str) -> Result<Vec<f64>, String> {
             .get(1)
             .and_then(|s| s.trim().parse().ok())
             .ok_or_else(|| format!("line {line}: t_s is not a number"))?;
-        times.push(t);
+        let z = match rec.get(2).map(str::trim) {
+            None | Some("") => None,
+            Some(z) => Some(
+                z.parse::<f64>()
+                    .map_err(|_| format!("line {line}: zero_ms is not a number"))?
+                    / 1000.0,
+            ),
+        };
+        g.t_s.push(t);
+        g.zero_s.push(z);
     }
-    Ok(times.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect())
+    Ok(g)
 }
 
 /// The text of a run's `groups.csv`, or of `groups.csv.gz` where a
@@ -122,33 +165,27 @@ pub fn read_groups(csv: &Path) -> Option<std::io::Result<String>> {
     }))
 }
 
-/// Cycle series of every row that has a `groups.csv` (or `.csv.gz`);
-/// absent files are skipped silently, unreadable ones are returned as
-/// warnings.
+/// Cycle series of every row that has per-group data; absent files are
+/// skipped silently, unreadable ones are returned as warnings. An
+/// estimate's series is its first groups only, and its name says so.
 pub fn load_cycles(rows: &[LoadedRow]) -> (Vec<Cycles>, Vec<String>) {
     let (mut series, mut warnings) = (Vec::new(), Vec::new());
     for r in rows {
-        let path = r.groups_csv();
-        let text = match read_groups(&path) {
-            None => continue,
-            Some(Ok(t)) => t,
-            Some(Err(e)) => {
-                warnings.push(format!(
-                    "{}: {e}; left out of the cycle plot",
-                    path.display()
-                ));
-                continue;
-            }
-        };
-        match parse_groups(&text) {
-            Ok(ms) => series.push(Cycles {
-                cell_id: r.row.cell_id.clone(),
-                ms,
+        match r.groups() {
+            Ok(None) => {}
+            Ok(Some(g)) => series.push(Cycles {
+                cell_id: if r.row.estimated {
+                    format!(
+                        "{} (estimate: first {} groups traced)",
+                        r.row.cell_id,
+                        g.t_s.len()
+                    )
+                } else {
+                    r.row.cell_id.clone()
+                },
+                ms: g.cycles_ms(),
             }),
-            Err(e) => warnings.push(format!(
-                "{}: {e}; left out of the cycle plot",
-                path.display()
-            )),
+            Err(e) => warnings.push(format!("{e}; left out of the cycle plot")),
         }
     }
     (series, warnings)
@@ -178,14 +215,43 @@ mod tests {
 
     #[test]
     fn cycles_are_gaps_in_ms() {
-        let ms = parse_groups("group,t_s\n0,10.0\n1,10.11\n2,10.22\n").unwrap();
+        let ms = parse_groups("group,t_s\n0,10.0\n1,10.11\n2,10.22\n")
+            .unwrap()
+            .cycles_ms();
         assert_eq!(ms.len(), 2);
         assert!((ms[0] - 110.0).abs() < 1e-9 && (ms[1] - 110.0).abs() < 1e-9);
         assert!(parse_groups("g,t\n").is_err());
-        let timed = parse_groups("group,t_s,zero_ms\n0,10.0,3.412\n1,10.04,\n").unwrap();
-        assert_eq!(timed.len(), 1);
-        assert!((timed[0] - 40.0).abs() < 1e-9);
         let e = parse_groups("group,t_s\n0,1.0\n1,x\n").unwrap_err();
         assert!(e.starts_with("line 3:"), "{e}");
+    }
+
+    #[test]
+    fn zeroing_times_are_read_when_there() {
+        let g = parse_groups("group,t_s,zero_ms\n1,13.000000,3.500\n2,13.110000,\n").unwrap();
+        assert_eq!(g.t_s, [13.0, 13.11]);
+        assert_eq!(g.zero_s, [Some(0.0035), None]);
+        assert!(parse_groups("group,t_s,zero_ms\n1,1.0,x\n").is_err());
+    }
+
+    #[test]
+    fn groups_csv_gz_is_read_like_groups_csv() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let mut row = crate::cells::tests_support::row("debian-6.1", 60.0);
+        row.cell_id = "c".into();
+        let l = LoadedRow {
+            row,
+            results_dir: dir.path().to_path_buf(),
+        };
+        assert_eq!(l.groups(), Ok(None));
+        std::fs::create_dir(dir.path().join("c")).unwrap();
+        let text = "group,t_s,zero_ms\n1,10.0,3.4\n2,10.11,3.4\n";
+        let f = std::fs::File::create(dir.path().join("c/groups.csv.gz")).unwrap();
+        let mut gz = flate2::write::GzEncoder::new(f, flate2::Compression::best());
+        gz.write_all(text.as_bytes()).unwrap();
+        gz.finish().unwrap();
+        assert_eq!(l.groups().unwrap().unwrap(), parse_groups(text).unwrap());
+        std::fs::write(dir.path().join("c/groups.csv.gz"), "not gzip").unwrap();
+        assert!(l.groups().unwrap_err().contains("groups.csv.gz"));
     }
 }

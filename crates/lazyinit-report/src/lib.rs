@@ -4,7 +4,8 @@
 //! their whole configuration, statistics, model, 2021 figures, ratios),
 //! then render with [`render`] or plot with [`plot`]. [`compare`] matches
 //! two sets of cells and decides whether the candidate regressed. [`kcidb`]
-//! exports the rows as a KCIDB report for KernelCI.
+//! exports the rows as a KCIDB report for KernelCI. [`replay`] validates
+//! the early-stop estimates on full runs' per-group data.
 
 pub mod cells;
 pub mod compare;
@@ -13,6 +14,7 @@ pub mod kcidb;
 pub mod plot;
 pub mod ratios;
 pub mod render;
+pub mod replay;
 pub mod report;
 pub mod stats;
 

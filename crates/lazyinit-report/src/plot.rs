@@ -11,6 +11,9 @@ use crate::input::Cycles;
 use crate::render::Labeller;
 use crate::report::Report;
 
+/// Estimated cells' bars: never the measured blue.
+const ESTIMATE: RGBColor = RGBColor(230, 130, 0);
+
 #[derive(Debug, thiserror::Error)]
 #[error("cannot draw the plot {path}: {message}")]
 pub struct PlotError {
@@ -28,8 +31,9 @@ macro_rules! tryp {
     };
 }
 
-/// Bars of the cells' means with CI whiskers; crosses for the model and
-/// circles for the 2021 figures.
+/// Bars of the cells' means with CI whiskers (orange bars with their
+/// prediction interval for estimates); crosses for the model and circles
+/// for the 2021 figures.
 pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
     let lab = Labeller::new(report.cells.iter().map(|c| &c.key));
     let cells = &report.cells;
@@ -39,7 +43,7 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
         .flat_map(|c| {
             let s = c.summary.as_ref();
             [
-                s.map(|s| s.ci95.map_or(s.max, |i| i.hi)),
+                s.map(|s| s.ci95.or(c.prediction).map_or(s.max, |i| i.hi)),
                 Some(c.model.value),
                 c.reported.as_ref().map(|r| r.value),
             ]
@@ -108,22 +112,36 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
             .enumerate()
             .filter_map(|(i, c)| Some((i, c.summary.as_ref()?)))
     };
-    tryp!(
-        chart.draw_series(with_summary().map(|(i, s)| {
-            let mut r = Rectangle::new(
-                [(at(i) - 0.35, 0.0), (at(i) + 0.35, s.mean)],
-                BLUE.mix(0.45).filled(),
-            );
-            r.set_margin(0, 0, 0, 0);
-            r
-        })),
-        path
-    )
-    .label("measured mean")
-    .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], BLUE.mix(0.45).filled()));
+    // The whisker: the mean's 95% CI, or one estimate's prediction interval.
+    let whisker = |i: usize, s: &crate::stats::Summary| s.ci95.or(cells[i].prediction);
+    for (estimated, colour, label) in [
+        (false, BLUE.mix(0.45), "measured mean"),
+        (true, ESTIMATE.mix(0.6), "estimate (early stop)"),
+    ] {
+        if !cells.iter().any(|c| c.key.estimated == estimated) {
+            continue;
+        }
+        tryp!(
+            chart.draw_series(
+                with_summary()
+                    .filter(|(i, _)| cells[*i].key.estimated == estimated)
+                    .map(|(i, s)| {
+                        let mut r = Rectangle::new(
+                            [(at(i) - 0.35, 0.0), (at(i) + 0.35, s.mean)],
+                            colour.filled(),
+                        );
+                        r.set_margin(0, 0, 0, 0);
+                        r
+                    })
+            ),
+            path
+        )
+        .label(label)
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
     tryp!(
         chart.draw_series(with_summary().filter_map(|(i, s)| {
-            let ci = s.ci95?;
+            let ci = whisker(i, s)?;
             let style = BLACK.stroke_width(1);
             Some(EmptyElement::at((at(i), ci.lo)) + PathElement::new(vec![(-6, 0), (6, 0)], style))
         })),
@@ -132,7 +150,7 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
     // Whisker bodies as data-space lines so they scale with the axis.
     tryp!(
         chart.draw_series(with_summary().filter_map(|(i, s)| {
-            let ci = s.ci95?;
+            let ci = whisker(i, s)?;
             Some(PathElement::new(
                 vec![(at(i), ci.lo), (at(i), ci.hi)],
                 BLACK.stroke_width(1),
@@ -140,11 +158,15 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
         })),
         path
     )
-    .label("95% CI")
+    .label(if cells.iter().any(|c| c.prediction.is_some()) {
+        "95% CI (estimate: 95% PI)"
+    } else {
+        "95% CI"
+    })
     .legend(|(x, y)| PathElement::new(vec![(x + 6, y - 6), (x + 6, y + 6)], BLACK));
     tryp!(
         chart.draw_series(with_summary().filter_map(|(i, s)| {
-            let ci = s.ci95?;
+            let ci = whisker(i, s)?;
             Some(
                 EmptyElement::at((at(i), ci.hi))
                     + PathElement::new(vec![(-6, 0), (6, 0)], BLACK.stroke_width(1)),

@@ -44,7 +44,8 @@ impl RatioKind {
             && num.kernel_source == den.kernel_source
             && num.wait_mult == den.wait_mult
             && num.volume_bytes == den.volume_bytes
-            && num.storage_profile == den.storage_profile;
+            && num.storage_profile == den.storage_profile
+            && num.estimated == den.estimated;
         if !env {
             return false;
         }
@@ -150,6 +151,7 @@ mod tests {
             wait_mult: 10,
             volume_bytes: 64 << 30,
             storage_profile: "none".into(),
+            estimated: false,
         }
     }
 
@@ -162,6 +164,10 @@ mod tests {
         let mut kvm = f.clone();
         kvm.accel = "kvm".into();
         assert!(!RatioKind::NofixOverFix.pairs(&a, &kvm));
+        // An estimate is never divided by a measurement.
+        let mut est = f.clone();
+        est.estimated = true;
+        assert!(!RatioKind::NofixOverFix.pairs(&a, &est));
         let x = key(Arch::X86_64, 250, Variant::NoFix);
         assert!(RatioKind::Arm64OverX86_64.pairs(&a, &x));
         assert!(!RatioKind::Arm64OverX86_64.pairs(&a, &key(Arch::X86_64, 1000, Variant::NoFix)));

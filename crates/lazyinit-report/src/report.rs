@@ -88,6 +88,15 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
                 ));
             }
         }
+        if c.key.estimated {
+            let gs: Vec<String> = c.estimate_groups.iter().map(u64::to_string).collect();
+            notes.push(format!(
+                "{}: estimated from the first {} groups of each run, not measured to the \
+                 thread's exit; a stall or a drift after that cannot be seen",
+                c.key.label(),
+                gs.join(", ")
+            ));
+        }
         if c.missing_metric > 0 {
             notes.push(format!(
                 "{}: {} ok run(s) without a {} value, left out",
@@ -129,6 +138,36 @@ mod tests {
             r.notes
         );
         assert!(build(&[a], Metric::LazyinitS).notes.is_empty());
+    }
+
+    #[test]
+    fn estimates_are_their_own_cells_and_say_so() {
+        let a = row("debian-6.1", 60.6);
+        let mut e = a.clone();
+        e.run_id = "nightly".into();
+        e.estimated = true;
+        e.estimate_groups = Some(50);
+        e.lazyinit_lo_s = Some(60.0);
+        e.lazyinit_hi_s = Some(61.5);
+        let r = build(&[a, e], Metric::LazyinitS);
+        assert_eq!(r.cells.len(), 2, "never pooled with the measurement");
+        let est = r.cells.iter().find(|c| c.key.estimated).unwrap();
+        assert_eq!(est.estimate_groups, [50]);
+        assert_eq!(est.prediction.map(|p| (p.lo, p.hi)), Some((60.0, 61.5)));
+        assert!(r.ratios.is_empty());
+        assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
+        assert!(r.notes[0].contains("(estimate): estimated from the first 50 groups"));
+        assert!(build(&[est_row_for_ms()], Metric::MsPerGroup).cells[0]
+            .prediction
+            .is_none());
+    }
+
+    fn est_row_for_ms() -> ResultRow {
+        let mut e = row("debian-6.1", 60.6);
+        e.estimated = true;
+        e.lazyinit_lo_s = Some(60.0);
+        e.lazyinit_hi_s = Some(61.5);
+        e
     }
 
     #[test]

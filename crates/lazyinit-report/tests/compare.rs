@@ -109,3 +109,99 @@ fn single_runs_use_the_threshold_only() {
     };
     assert_eq!(compare(&base, &cand, &loose).unwrap().exit_code(), exit::OK);
 }
+
+/// A test case's name and its failure/error element, if any.
+type Case = (String, Option<String>);
+
+/// Parses JUnit XML: the testsuite's attributes and its test cases.
+fn junit(xml: &str) -> (Vec<(String, String)>, Vec<Case>) {
+    let doc = roxmltree::Document::parse(xml).expect("well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "testsuites");
+    let suite = root
+        .children()
+        .find(|n| n.has_tag_name("testsuite"))
+        .expect("one testsuite");
+    let attrs = suite
+        .attributes()
+        .map(|a| (a.name().to_string(), a.value().to_string()))
+        .collect();
+    let cases = suite
+        .children()
+        .filter(|n| n.has_tag_name("testcase"))
+        .map(|c| {
+            let verdict = c
+                .children()
+                .find(|n| n.has_tag_name("failure") || n.has_tag_name("error"))
+                .map(|n| n.tag_name().name().to_string());
+            (c.attribute("name").unwrap().to_string(), verdict)
+        })
+        .collect();
+    (attrs, cases)
+}
+
+fn attr(attrs: &[(String, String)], name: &str) -> String {
+    attrs.iter().find(|(n, _)| n == name).unwrap().1.clone()
+}
+
+#[test]
+fn junit_has_a_testcase_per_cell_and_a_failure_per_regression() {
+    let c = compare(
+        &rows("qemu-64g/results.csv"),
+        &rows("compare/candidate-regressed.csv"),
+        &CompareOptions::default(),
+    )
+    .unwrap();
+    let xml = render::junit::render(&c);
+    let (suite, cases) = junit(&xml);
+    assert_eq!(cases.len(), c.cells.len());
+    let mut names: Vec<&String> = cases.iter().map(|(n, _)| n).collect();
+    names.dedup();
+    assert_eq!(names.len(), cases.len(), "one test case per cell");
+    let failures = cases
+        .iter()
+        .filter(|(_, v)| v.as_deref() == Some("failure"));
+    assert_eq!(failures.count(), 1);
+    assert_eq!(attr(&suite, "tests"), cases.len().to_string());
+    assert_eq!(
+        (attr(&suite, "failures"), attr(&suite, "errors")),
+        ("1".into(), "0".into())
+    );
+    insta::assert_snapshot!("compare_regressed_junit", xml);
+
+    // A cell missing on one side: an error test case, as the exit code 2.
+    let m = compare(
+        &rows("qemu-64g/results.csv"),
+        &rows("compare/candidate-missing.csv"),
+        &CompareOptions::default(),
+    )
+    .unwrap();
+    let (suite, cases) = junit(&render::junit::render(&m));
+    assert_eq!(cases.len(), m.cells.len() + m.missing.len());
+    assert_eq!(attr(&suite, "errors"), m.missing.len().to_string());
+    assert_eq!(m.exit_code(), exit::BAD_INPUT);
+}
+
+#[test]
+fn nightly_estimates_meet_the_full_run_only_when_told() {
+    let full = rows("reported/results.csv");
+    let nightly = rows("nightly/results.csv");
+    let err = compare(&full, &nightly, &CompareOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("pass --ignore estimated"), "{err}");
+    let o = CompareOptions {
+        ignore: vec![lazyinit_report::compare::KeyField::Estimated],
+        threshold_pct: 1.0,
+        ..Default::default()
+    };
+    let c = compare(&full, &nightly, &o).unwrap();
+    assert_eq!(c.cells.len(), 8);
+    assert_eq!(c.count(Verdict::NoChange), 8);
+    assert!(c.cells.iter().all(|x| x
+        .notes
+        .iter()
+        .any(|n| n.contains("candidate: an estimate from the first 50 groups"))));
+    let (_, cases) = junit(&render::junit::render(&c));
+    assert_eq!(cases.len(), 8);
+    assert!(cases.iter().all(|(_, v)| v.is_none()));
+    insta::assert_snapshot!("compare_full_vs_nightly", render::compare::markdown(&c));
+}

@@ -178,3 +178,43 @@ fn the_same_file_twice_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn estimates_are_marked_in_every_table() {
+    let mut rs = rows("reported/results.csv");
+    rs.extend(rows("nightly/results.csv"));
+    let r = build(&rs, Metric::LazyinitS);
+    assert_eq!(
+        r.cells.len(),
+        16,
+        "estimates are never pooled with measurements"
+    );
+    let md = markdown::render(&r);
+    assert!(md.contains("Columns marked *estimate* are early-stop estimates"));
+    assert!(md.contains("| arm64, HZ 100, estimate | model |"));
+    assert!(md.contains("95% PI "));
+    insta::assert_snapshot!("reported_and_nightly_markdown", md);
+    let text = csv::render(&r);
+    assert_eq!(text.lines().filter(|l| l.contains(",true,50,")).count(), 8);
+    // No ratio divides an estimate by a measurement.
+    assert!(r
+        .ratios
+        .iter()
+        .all(|x| x.numerator.estimated == x.denominator.estimated));
+}
+
+#[test]
+fn estimates_are_marked_in_the_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rs = rows("reported/results.csv");
+    rs.extend(rows("nightly/results.csv"));
+    let bars = dir.path().join("cells.svg");
+    lazyinit_report::plot::bars(&build(&rs, Metric::LazyinitS), &bars).unwrap();
+    let text = std::fs::read_to_string(&bars).unwrap();
+    assert!(text.contains("estimate (early stop)"), "legend");
+    assert!(
+        text.contains("arm64, HZ 100, estimate nofix 2TiB"),
+        "x labels"
+    );
+    assert!(text.contains("95% CI (estimate: 95% PI)"));
+}

@@ -6,6 +6,7 @@ pub mod image;
 pub mod kcidb;
 pub mod kernel;
 pub mod providers;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod ui;

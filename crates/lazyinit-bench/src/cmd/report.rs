@@ -19,6 +19,7 @@ pub struct ReportArgs {
     pub csv: Vec<PathBuf>,
     /// Output format: markdown, csv, json, or kcidb (every row and metric as
     /// one KCIDB report for KernelCI) [default: from --out's extension, else markdown].
+    /// (junit is for `compare`.)
     #[arg(long, value_parser = clap::value_parser!(Format))]
     pub format: Option<Format>,
     /// With --format kcidb: the CI system's KCIDB origin, which prefixes
@@ -33,7 +34,8 @@ pub struct ReportArgs {
     /// have groups.csv beside them, a cycle-time plot goes to <PATH>-cycles.svg.
     #[arg(long, value_name = "PATH")]
     pub svg: Option<PathBuf>,
-    /// What to aggregate: lazyinit_s (mount to thread exit) or ms_per_group.
+    /// What to aggregate: lazyinit_s (mount to thread exit), ms_per_group,
+    /// or from_first_group_s (lazyinit_s less the start delay and prefetch).
     #[arg(long, default_value = "lazyinit_s", value_parser = clap::value_parser!(Metric))]
     pub metric: Metric,
     /// Write the report here instead of stdout.
@@ -55,14 +57,18 @@ pub struct CompareArgs {
     /// Significance level of Welch's t-test.
     #[arg(long, default_value_t = 0.05)]
     pub alpha: f64,
-    /// What to compare: lazyinit_s or ms_per_group.
+    /// What to compare: lazyinit_s, ms_per_group, or from_first_group_s
+    /// (lazyinit_s less first_group_s: without the random start delay).
     #[arg(long, default_value = "lazyinit_s", value_parser = clap::value_parser!(Metric))]
     pub metric: Metric,
     /// Key fields not used to match cells, e.g. `kernel_source` to gate a
-    /// new kernel against the old one (each side still never pools them).
+    /// new kernel against the old one (each side still never pools them),
+    /// or `estimated` to compare early-stop estimates with measurements.
     #[arg(long, value_delimiter = ',', value_name = "FIELD", value_parser = clap::value_parser!(KeyField))]
     pub ignore: Vec<KeyField>,
-    /// Output format: markdown, csv or json [default: from --out's extension, else markdown].
+    /// Output format: markdown, csv, json, or junit (JUnit XML for CI: one
+    /// test case per cell, a failure per regression) [default: from
+    /// --out's extension (.md, .csv, .json, .xml), else markdown].
     #[arg(long, value_parser = clap::value_parser!(Format))]
     pub format: Option<Format>,
     /// Write the verdicts here instead of stdout.
@@ -106,6 +112,9 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     if format == Format::Kcidb {
         return kcidb(a);
     }
+    if format == Format::Junit {
+        return Err(bad_input("--format junit is a format of `compare` only").into());
+    }
     if a.origin.is_some() || a.cache_dir.is_some() {
         return Err(bad_input("--origin and --cache-dir go with --format kcidb").into());
     }
@@ -130,7 +139,7 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     let text = match format {
         Format::Markdown => render::markdown::render(&rep),
         Format::Csv => render::csv::render(&rep),
-        Format::Json | Format::Kcidb => render::json::render(&rep),
+        Format::Json | Format::Kcidb | Format::Junit => render::json::render(&rep),
     };
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
@@ -215,6 +224,7 @@ pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
     let text = match format {
         Format::Markdown => render::compare::markdown(&c),
         Format::Csv => render::compare::csv(&c),
+        Format::Junit => render::junit::render(&c),
         Format::Json | Format::Kcidb => render::json::render(&c),
     };
     out.write_all(text.as_bytes())

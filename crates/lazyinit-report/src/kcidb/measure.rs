@@ -7,7 +7,8 @@ use lazyinit_core::ByteSize;
 
 use super::ids;
 use super::types::{
-    Environment, EnvironmentMisc, ModelFigure, Number, Reported2021, Resource, Test, TestMisc,
+    Environment, EnvironmentMisc, EstimateMisc, ModelFigure, Number, Reported2021, Resource, Test,
+    TestMisc,
 };
 use crate::cells::{model_for, CellKey, Metric};
 
@@ -151,6 +152,19 @@ fn clip(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+fn estimate(row: &ResultRow, m: TestMetric) -> Option<EstimateMisc> {
+    if !row.estimated {
+        return None;
+    }
+    let lazyinit = m == TestMetric::LazyinitS;
+    Some(EstimateMisc {
+        groups_traced: row.estimate_groups.unwrap_or(0),
+        cycle_ms: row.estimate_cycle_ms,
+        lo: row.lazyinit_lo_s.filter(|_| lazyinit),
+        hi: row.lazyinit_hi_s.filter(|_| lazyinit),
+    })
+}
+
 /// The tests of one row. `files` are the cell's raw files (console.log
 /// first when present), attached to every metric of the run.
 pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource]) -> Vec<Test> {
@@ -162,6 +176,13 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                 _ => None,
             };
             let (status, note) = match (row.status, value) {
+                (Status::Ok, Some(_)) if row.estimated => (
+                    "DONE",
+                    format!(
+                        "estimated from the first {} groups, not measured to the thread's exit",
+                        row.estimate_groups.unwrap_or(0)
+                    ),
+                ),
                 (Status::Ok, Some(_)) => ("DONE", "measured".to_string()),
                 (Status::Ok, None) => (
                     "ERROR",
@@ -214,6 +235,7 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                     harness_version: row.harness_version.clone(),
                     reported_2021: reported(row, m, value),
                     model: Some(modelled(row, m, value)),
+                    estimate: estimate(row, m),
                 },
             }
         })
@@ -248,6 +270,34 @@ mod tests {
         assert_eq!(l.value, 10.0);
         assert_eq!(t[2].misc.model.as_ref().unwrap().value, 10.0);
         assert_eq!(t[2].path, "ext4.lazyinit.2TiB.sleep_ticks");
+    }
+
+    #[test]
+    fn an_estimated_row_says_so() {
+        let mut r = reported_cell();
+        r.estimated = true;
+        r.estimate_after = Some(50);
+        r.estimate_groups = Some(50);
+        r.estimate_cycle_ms = Some(44.0);
+        r.lazyinit_lo_s = Some(725.0);
+        r.lazyinit_hi_s = Some(730.0);
+        let t = tests_of("o", "o:b", &r, &[]);
+        assert!(
+            t[0].comment
+                .ends_with("estimated from the first 50 groups, not measured to the thread's exit"),
+            "{}",
+            t[0].comment
+        );
+        let e = t[0].misc.estimate.as_ref().unwrap();
+        assert_eq!(
+            (e.groups_traced, e.lo, e.hi),
+            (50, Some(725.0), Some(730.0))
+        );
+        assert_eq!(t[1].misc.estimate.as_ref().unwrap().lo, None);
+        assert!(tests_of("o", "o:b", &reported_cell(), &[])[0]
+            .misc
+            .estimate
+            .is_none());
     }
 
     #[test]

@@ -178,6 +178,24 @@ pub struct TestMisc {
     pub reported_2021: Option<Reported2021>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelFigure>,
+    /// Present when the number is an early-stop estimate, not a measurement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<EstimateMisc>,
+}
+
+/// How an estimated row was predicted (README, "Estimates").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EstimateMisc {
+    /// Groups traced before the stop.
+    pub groups_traced: u64,
+    /// The locked cycle the rest was predicted at, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle_ms: Option<f64>,
+    /// 95% prediction interval of the number (lazyinit_s only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lo: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hi: Option<f64>,
 }
 
 /// The 2021 report's figure for the same arch, HZ, variant and volume.

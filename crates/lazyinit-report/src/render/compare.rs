@@ -7,12 +7,19 @@ use crate::cells::CellKey;
 use crate::compare::{Comparison, Side, Test};
 use crate::stats::Summary;
 
-fn side(s: Option<&Summary>) -> String {
+fn side(s: Option<&Summary>, estimated: bool) -> String {
+    let est = if estimated { "est. " } else { "" };
     match s {
         None => "no data".into(),
         Some(s) => match s.ci95 {
-            Some(ci) => format!("{} ({}–{}, n={})", num(s.mean), num(ci.lo), num(ci.hi), s.n),
-            None => format!("{} (n={})", num(s.mean), s.n),
+            Some(ci) => format!(
+                "{est}{} ({}–{}, n={})",
+                num(s.mean),
+                num(ci.lo),
+                num(ci.hi),
+                s.n
+            ),
+            None => format!("{est}{} (n={})", num(s.mean), s.n),
         },
     }
 }
@@ -50,7 +57,7 @@ pub fn markdown(c: &Comparison) -> String {
         let names: Vec<String> = c.ignored.iter().map(|f| name(*f)).collect();
         writeln!(
             out,
-            "Cells matched ignoring {} (shown as `*`).\n",
+            "Cells matched ignoring {} (shown as `*`; an early-stop estimate as `est.`).\n",
             names.join(", ")
         )
         .unwrap();
@@ -70,8 +77,8 @@ pub fn markdown(c: &Comparison) -> String {
             out,
             "| {} | {} | {} | {} | {p} | {test} | {} |",
             lab.cell(&x.key),
-            side(x.baseline.as_ref()),
-            side(x.candidate.as_ref()),
+            side(x.baseline.as_ref(), x.baseline_estimated),
+            side(x.candidate.as_ref(), x.candidate_estimated),
             x.change_pct.map(pct).unwrap_or_else(|| "–".into()),
             x.verdict.text()
         )
@@ -114,6 +121,7 @@ struct Line<'a> {
     p: Option<f64>,
     test: String,
     verdict: String,
+    estimated: (bool, bool),
 }
 
 /// The snake_case name serde gives a unit enum variant.
@@ -136,6 +144,7 @@ pub fn csv(c: &Comparison) -> String {
             p: x.welch.map(|w| w.p),
             test: name(x.test),
             verdict: name(x.verdict),
+            estimated: (x.baseline_estimated, x.candidate_estimated),
         })
         .collect();
     lines.extend(c.missing.iter().map(|(side, key)| Line {
@@ -146,6 +155,7 @@ pub fn csv(c: &Comparison) -> String {
         p: None,
         test: "none".into(),
         verdict: format!("missing_in_{}", name(side)),
+        estimated: (key.estimated, key.estimated),
     }));
     let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
     let mut w = csv::Writer::from_writer(Vec::new());
@@ -170,6 +180,8 @@ pub fn csv(c: &Comparison) -> String {
         "p",
         "test",
         "verdict",
+        "baseline_estimated",
+        "candidate_estimated",
     ])
     .expect("writing to memory");
     for l in lines {
@@ -195,6 +207,8 @@ pub fn csv(c: &Comparison) -> String {
             f(l.p),
             l.test,
             l.verdict,
+            l.estimated.0.to_string(),
+            l.estimated.1.to_string(),
         ])
         .expect("writing to memory");
     }

@@ -31,6 +31,10 @@ pub const HEADER: &[&str] = &[
     "model_basis",
     "reported",
     "reported_diff_pct",
+    "estimated",
+    "estimate_groups",
+    "pi95_lo",
+    "pi95_hi",
 ];
 
 fn opt(x: Option<f64>) -> String {
@@ -72,6 +76,14 @@ pub fn render(report: &Report) -> String {
             c.model.basis.clone(),
             opt(c.reported.as_ref().map(|r| r.value)),
             opt(c.reported.as_ref().map(|r| r.diff_pct)),
+            k.estimated.to_string(),
+            c.estimate_groups
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(";"),
+            opt(c.prediction.map(|p| p.lo)),
+            opt(c.prediction.map(|p| p.hi)),
         ];
         w.write_record(&rec).expect("writing to memory");
     }

@@ -31,9 +31,16 @@ fn column_of(k: &CellKey) -> CellKey {
 fn measured(c: &CellStats) -> String {
     match &c.summary {
         None => "no data".into(),
-        Some(s) => match s.ci95 {
-            Some(ci) => format!("{} ({}–{}, n={})", num(s.mean), num(ci.lo), num(ci.hi), s.n),
-            None => format!("{} (n={})", num(s.mean), s.n),
+        Some(s) => match (s.ci95, c.prediction) {
+            (Some(ci), _) => format!("{} ({}–{}, n={})", num(s.mean), num(ci.lo), num(ci.hi), s.n),
+            (None, Some(pi)) => format!(
+                "{} (95% PI {}–{}, n={})",
+                num(s.mean),
+                num(pi.lo),
+                num(pi.hi),
+                s.n
+            ),
+            (None, None) => format!("{} (n={})", num(s.mean), s.n),
         },
     }
 }
@@ -109,9 +116,11 @@ fn cell_stats(out: &mut String, r: &Report, lab: &Labeller) {
             s.and_then(|s| s.cv)
                 .map(|v| format!("{:.1}%", v * 100.0))
                 .unwrap_or_else(|| "–".into()),
-            s.and_then(|s| s.ci95)
-                .map(|i| format!("{}–{}", num(i.lo), num(i.hi)))
-                .unwrap_or_else(|| "–".into()),
+            match (s.and_then(|s| s.ci95), c.prediction) {
+                (Some(i), _) => format!("{}–{}", num(i.lo), num(i.hi)),
+                (None, Some(i)) => format!("PI {}–{}", num(i.lo), num(i.hi)),
+                (None, None) => "–".into(),
+            },
             num(c.model.value),
             c.model.basis,
         )
@@ -162,6 +171,7 @@ pub fn render(r: &Report) -> String {
     let what = match r.metric {
         Metric::LazyinitS => "ext4lazyinit run time after mount",
         Metric::MsPerGroup => "ext4lazyinit cycle time per block group",
+        Metric::FromFirstGroupS => "ext4lazyinit run time from its first group",
     };
     let mut out = format!("# {what} ({}, {unit})\n\n", r.metric.name());
     writeln!(
@@ -174,6 +184,13 @@ pub fn render(r: &Report) -> String {
         if r.metric == Metric::LazyinitS { ", plus the 2.5 s mean start delay" } else { "" },
     )
     .unwrap();
+    if r.cells.iter().any(|c| c.key.estimated) {
+        out.push_str(
+            "Columns marked *estimate* are early-stop estimates, not measurements: each run \
+             traced its first groups until the cycle locked and predicted the rest (PI: its \
+             95% prediction interval; README, \"Estimates\").\n\n",
+        );
+    }
     table(&mut out, r, &lab);
     out.push_str("\n## Cells\n\n");
     cell_stats(&mut out, r, &lab);

@@ -8,7 +8,9 @@ use crate::cells::CellKey;
 pub mod compare;
 pub mod csv;
 pub mod json;
+pub mod junit;
 pub mod markdown;
+pub mod replay;
 
 /// Output format of `report` and `compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +20,8 @@ pub enum Format {
     Json,
     /// A KCIDB report of the rows ([`crate::kcidb`]); `report` only.
     Kcidb,
+    /// JUnit XML, one test case per cell, for CI systems; `compare` only.
+    Junit,
 }
 
 impl std::str::FromStr for Format {
@@ -28,8 +32,9 @@ impl std::str::FromStr for Format {
             "csv" => Ok(Format::Csv),
             "json" => Ok(Format::Json),
             "kcidb" => Ok(Format::Kcidb),
+            "junit" => Ok(Format::Junit),
             _ => Err(format!(
-                "unknown format `{s}`: use markdown, csv, json or kcidb"
+                "unknown format `{s}`: use markdown, csv, json, kcidb or junit"
             )),
         }
     }
@@ -42,6 +47,7 @@ impl Format {
             "md" | "markdown" => Some(Format::Markdown),
             "csv" => Some(Format::Csv),
             "json" => Some(Format::Json),
+            "xml" => Some(Format::Junit),
             _ => None,
         }
     }
@@ -124,15 +130,18 @@ impl Labeller {
         parts.join(" ")
     }
 
-    /// Column heading of the reported table's shape: arch, HZ [, env].
+    /// Column heading of the reported table's shape: arch, HZ [, env]
+    /// [, estimate]. Estimates are always named, in every table.
     pub fn column(&self, k: &CellKey) -> String {
         let env = self.env(k);
-        let base = format!("{}, HZ {}", k.arch, k.hz);
-        if env.is_empty() {
-            base
-        } else {
-            format!("{base}, {env}")
+        let mut s = format!("{}, HZ {}", k.arch, k.hz);
+        if !env.is_empty() {
+            s.push_str(&format!(", {env}"));
         }
+        if k.estimated {
+            s.push_str(", estimate");
+        }
+        s
     }
 
     /// A whole cell in one short line.
