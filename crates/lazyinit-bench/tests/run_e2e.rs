@@ -307,6 +307,68 @@ fn interrupt_during(phase: &str) {
     );
 }
 
+/// The early stop on real guests: the smoke cells stop once their cycle
+/// has locked after 25 of their 256 groups, and say they are estimates.
+#[test]
+fn smoke_run_with_estimates_stops_early() {
+    let out = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = out.path().join("smoke.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "{}\n[provider-config.qemu]\nvolume-dir = \"{}\"\n",
+            include_str!("../../../specs/smoke.toml"),
+            vols.path().display()
+        ),
+    )
+    .unwrap();
+    let res = out.path().join("res");
+    let status = Command::new(bin())
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--estimate-after",
+            "25",
+            "--out",
+        ])
+        .arg(&res)
+        .status()
+        .unwrap();
+    let rows = read_rows(res.join("results.csv")).unwrap();
+    assert!(status.success(), "run exited with {status}: {rows:?}");
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r.status, Status::Ok, "{}: {}", r.cell_id, r.error);
+        assert_eq!(r.estimate_after, Some(25));
+        assert!(r.estimated, "{}: the cycle never locked", r.cell_id);
+        let n = r.estimate_groups.unwrap();
+        let groups = r.groups.unwrap();
+        assert!((25..groups).contains(&n), "{n} of {groups}");
+        assert_eq!(r.traced_groups, Some(n));
+        let (lo, hi, est) = (
+            r.lazyinit_lo_s.unwrap(),
+            r.lazyinit_hi_s.unwrap(),
+            r.lazyinit_s.unwrap(),
+        );
+        assert!(lo <= est && est <= hi, "{lo} {est} {hi}");
+        // DESIGN §2: (L + 1) ticks a group, from the first group on.
+        let l = r.sleep_ticks.unwrap() as f64;
+        let model = groups as f64 * (l + 1.0) / r.hz.get() as f64;
+        let from_first = est - r.first_group_s.unwrap();
+        assert!(
+            (from_first / model - 1.0).abs() < 0.03,
+            "{from_first} vs {model}"
+        );
+        let cell = res.join(&r.cell_id);
+        let log = std::fs::read_to_string(cell.join("estimate.txt")).unwrap();
+        assert!(log.contains(": locked"), "{log}");
+        let traced = std::fs::read_to_string(cell.join("groups.csv")).unwrap();
+        assert_eq!(traced.lines().count() as u64, n + 1);
+    }
+    assert!(qemu_processes_with(out.path().to_str().unwrap()).is_empty());
+}
+
 #[test]
 fn sigint_during_boot_leaves_nothing() {
     interrupt_during("boot");
