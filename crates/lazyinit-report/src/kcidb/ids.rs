@@ -96,11 +96,16 @@ pub fn test_id(origin: &str, row: &ResultRow, metric: &str) -> String {
 }
 
 /// `ext4.lazyinit.2TiB.lazyinit_s`; a wait multiplier other than the
-/// kernel's default 10 is part of the test: `ext4.lazyinit.2TiB-init_itable-20.lazyinit_s`.
+/// kernel's default 10 is part of the test: `ext4.lazyinit.2TiB-init_itable-20.lazyinit_s`,
+/// and so is an early-stop estimate, a series of its own beside the
+/// measurements: `ext4.lazyinit.2TiB-estimate.lazyinit_s`.
 pub fn test_path(row: &ResultRow, metric: &str) -> String {
     let mut size = path_part(&ByteSize(row.volume_bytes).to_string());
     if row.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
         size.push_str(&format!("-init_itable-{}", row.wait_mult));
+    }
+    if row.estimated {
+        size.push_str("-estimate");
     }
     format!("ext4.lazyinit.{size}.{}", path_part(metric))
 }

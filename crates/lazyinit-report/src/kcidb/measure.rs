@@ -288,6 +288,7 @@ mod tests {
             "{}",
             t[0].comment
         );
+        assert_eq!(t[0].path, "ext4.lazyinit.2TiB-estimate.lazyinit_s");
         let e = t[0].misc.estimate.as_ref().unwrap();
         assert_eq!(
             (e.groups_traced, e.lo, e.hi),
