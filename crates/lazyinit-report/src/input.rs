@@ -41,13 +41,20 @@ impl LoadedRow {
     /// kept none.
     pub fn groups(&self) -> Result<Option<Groups>, String> {
         let path = self.groups_csv();
-        match read_groups(&path) {
+        let text = read_groups(&path);
+        // Name the file that was read.
+        let read = if path.exists() {
+            path
+        } else {
+            path.with_extension("csv.gz")
+        };
+        match text {
             None => Ok(None),
             Some(text) => text
                 .map_err(|e| e.to_string())
                 .and_then(|t| parse_groups(&t))
                 .map(Some)
-                .map_err(|e| format!("{}: {e}", path.display())),
+                .map_err(|e| format!("{}: {e}", read.display())),
         }
     }
 }
