@@ -5,8 +5,8 @@
 //! more groups on the estimator's schedule and ask again; a cycle that
 //! never locks before the end is measured as usual.
 //!
-//! Waiting is a blocking read in the guest (wait-groups.sh on the group
-//! events' trace_pipe), in chunks so that Ctrl-C is honoured between them.
+//! Waiting is in the guest (wait-groups.sh polls the group count with
+//! shell builtins), in chunks so that Ctrl-C is honoured between them.
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -25,9 +25,6 @@ use crate::{GuestError, Remote};
 /// Groups one blocking wait in the guest covers at most: at 110 ms a group,
 /// Ctrl-C waits for a few seconds at most.
 const WAIT_CHUNK: u64 = 32;
-
-/// wait-groups.sh's gap (us) that ends a wait early: never, here.
-const NEVER_US: &str = "3600000000";
 
 /// Runs the early stop when asked. Ok(true): `m` holds the estimate and
 /// the partial trace is saved. Ok(false): not asked, or the thread exited
@@ -151,15 +148,12 @@ fn wait_for_groups(
             });
         }
         let k = (target - done).min(WAIT_CHUNK);
-        // K more groups: a gap of an hour never ends the wait early. A
-        // group takes well under a minute; 60 s without one means the
-        // thread is gone or stuck, and the poll says which.
+        // Up to K more groups (wait-groups.sh counts every group since the
+        // trace was armed). A group takes well under a minute; 60 s without
+        // one means the thread is gone or stuck, and the poll says which.
         check(
             remote.exec(
-                &script_with_args(
-                    WAIT_GROUPS_SH,
-                    &[k.to_string(), NEVER_US.into(), "60".into()],
-                ),
+                &script_with_args(WAIT_GROUPS_SH, &[(done + k).to_string(), "60".into()]),
                 Duration::from_secs(60 * (k + 2)),
             )?,
             "wait for groups",

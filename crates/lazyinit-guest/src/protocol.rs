@@ -67,9 +67,20 @@ pub trait Gate: Send + Sync {
     fn critical(&self) -> Box<dyn Send>;
 }
 
-/// At most this many groups in the critical span, should no cycle ever
-/// sleep (a sleep of 0 ticks, which the fix gives for z1 under 1/(W HZ)).
-pub const SENSITIVE_GROUPS: u64 = 64;
+/// Groups traced before the critical span ends. With the fix the sleep is
+/// set by the first group (two, to be sure it was timed); without it by the
+/// first zeroing that crosses a tick, and zeroings that cross none run back
+/// to back: with a 3.5 ms zeroing at HZ=100 one in three crosses, so 32
+/// groups leave a 1e-6 chance that the sleep is still unset.
+pub const SENSITIVE_GROUPS: u64 = 32;
+
+/// Groups to see before the sleep between groups is surely set.
+pub fn sensitive_groups(v: Variant) -> u64 {
+    match v {
+        Variant::Fix => 2,
+        Variant::NoFix => SENSITIVE_GROUPS,
+    }
+}
 
 /// A gate that never waits (one cell alone, or tests).
 pub struct NoGate;
@@ -469,22 +480,19 @@ fn mount(
     Ok(mounted_at)
 }
 
-/// Blocks in the guest until the sleep is set: nothing else runs there
-/// while the zeroings that set it are timed. The first cycle that slept
-/// (1.5 ticks or more) says the sleep is set: with the fix after the first
-/// group, without it after the first zeroing that crossed a tick (zeroings
-/// that cross none run back to back).
+/// Waits in the guest, polling with shell builtins (no process starts,
+/// no trace-pipe reader is woken inside a zeroing), until the groups that
+/// set the sleep were zeroed ([`sensitive_groups`]).
 fn wait_for_sleep(
     remote: &mut dyn Remote,
     exp: &Expectation,
     to_init: u64,
 ) -> Result<(), GuestError> {
-    let gap_us = (1_500_000 / exp.hz.get()).to_string();
-    let cap = SENSITIVE_GROUPS.min(to_init);
+    let k = sensitive_groups(exp.variant).min(to_init);
     check(
         remote.exec(
-            &script_with_args(WAIT_GROUPS_SH, &[cap.to_string(), gap_us, "60".into()]),
-            Duration::from_secs(60 * (cap + 2)),
+            &script_with_args(WAIT_GROUPS_SH, &[k.to_string(), "60".into()]),
+            Duration::from_secs(60 * (k + 2)),
         )?,
         "wait for the sleep to be set",
     )?;

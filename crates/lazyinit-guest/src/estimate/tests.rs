@@ -85,13 +85,13 @@ impl Remote for Lazyinit {
             return ok(format!("pid={pid}\ngroups={}\n", self.done()));
         }
         if script.ends_with(WAIT_GROUPS_SH) {
-            // `set -- 'K' 'T'`: wait for K more groups.
-            let k: usize = script.split('\'').nth(1).unwrap().parse().unwrap();
+            // `set -- 'K' 'T'`: wait until K groups in all were zeroed.
+            let upto: usize = script.split('\'').nth(1).unwrap().parse().unwrap();
+            let k = upto.saturating_sub(self.done());
             self.scripts.push(format!("wait {k}"));
             if let Some(c) = &self.cancel_at_wait {
                 c.store(true, Ordering::SeqCst);
             }
-            let upto = self.done() + k;
             self.now = match self.run.t_s.get(upto - 1) {
                 Some(t) => *t,
                 None => self.run.exit_s,
