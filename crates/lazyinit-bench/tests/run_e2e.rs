@@ -182,11 +182,23 @@ fn smoke_run_measures_both_variants() {
         assert_eq!(r.z1_target_ms, Some(3.4), "{}", r.cell_id);
         let (g, h) = (r.guest_part_ms.unwrap(), r.zero_hold_ms.unwrap());
         assert!(g > 0.0 && g < 3.4, "guest part {g} ms");
-        assert!((g + h - 3.4).abs() < 0.002, "hold {h} + guest part {g}");
+        // The calibrated hold, unless a missed first zeroing set it again
+        // (from that zeroing's own guest part) for a further attempt.
+        let attempts = r.z1_attempts.unwrap();
+        assert!((1..=3).contains(&attempts), "{attempts} attempts");
+        if attempts == 1 {
+            assert!((g + h - 3.4).abs() < 0.002, "hold {h} + guest part {g}");
+        } else {
+            assert!(h > 0.0 && h < 3.4, "hold {h}");
+        }
+        // A first zeroing outside [3.2, 3.6) ms is only ever kept as the
+        // third attempt (z1 is the controlled quantity; each zeroing's own
+        // part varies by ~0.1 ms under TCG). With the fix, L says whether
+        // it landed: the L=8 above.
         let z1 = r.z1_ms.unwrap();
         assert!(
-            (3.2..3.6).contains(&z1),
-            "{}: measured z1 {z1} ms",
+            (3.2..3.6).contains(&z1) || attempts == 3,
+            "{}: measured z1 {z1} ms after {attempts} attempts",
             r.cell_id
         );
         let dir = out.path().join("res").join(&r.cell_id);
