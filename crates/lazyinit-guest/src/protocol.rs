@@ -309,13 +309,7 @@ pub fn run(
         m.calibration = calibrate(remote, opts, dev, &mount_opts)?;
     }
     m.hold = opts.hold.as_ref().map(|h| h.get());
-    check(
-        remote.exec(
-            &script_with_args(TRACE_SETUP_SH, std::slice::from_ref(&kb)),
-            short,
-        )?,
-        "trace setup",
-    )?;
+    arm_trace(remote, &kb)?;
     // The critical span: the mount and the first zeroing(s), after the
     // random 0-5 s start delay and the bitmap prefetch, which set the sleep
     // for the whole run, with the host to this guest alone (the
@@ -393,13 +387,7 @@ pub fn run(
         }
         opts.events.phase(cell, Phase::Mkfs);
         mkfs(remote, opts, &mut m)?;
-        check(
-            remote.exec(
-                &script_with_args(TRACE_SETUP_SH, std::slice::from_ref(&kb)),
-                short,
-            )?,
-            "trace setup",
-        )?;
+        arm_trace(remote, &kb)?;
         attempt += 1;
     }
     m.z1_attempts = attempt;
@@ -452,6 +440,18 @@ pub fn z1_window(hz: lazyinit_core::Hz, wait_mult: u32, target: Duration) -> (f6
     let per = wait_mult.max(1) as f64 * hz.get() as f64;
     let l = model::sleep_ticks(hz, Variant::Fix, wait_mult, target.as_secs_f64()) as f64;
     (l / per, (l + 1.0) / per)
+}
+
+/// Arms the tracepoints (an empty buffer of `kb` KiB per CPU) for a mount.
+fn arm_trace(remote: &mut dyn Remote, kb: &str) -> Result<(), GuestError> {
+    check(
+        remote.exec(
+            &script_with_args(TRACE_SETUP_SH, &[kb.to_string()]),
+            Duration::from_secs(120),
+        )?,
+        "trace setup",
+    )?;
+    Ok(())
 }
 
 /// Mounts the volume (trace markers around it); returns when it was mounted.
