@@ -33,6 +33,8 @@ fn run_ids_are_those_of_earlier_runs() {
         ("reported", "reported-78d5f757"),
         ("smoke", "smoke-c7561cb2"),
         ("calibrate-z1", "calibrate-z1-0b4ea860"),
+        ("nightly", "nightly-593e7df7"),
+        ("reported --estimate-after 50", "reported-9bec3024"),
         ("quick --accel tcg", "quick-2d986395"),
         (
             "quick --storage-profile none --repetitions 2",
@@ -61,6 +63,10 @@ fn plans_print_as_before() {
     assert_eq!(
         plan(&["reported", "--concurrency", "8"]),
         golden("plan-reported.txt")
+    );
+    assert_eq!(
+        plan(&["nightly", "--concurrency", "8"]),
+        golden("plan-nightly.txt")
     );
     assert_eq!(
         plan(&["tests/golden/qemu-config.toml", "--concurrency", "1"]),
