@@ -1,18 +1,38 @@
 //! One launched cell: an instance with the blank EBS volume attached.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_sdk_ec2::Client;
-use lazyinit_core::provider::{Endpoint, Machine, MachineInfo, ProviderError};
+use lazyinit_core::provider::{
+    Endpoint, KernelBoot, KexecPlan, Machine, MachineInfo, ProviderError,
+};
+use lazyinit_core::{Arch, CellFolder};
 
 use crate::error::Ec2Error;
 use crate::nvme;
 use crate::resources::Guard;
 
+/// The command line of the kernel under test after the kexec: the serial
+/// console EC2 shows in GetConsoleOutput (ttyS0 on both c5 and c6g), panic
+/// ends the boot instead of hanging, the NVMe timeout AWS recommends for
+/// EBS so a slow volume is not reset mid-run; then what the guest
+/// initramfs needs: its /init, DHCP on the instance's network, the RNG
+/// seeded at once so SSH answers.
+pub fn kexec_cmdline(_arch: Arch) -> String {
+    [
+        "console=ttyS0,115200n8",
+        "panic=-1",
+        "nvme_core.io_timeout=4294967295",
+        "rdinit=/init",
+        "lazyinit.net=dhcp",
+        "random.trust_cpu=on",
+    ]
+    .join(" ")
+}
+
 /// What the harness records about a launched cell (written to the cell's
-/// log folder as `ec2.json`).
+/// folder as `ec2.json`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LaunchRecord {
     pub instance_id: String,
@@ -33,8 +53,9 @@ pub struct Ec2Machine {
     pub(crate) guard: Guard,
     pub(crate) client: Client,
     pub(crate) record: LaunchRecord,
+    pub(crate) kexec: KexecPlan,
     pub(crate) user: String,
-    pub(crate) log_dir: PathBuf,
+    pub(crate) folder: CellFolder,
     pub(crate) console: Arc<Mutex<String>>,
     pub(crate) torn_down: bool,
 }
@@ -62,7 +83,10 @@ impl Ec2Machine {
             .map_err(|e| Ec2Error::api("GetConsoleOutput", e))?;
         let text = out
             .output()
-            .and_then(|b| aws_smithy_types::base64::decode(b).ok())
+            .and_then(|b| {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD.decode(b).ok()
+            })
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         *self.console.lock().expect("console") = text.clone();
@@ -89,10 +113,9 @@ impl Machine for Ec2Machine {
         }
     }
 
-    /// The instance boots its AMI's kernel; the kernel under test is
-    /// installed over SSH and booted by the guest protocol.
-    fn needs_kernel_install(&self) -> bool {
-        true
+    /// The instance boots its AMI's kernel; the runner kexecs into ours.
+    fn kernel_boot(&self) -> KernelBoot {
+        KernelBoot::Kexec(self.kexec.clone())
     }
 
     fn console_tail(&self, lines: usize) -> String {
@@ -122,7 +145,7 @@ impl Machine for Ec2Machine {
         // stand in the way of terminating a machine that costs money.
         match self.refresh_console().await {
             Ok(text) => {
-                let _ = std::fs::write(self.log_dir.join("console.log"), text);
+                let _ = std::fs::write(self.folder.console_log(), text);
             }
             Err(e) => tracing::info!("console of {} not saved: {e}", self.record.instance_id),
         }
@@ -135,4 +158,17 @@ impl Machine for Ec2Machine {
 /// Where the guest will find the volume; both forms are recorded.
 pub(crate) fn guest_device(volume_id: &str) -> (String, String) {
     (nvme::serial(volume_id), nvme::by_id_path(volume_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kexec_cmdline_is_the_instance_console_then_what_the_initramfs_needs() {
+        assert_eq!(
+            kexec_cmdline(Arch::Arm64),
+            "console=ttyS0,115200n8 panic=-1 nvme_core.io_timeout=4294967295 rdinit=/init lazyinit.net=dhcp random.trust_cpu=on"
+        );
+    }
 }

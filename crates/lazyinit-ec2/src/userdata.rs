@@ -43,6 +43,8 @@ pub enum KeyError {
     ClientPublic,
     #[error("cannot convert the dropbear host key {path} to OpenSSH form: {detail}")]
     Convert { path: String, detail: String },
+    #[error("cannot read the project's SSH keys: {0}")]
+    Load(String),
 }
 
 /// cloud-init's name for a host key type (`ssh_keys: <name>_private`).
@@ -144,7 +146,8 @@ pub fn cloud_config(keys: &GuestKeys, expires_at: DateTime<Utc>) -> Result<Strin
 
 /// User data as RunInstances wants it.
 pub fn encode(user_data: &str) -> String {
-    aws_smithy_types::base64::encode(user_data.as_bytes())
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(user_data.as_bytes())
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use lazyinit_ec2::IAM_ACTIONS;
 async fn two_cells_launch_tag_attach_and_tear_down() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let run = "run-two-cells";
     let cells = [
         cell(Arch::Arm64, 100, Variant::NoFix, "2TiB"),
@@ -111,8 +111,11 @@ async fn two_cells_launch_tag_attach_and_tear_down() {
             .send()
             .await
             .unwrap();
-        let ud =
-            aws_smithy_types::base64::decode(ud.user_data().unwrap().value().unwrap()).unwrap();
+        let ud = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            ud.user_data().unwrap().value().unwrap(),
+        )
+        .unwrap();
         let ud = String::from_utf8(ud).unwrap();
         assert!(ud.starts_with("#cloud-config\n"));
         assert!(
@@ -160,7 +163,12 @@ async fn two_cells_launch_tag_attach_and_tear_down() {
             format!("/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{serial}")
         );
         assert_eq!(rec["nvme_serial"], serial.as_str());
-        assert!(m.needs_kernel_install());
+        assert_eq!(
+            m.kernel_boot(),
+            lazyinit_core::provider::KernelBoot::Kexec(lazyinit_core::provider::KexecPlan {
+                cmdline: lazyinit_ec2::kexec_cmdline(cell.arch)
+            })
+        );
         assert_eq!(m.info().provider, "ec2");
         assert_eq!(m.info().machine, want_type);
         eprintln!(
@@ -185,7 +193,9 @@ async fn two_cells_launch_tag_attach_and_tear_down() {
             p.counter().snapshot().since(&before)
         );
         assert!(
-            dir.join("console.log").exists(),
+            lazyinit_core::CellFolder::at(dir.as_path())
+                .console_log()
+                .exists(),
             "console saved at teardown"
         );
     }
@@ -221,7 +231,7 @@ async fn a_fault_mid_launch_leaks_nothing() {
     cfg.volume.volume_type = "st1".into();
     cfg.volume.iops = Some(500);
     let p = moto.provider(cfg).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let run = "run-fault";
     let tmp = tempfile::tempdir().unwrap();
     let err = p
@@ -265,7 +275,7 @@ async fn a_fault_mid_launch_leaks_nothing() {
 async fn a_dropped_machine_is_torn_down_by_its_guard() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let run = "run-dropped";
     let tmp = tempfile::tempdir().unwrap();
     let m = p
@@ -297,7 +307,7 @@ async fn a_dropped_machine_is_torn_down_by_its_guard() {
 async fn unknown_ami_and_instance_type_are_refused() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let raw = c
         .run_instances()
         .image_id("ami-12345678")

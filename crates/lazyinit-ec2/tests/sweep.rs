@@ -34,7 +34,7 @@ fn sweep(run_id: Option<&str>, expired: bool, dry_run: bool) -> Sweep {
 async fn leaked_run_is_swept_by_run_id() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let tmp = tempfile::tempdir().unwrap();
     // Two cells of the run leak (no teardown, guards never run), one cell
     // of another run stays up and must survive.
@@ -131,7 +131,7 @@ async fn tagged_pair(
 async fn expired_resources_are_swept_and_live_ones_kept() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let (old_i, old_v) = tagged_pair(&c, &p, "old", Duration::hours(-1)).await;
     let (new_i, new_v) = tagged_pair(&c, &p, "fresh", Duration::hours(2)).await;
     // Someone else's volume without our tags: never ours to delete.
@@ -214,7 +214,7 @@ async fn expired_resources_are_swept_and_live_ones_kept() {
 async fn a_running_cell_is_visible_to_the_sweep() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let tmp = tempfile::tempdir().unwrap();
     let mut m = p
         .launch(&request(

@@ -1,23 +1,20 @@
 //! Installing the kernel under test on a machine that booted its own
-//! kernel (EC2: `Machine::needs_kernel_install()`): upload the kernel and
-//! the guest initramfs over SSH, load them with kexec, jump, reconnect and
-//! check `uname -r`. kexec skips the firmware and the AMI's boot loader, so
-//! nothing on the instance's disk is changed and a failed boot costs one
-//! instance, not a debugging session on a broken root volume.
+//! kernel (`KernelBoot::Kexec`, EC2): upload the kernel and the guest
+//! initramfs, load them with kexec, jump, reconnect and check `uname -r`.
+//! kexec skips the firmware and the image's boot loader, so nothing on the
+//! instance's disk is changed and a failed boot costs one instance, not a
+//! debugging session on a broken root volume.
 //!
-//! The initramfs carries the same pinned host key that user data installed
-//! for the AMI's sshd, so the reconnect is pinned too. Not wired into
-//! `lib.rs` by its author (the EC2 engineer): add `pub mod install;`.
+//! The initramfs carries the same pinned host key that the provider gave
+//! the image's sshd, so the reconnect is pinned too.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lazyinit_core::provider::Endpoint;
-use lazyinit_core::Arch;
-use lazyinit_ssh::{Keys, Session, UploadSource};
+use lazyinit_core::provider::KexecPlan;
+use lazyinit_core::shell::quote;
 
-use crate::protocol::sh_quote;
-use crate::GuestError;
+use crate::{GuestError, Remote};
 
 const REMOTE_DIR: &str = "/root/lazyinit-kexec";
 /// apt on a fresh instance can take minutes (mirror, dpkg triggers).
@@ -25,20 +22,6 @@ const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 const SHORT: Duration = Duration::from_secs(60);
 /// Pause between reconnect attempts while the old system still answers.
 const RETRY: Duration = Duration::from_secs(2);
-
-/// Kernel command line for a kexec'd kernel on an EC2 instance: the serial
-/// console EC2 shows in GetConsoleOutput (ttyS0 on both c5 and c6g), panic
-/// ends the boot instead of hanging, and the NVMe timeout AWS recommends
-/// for EBS so a slow volume is not reset mid-run.
-pub fn ec2_cmdline(_arch: Arch, extra: &[String]) -> String {
-    let mut args = vec![
-        "console=ttyS0,115200n8".to_string(),
-        "panic=-1".to_string(),
-        "nvme_core.io_timeout=4294967295".to_string(),
-    ];
-    args.extend(extra.iter().cloned());
-    args.join(" ")
-}
 
 /// Makes sure `kexec` exists, installing kexec-tools with whatever package
 /// manager the AMI has (and keeping kexec-tools from hooking into reboots).
@@ -61,10 +44,10 @@ pub fn ensure_kexec_script() -> String {
 /// the jump so a refused image is a clear error, not a silent reboot.
 pub fn kexec_load_script(kernel: &str, initrd: &str, cmdline: &str) -> String {
     format!(
-        "kexec -l {} --initrd={} --command-line={}",
-        sh_quote(kernel),
-        sh_quote(initrd),
-        sh_quote(cmdline)
+        "kexec -l {} {} {}",
+        quote(kernel),
+        quote(&format!("--initrd={initrd}")),
+        quote(&format!("--command-line={cmdline}"))
     )
 }
 
@@ -76,55 +59,54 @@ pub fn kexec_exec_script() -> String {
     "setsid sh -c 'sleep 1; sync; systemctl kexec 2>/dev/null || kexec -e' </dev/null >/dev/null 2>&1 &".into()
 }
 
-fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
-    GuestError::Ssh(e.to_string())
+fn step(
+    remote: &mut dyn Remote,
+    step: &'static str,
+    cmd: &str,
+    t: Duration,
+) -> Result<(), GuestError> {
+    let out = remote.exec(cmd, t)?;
+    if out.status != 0 {
+        return Err(GuestError::Command {
+            step,
+            status: out.status,
+            stderr: out.stderr,
+        });
+    }
+    Ok(())
 }
 
-/// Uploads, kexecs and reconnects; returns a session to the new kernel
-/// once `uname -r` reports `release`. `deadline` bounds the whole wait for
-/// the new kernel; `is_alive` stops it early when the machine is gone.
-#[allow(clippy::too_many_arguments)]
+/// Uploads, kexecs and reconnects (`reconnect` waits for the guest to
+/// answer again); returns the guest on the new kernel once `uname -r`
+/// reports `release`. `deadline` bounds the whole wait for the new kernel.
 pub fn install_and_kexec(
-    session: &Session,
-    ep: &Endpoint,
-    keys: &Keys,
+    remote: &mut dyn Remote,
+    reconnect: &mut dyn FnMut() -> Result<Box<dyn Remote>, GuestError>,
     kernel: &Path,
     initrd: &Path,
-    cmdline: &str,
+    plan: &KexecPlan,
     release: &str,
     deadline: Instant,
-    mut is_alive: impl FnMut() -> bool,
-) -> Result<Session, GuestError> {
+) -> Result<Box<dyn Remote>, GuestError> {
     let k = format!("{REMOTE_DIR}/kernel");
     let i = format!("{REMOTE_DIR}/initrd");
-    session
-        .exec_checked_with_timeout(&format!("mkdir -p {REMOTE_DIR}"), SHORT)
-        .map_err(ssh)?;
-    session
-        .upload(UploadSource::File(kernel), &k, 0o600)
-        .map_err(ssh)?;
-    session
-        .upload(UploadSource::File(initrd), &i, 0o600)
-        .map_err(ssh)?;
-    let step = |step: &'static str, cmd: &str, t: Duration| -> Result<(), GuestError> {
-        let out = session.exec_with_timeout(cmd, t).map_err(ssh)?;
-        if out.status != 0 {
-            return Err(GuestError::Command {
-                step,
-                status: out.status,
-                stderr: out.stderr,
-            });
-        }
-        Ok(())
-    };
+    step(remote, "mkdir", &format!("mkdir -p {REMOTE_DIR}"), SHORT)?;
+    remote.upload(kernel, &k, 0o600)?;
+    remote.upload(initrd, &i, 0o600)?;
     step(
+        remote,
         "installing kexec-tools",
         &ensure_kexec_script(),
         INSTALL_TIMEOUT,
     )?;
-    step("kexec -l", &kexec_load_script(&k, &i, cmdline), SHORT)?;
+    step(
+        remote,
+        "kexec -l",
+        &kexec_load_script(&k, &i, &plan.cmdline),
+        SHORT,
+    )?;
     // The connection dies with the old kernel; the exit status is moot.
-    let _ = session.exec_with_timeout(&kexec_exec_script(), SHORT);
+    let _ = remote.exec(&kexec_exec_script(), SHORT);
 
     // The old system may still answer for a few seconds (same host key):
     // keep reconnecting until the new kernel does.
@@ -137,16 +119,8 @@ pub fn install_and_kexec(
                 found: last,
             });
         }
-        let s = lazyinit_ssh::wait_until_ready(
-            &ep.host,
-            ep.port,
-            &ep.user,
-            keys,
-            deadline,
-            &mut is_alive,
-        )
-        .map_err(ssh)?;
-        match s.exec_with_timeout("uname -r", SHORT) {
+        let mut s = reconnect()?;
+        match s.exec("uname -r", SHORT) {
             Ok(out) if out.status == 0 && out.stdout.trim() == release => return Ok(s),
             Ok(out) => last = out.stdout.trim().to_string(),
             Err(e) => last = e.to_string(),
@@ -158,13 +132,6 @@ pub fn install_and_kexec(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cmdline_has_console_and_extras() {
-        let c = ec2_cmdline(Arch::Arm64, &["tsc=reliable".into()]);
-        assert!(c.starts_with("console=ttyS0,115200n8 panic=-1 "));
-        assert!(c.ends_with(" tsc=reliable"));
-    }
 
     #[test]
     fn load_script_quotes_the_command_line() {
@@ -188,6 +155,59 @@ mod tests {
                 "--initrd=/root/i",
                 "--command-line=console=ttyS0 a='b c'"
             ]
+        );
+    }
+
+    #[test]
+    fn kexec_into_the_kernel_under_test_on_a_scripted_guest() {
+        use crate::fake::{FakeGuest, SharedGuest, CLOUD_RELEASE};
+        use lazyinit_core::{Arch, Hz, Variant};
+        let dir = tempfile::tempdir().unwrap();
+        let (kernel, initrd) = (dir.path().join("bzImage"), dir.path().join("initrd"));
+        std::fs::write(&kernel, "k").unwrap();
+        std::fs::write(&initrd, "i").unwrap();
+        let release = "6.1.158-lazyinit-hz250-fix";
+        let hz = Hz::new(250).unwrap();
+        let g = SharedGuest::new(FakeGuest::new(Arch::X86_64, hz, Variant::Fix, release, 8));
+        g.lock().under_test = false;
+        let mut before: Box<dyn Remote> = Box::new(g.clone());
+        let out = before.exec("uname -r", SHORT).unwrap();
+        assert_eq!(out.stdout.trim(), CLOUD_RELEASE);
+        let mut reconnect = || Ok(Box::new(g.clone()) as Box<dyn Remote>);
+        let plan = KexecPlan {
+            cmdline: "console=ttyS0 rdinit=/init".into(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut after = install_and_kexec(
+            &mut *before,
+            &mut reconnect,
+            &kernel,
+            &initrd,
+            &plan,
+            release,
+            deadline,
+        )
+        .unwrap();
+        assert_eq!(
+            after.exec("uname -r", SHORT).unwrap().stdout.trim(),
+            release
+        );
+        let g = g.lock();
+        assert_eq!(
+            g.steps,
+            [
+                "uname",
+                "mkdir",
+                "install-kexec",
+                "kexec-load",
+                "kexec-exec",
+                "uname",
+                "uname"
+            ]
+        );
+        assert_eq!(
+            g.uploads,
+            ["/root/lazyinit-kexec/kernel", "/root/lazyinit-kexec/initrd"]
         );
     }
 

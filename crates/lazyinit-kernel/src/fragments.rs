@@ -8,10 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use lazyinit_core::{Arch, Hz, Variant};
-use serde::{Deserialize, Serialize};
 
 const BASE: &str = include_str!("../../../kernels/fragments/base.config");
 const X86_64: &str = include_str!("../../../kernels/fragments/arch-x86_64.config");
@@ -24,60 +22,9 @@ const CLOUD: &str = include_str!("../../../kernels/fragments/cloud.config");
 const CLOUD_X86_64: &str = include_str!("../../../kernels/fragments/cloud-x86_64.config");
 const CLOUD_ARM64: &str = include_str!("../../../kernels/fragments/cloud-arm64.config");
 
-/// Which machines the kernel must boot on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum Profile {
-    /// Local QEMU guests (virtio only): small and fast to build.
-    #[default]
-    Qemu,
-    /// Also EC2 instances: NVMe (EBS), ENA, ACPI on arm64.
-    Cloud,
-}
-
-impl Profile {
-    /// The profile a provider's guests need: EC2 instances boot `cloud`
-    /// kernels, local guests `qemu` ones.
-    pub fn for_provider(provider: &str) -> Profile {
-        if provider == "ec2" {
-            Profile::Cloud
-        } else {
-            Profile::Qemu
-        }
-    }
-}
-
-impl fmt::Display for Profile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Profile::Qemu => "qemu",
-            Profile::Cloud => "cloud",
-        })
-    }
-}
-
-impl FromStr for Profile {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "qemu" => Ok(Profile::Qemu),
-            "cloud" | "ec2" => Ok(Profile::Cloud),
-            _ => Err(format!("unknown kernel profile `{s}`: use qemu or cloud")),
-        }
-    }
-}
-
-impl Serialize for Profile {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-impl<'de> Deserialize<'de> for Profile {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
+/// Which machines the kernel must boot on: the provider says
+/// (`Provider::kernel_profile`).
+pub use lazyinit_core::KernelProfile as Profile;
 
 /// `CONFIG_LOCALVERSION`: what `uname -r` appends to the kernel version, so
 /// a booted guest names its HZ and variant.
