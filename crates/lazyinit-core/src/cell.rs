@@ -16,7 +16,7 @@ pub enum AxisError {
     Hz(String),
     #[error("unknown variant `{0}`: use fix or nofix")]
     Variant(String),
-    #[error("unknown kernel source `{0}`: use debian-6.1, debian-6.12, a version like 5.10.79, or a path to a tree or tarball")]
+    #[error("unknown kernel source `{0}`: use debian-6.1, debian-6.12, debian-5.10, a version like 5.10.79, or a path to a tree or tarball")]
     Source(String),
 }
 
@@ -215,6 +215,9 @@ pub enum KernelSource {
     Debian61,
     /// Debian's `linux-source-6.12` package.
     Debian612,
+    /// Debian 11's `linux-source-5.10` package (bullseye-security): the
+    /// report's own series.
+    Debian510,
     /// An upstream release by version, e.g. `5.10.79`, fetched from a mirror.
     Version(String),
     /// A user-given kernel tree or tarball.
@@ -226,6 +229,7 @@ impl fmt::Display for KernelSource {
         match self {
             KernelSource::Debian61 => f.write_str("debian-6.1"),
             KernelSource::Debian612 => f.write_str("debian-6.12"),
+            KernelSource::Debian510 => f.write_str("debian-5.10"),
             KernelSource::Version(v) => f.write_str(v),
             KernelSource::Path(p) => write!(f, "{}", p.display()),
         }
@@ -247,6 +251,7 @@ impl FromStr for KernelSource {
         match t {
             "debian-6.1" | "debian" => Ok(KernelSource::Debian61),
             "debian-6.12" => Ok(KernelSource::Debian612),
+            "debian-5.10" => Ok(KernelSource::Debian510),
             _ if is_version(t) => Ok(KernelSource::Version(t.to_string())),
             _ if t.contains('/') || t.ends_with(".tar.xz") || t.ends_with(".tar.gz") => {
                 Ok(KernelSource::Path(PathBuf::from(t)))
@@ -322,6 +327,11 @@ mod tests {
             "debian-6.12".parse::<KernelSource>().unwrap(),
             KernelSource::Debian612
         );
+        assert_eq!(
+            "debian-5.10".parse::<KernelSource>().unwrap(),
+            KernelSource::Debian510
+        );
+        assert_eq!(KernelSource::Debian510.to_string(), "debian-5.10");
         assert_eq!(
             "5.10.79".parse::<KernelSource>().unwrap(),
             KernelSource::Version("5.10.79".into())

@@ -44,7 +44,13 @@ pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelEr
         variant: spec.variant.to_string(),
         detail,
     })?;
-    let merged = fragments::merged_config(spec.arch, spec.hz, spec.variant, spec.profile);
+    let merged = fragments::merged_config(
+        spec.arch,
+        spec.hz,
+        spec.variant,
+        spec.profile,
+        &resolved.facts.version,
+    );
     let compiler = tools::compiler_version(spec.arch)?;
     let material = cache::key_material(
         &resolved.facts.identity,
@@ -220,14 +226,7 @@ pub(crate) async fn build(
     opts: &BuildOptions,
 ) -> Result<KernelArtifact, KernelError> {
     tools::check(spec.arch)?;
-    if let lazyinit_core::KernelSource::Version(v) = &spec.source {
-        let fo = crate::fetch::FetchOptions {
-            mirror: opts.mirror.clone(),
-            progress: opts.progress.clone(),
-            ..Default::default()
-        };
-        crate::fetch::fetch_version(v, &opts.cache_dir, &fo).await?;
-    }
+    fetch_source(spec, opts).await?;
     let cache_dir = opts.cache_dir.clone();
     let spec_c = spec.clone();
     let plan = tokio::task::spawn_blocking(move || plan(&spec_c, &cache_dir))
@@ -315,6 +314,7 @@ pub(crate) async fn build(
         source: spec.source.clone(),
         source_identity: plan.resolved.facts.identity.clone(),
         source_version: plan.resolved.facts.version.clone(),
+        debian_package: plan.resolved.debian_package.clone(),
         kernel_release: release,
         localversion,
         variant_method: plan.method,
@@ -346,6 +346,34 @@ pub(crate) async fn build(
             plan.final_dir.display()
         ))
     })
+}
+
+/// Download what a source needs first: an upstream tarball by version, or
+/// a Debian package the host's apt does not carry (debian-5.10).
+async fn fetch_source(spec: &KernelSpec, opts: &BuildOptions) -> Result<(), KernelError> {
+    if let lazyinit_core::KernelSource::Version(v) = &spec.source {
+        let fo = crate::fetch::FetchOptions {
+            mirror: opts.mirror.clone(),
+            progress: opts.progress.clone(),
+            ..Default::default()
+        };
+        crate::fetch::fetch_version(v, &opts.cache_dir, &fo).await?;
+    }
+    if let Some(pkg) = crate::debian::package_for(&spec.source) {
+        if matches!(
+            source::locate(&spec.source, &opts.cache_dir),
+            Err(KernelError::NotFetched(_))
+        ) {
+            let cache_dir = opts.cache_dir.clone();
+            let progress = opts.progress.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::debian::fetch(&cache_dir, &pkg, progress.as_ref())
+            })
+            .await
+            .map_err(|e| KernelError::Step(format!("fetching {}: {e}", pkg.name)))??;
+        }
+    }
+    Ok(())
 }
 
 fn image_target(spec: &KernelSpec) -> &'static str {

@@ -34,6 +34,10 @@ pub struct Manifest {
     pub source_identity: String,
     /// `make kernelversion`, e.g. `6.1.192`.
     pub source_version: String,
+    /// The Debian package and its version, for a Debian source
+    /// (`linux-source-5.10 5.10.262-1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debian_package: Option<String>,
     /// Exactly what `uname -r` prints in the guest.
     pub kernel_release: String,
     pub localversion: String,
@@ -94,7 +98,10 @@ pub fn cache_key(material: &str) -> String {
 /// A file-name-safe short name for a source.
 pub fn source_slug(source: &KernelSource, identity: &str) -> String {
     match source {
-        KernelSource::Debian61 | KernelSource::Debian612 | KernelSource::Version(_) => {
+        KernelSource::Debian61
+        | KernelSource::Debian612
+        | KernelSource::Debian510
+        | KernelSource::Version(_) => {
             source.to_string()
         }
         KernelSource::Path(_) => {

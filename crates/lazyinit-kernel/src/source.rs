@@ -14,6 +14,7 @@ use std::time::UNIX_EPOCH;
 use lazyinit_core::KernelSource;
 use serde::{Deserialize, Serialize};
 
+use crate::debian;
 use crate::error::KernelError;
 use crate::variant::{self, Detected};
 
@@ -42,34 +43,27 @@ pub struct ResolvedSource {
     pub source: KernelSource,
     pub kind: SourceKind,
     pub facts: SourceFacts,
-}
-
-/// The Debian package that provides a Debian source, and its tarball.
-pub fn debian_tarball(source: &KernelSource) -> Option<(&'static str, PathBuf)> {
-    match source {
-        KernelSource::Debian61 => Some((
-            "linux-source-6.1",
-            PathBuf::from("/usr/src/linux-source-6.1.tar.xz"),
-        )),
-        KernelSource::Debian612 => Some((
-            "linux-source-6.12",
-            PathBuf::from("/usr/src/linux-source-6.12.tar.xz"),
-        )),
-        _ => None,
-    }
+    /// `<package> <version>` of a Debian source (`linux-source-5.10
+    /// 5.10.262-1`), when known.
+    pub debian_package: Option<String>,
 }
 
 /// Find the source on disk (without reading it).
 pub fn locate(source: &KernelSource, cache_dir: &Path) -> Result<SourceKind, KernelError> {
-    if let Some((pkg, path)) = debian_tarball(source) {
-        return if path.is_file() {
-            Ok(SourceKind::Tarball(path))
-        } else {
-            Err(KernelError::MissingTool {
-                tool: format!("Debian's kernel source ({})", path.display()),
-                install: format!("apt-get install {pkg}"),
-            })
-        };
+    if let Some(pkg) = debian::package_for(source) {
+        let installed = pkg.installed_tarball();
+        if installed.is_file() {
+            return Ok(SourceKind::Tarball(installed));
+        }
+        if pkg.download_from.is_some() {
+            return debian::downloaded_tarball(cache_dir, &pkg)
+                .map(|(p, _)| SourceKind::Tarball(p))
+                .ok_or_else(|| KernelError::NotFetched(source.to_string()));
+        }
+        return Err(KernelError::MissingTool {
+            tool: format!("Debian's kernel source ({})", installed.display()),
+            install: format!("apt-get install {}", pkg.name),
+        });
     }
     match source {
         KernelSource::Path(p) => {
@@ -93,7 +87,7 @@ pub fn locate(source: &KernelSource, cache_dir: &Path) -> Result<SourceKind, Ker
                 .ok_or_else(|| KernelError::NotFetched(v.clone()))?;
             Ok(SourceKind::Tarball(path))
         }
-        _ => unreachable!("Debian sources handled above"),
+        _ => unreachable!("Debian sources are handled above"),
     }
 }
 
@@ -324,10 +318,20 @@ pub fn resolve(source: &KernelSource, cache_dir: &Path) -> Result<ResolvedSource
             tree_text_facts(p, id, p)?
         }
     };
+    let debian_package = debian::package_for(source).and_then(|pkg| {
+        let version = match &kind {
+            SourceKind::Tarball(p) if *p == pkg.installed_tarball() => {
+                debian::installed_version(&pkg)
+            }
+            _ => debian::downloaded_tarball(cache_dir, &pkg).map(|(_, v)| v),
+        }?;
+        Some(format!("{} {version}", pkg.name))
+    });
     Ok(ResolvedSource {
         source: source.clone(),
         kind,
         facts,
+        debian_package,
     })
 }
 
