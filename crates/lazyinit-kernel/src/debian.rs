@@ -180,7 +180,10 @@ pub fn fetch(
 ) -> Result<(PathBuf, String, SourceFacts), KernelError> {
     let Some((archive, suite)) = pkg.download_from else {
         return Err(KernelError::MissingTool {
-            tool: format!("Debian's kernel source ({})", pkg.installed_tarball().display()),
+            tool: format!(
+                "Debian's kernel source ({})",
+                pkg.installed_tarball().display()
+            ),
             install: format!("apt-get install {}", pkg.name),
         });
     };
@@ -318,10 +321,7 @@ mod tests {
         // Every Dir:: setting stays under the private root or /dev/null.
         for v in values.iter().filter(|v| v.starts_with("Dir::")) {
             let path = v.split_once('=').unwrap().1;
-            assert!(
-                path.starts_with("/c/apt/") || path == "/dev/null",
-                "{v}"
-            );
+            assert!(path.starts_with("/c/apt/") || path == "/dev/null", "{v}");
         }
         assert!(!values.iter().any(|v| v.starts_with("APT::Sandbox")));
         assert!(apt_options(Path::new("/c"), "arm64", true)
@@ -346,8 +346,14 @@ mod tests {
             deb_version("linux-source-5.10_1%3a5.10-1_all.deb", "linux-source-5.10").as_deref(),
             Some("1:5.10-1")
         );
-        assert_eq!(deb_version("linux-source-6.1_6.1-1_all.deb", "linux-source-5.10"), None);
-        assert_eq!(deb_version("linux-source-5.10.tar.xz", "linux-source-5.10"), None);
+        assert_eq!(
+            deb_version("linux-source-6.1_6.1-1_all.deb", "linux-source-5.10"),
+            None
+        );
+        assert_eq!(
+            deb_version("linux-source-5.10.tar.xz", "linux-source-5.10"),
+            None
+        );
     }
 
     #[test]

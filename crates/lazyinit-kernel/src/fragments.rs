@@ -372,8 +372,14 @@ mod tests {
         assert_eq!(p["CONFIG_EXT4_FS"].as_deref(), Some("y"));
         // 6.1's merged fragment is what it was before 5.10 existed (its
         // cache keys do not move).
-        assert!(!merged_config(Arch::X86_64, hz(250), Variant::Fix, Profile::Qemu, "6.1.192")
-            .contains("CONFIG_EMBEDDED"));
+        assert!(!merged_config(
+            Arch::X86_64,
+            hz(250),
+            Variant::Fix,
+            Profile::Qemu,
+            "6.1.192"
+        )
+        .contains("CONFIG_EMBEDDED"));
     }
 
     #[test]

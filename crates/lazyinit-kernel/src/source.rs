@@ -25,6 +25,9 @@ pub enum SourceKind {
     Tarball(PathBuf),
     /// An unpacked kernel tree (copied into the build slot, never modified).
     Tree(PathBuf),
+    /// A git work tree: identified by commit plus differences, and copied
+    /// as git lists its files (see [`crate::gittree`]).
+    GitTree(PathBuf),
 }
 
 /// What a source is, as far as a build needs to know before unpacking it.
@@ -77,7 +80,11 @@ pub fn locate(source: &KernelSource, cache_dir: &Path) -> Result<SourceKind, Ker
                         p.display()
                     )));
                 }
-                Ok(SourceKind::Tree(p.clone()))
+                if crate::gittree::is_work_tree(p) {
+                    Ok(SourceKind::GitTree(p.clone()))
+                } else {
+                    Ok(SourceKind::Tree(p.clone()))
+                }
             } else {
                 Ok(SourceKind::Tarball(p.clone()))
             }
@@ -317,6 +324,10 @@ pub fn resolve(source: &KernelSource, cache_dir: &Path) -> Result<ResolvedSource
             let id = format!("tree:{}", tree_fingerprint(p)?);
             tree_text_facts(p, id, p)?
         }
+        SourceKind::GitTree(p) => {
+            let id = crate::gittree::state(p)?.identity();
+            tree_text_facts(p, id, p)?
+        }
     };
     let debian_package = debian::package_for(source).and_then(|pkg| {
         let version = match &kind {
@@ -336,7 +347,7 @@ pub fn resolve(source: &KernelSource, cache_dir: &Path) -> Result<ResolvedSource
 }
 
 /// Put a copy of the source into `dest` (which must not exist): unpack a
-/// tarball, or copy a tree without `.git`.
+/// tarball, copy a tree without `.git`, or copy a git work tree's files.
 pub fn unpack(kind: &SourceKind, dest: &Path) -> Result<(), KernelError> {
     std::fs::create_dir_all(dest).map_err(|e| KernelError::io(dest, e))?;
     match kind {
@@ -360,7 +371,32 @@ pub fn unpack(kind: &SourceKind, dest: &Path) -> Result<(), KernelError> {
             &format!("copying {}", src.display()),
         )
         .map(|_| ()),
+        SourceKind::GitTree(src) => {
+            let list = crate::gittree::file_list(src)?;
+            let list_file = dest.with_extension("files");
+            std::fs::write(&list_file, list).map_err(|e| KernelError::io(&list_file, e))?;
+            let r = run(
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(
+                        "tar -C \"$1\" --null --no-recursion -T \"$3\" -cf - | tar -C \"$2\" -xf -",
+                    )
+                    .args(["sh"])
+                    .arg(src)
+                    .arg(dest)
+                    .arg(&list_file),
+                &format!("copying the files of {}", src.display()),
+            );
+            let _ = std::fs::remove_file(&list_file);
+            r.map(|_| ())
+        }
     }
+}
+
+/// Whether a copied tree carries the outputs of an in-place build (its
+/// own `.config` or generated headers), which must not reach our build.
+pub fn was_built_in_place(tree: &Path) -> bool {
+    tree.join(".config").exists() || tree.join("include/config").exists()
 }
 
 #[cfg(test)]

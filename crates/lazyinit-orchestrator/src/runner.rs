@@ -202,6 +202,7 @@ pub async fn run(
             variant: need.variant,
             source: need.source.clone(),
             profile: opts.kernel_profile,
+            config: spec.kernel_config.clone(),
         };
         let events = opts.events.clone();
         let first = waiting.first().cloned().unwrap_or_default();

@@ -28,9 +28,14 @@ pub struct SpecArgs {
     /// One cell: volume size, e.g. 64GiB, 2TiB.
     #[arg(long)]
     pub size: Option<ByteSize>,
-    /// One cell: kernel source (debian-6.1, debian-6.12, a version, a path).
+    /// One cell: kernel source (debian-6.1, debian-6.12, debian-5.10, a
+    /// version, a path).
     #[arg(long)]
     pub source: Option<KernelSource>,
+    /// A kernel config file as the base of every kernel (`kernel-config` in
+    /// a spec): the harness sets only what its guest needs on top.
+    #[arg(long, value_name = "FILE")]
+    pub kernel_config: Option<PathBuf>,
     /// Override the spec's repetitions.
     #[arg(long)]
     pub repetitions: Option<u32>,
@@ -123,6 +128,14 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
     };
     if let Some(r) = a.repetitions {
         spec.repetitions = r;
+    }
+    if let Some(c) = &a.kernel_config {
+        if !c.is_file() {
+            return Err(
+                bad_input(format!("--kernel-config: {} is not a file", c.display())).into(),
+            );
+        }
+        spec.kernel_config = Some(c.clone());
     }
     if let Some(c) = a.concurrency {
         if c == 0 {
