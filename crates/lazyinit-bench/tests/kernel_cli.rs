@@ -98,7 +98,11 @@ fn list_shows_source_version_config_origin_and_variant_method() {
     );
     assert!(lines[3].contains("/src/linux 6.1.192 (git:0123456789abcdef"));
     assert!(lines[3].contains("as-released"));
-    assert!(lines[3].contains("config-6.1.0-57-amd64 (+2)"), "{}", lines[3]);
+    assert!(
+        lines[3].contains("config-6.1.0-57-amd64 (+2)"),
+        "{}",
+        lines[3]
+    );
 
     let json = Command::new(bin())
         .args(["kernel", "list", "--json", "--cache-dir"])

@@ -239,23 +239,50 @@ fn fetch_into(
         .ok_or_else(|| {
             KernelError::Step(format!("apt-get download left no {} package", pkg.name))
         })?;
+    step(format!("unpack {}", deb.display()));
+    install_deb(cache_dir, pkg, &deb)
+}
+
+/// Take the tarball out of a downloaded package (`<name>_<version>_all.deb`),
+/// check that it is a tree of the package's series, keep it in the cache and
+/// make it the version builds use. The package file itself is not kept.
+pub fn install_deb(
+    cache_dir: &Path,
+    pkg: &DebianPackage,
+    deb: &Path,
+) -> Result<(PathBuf, String, SourceFacts), KernelError> {
     let file_name = deb.file_name().unwrap_or_default().to_string_lossy();
     let version = deb_version(&file_name, pkg.name).ok_or_else(|| {
         KernelError::Step(format!("cannot read the version of {}", deb.display()))
     })?;
-    step(format!("unpack {} {version}", pkg.name));
-    let member = format!("./usr/src/{}", pkg.tarball_name());
+    let pkg_dir = debian_dir(cache_dir).join(pkg.name);
+    let tmp = pkg_dir.join(format!(".unpack-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| KernelError::io(&tmp, e))?;
+    let r = install_from(cache_dir, pkg, deb, &version, &tmp);
+    let _ = std::fs::remove_dir_all(&tmp);
+    r.map(|(path, facts)| (path, version, facts))
+}
+
+fn install_from(
+    cache_dir: &Path,
+    pkg: &DebianPackage,
+    deb: &Path,
+    version: &str,
+    tmp: &Path,
+) -> Result<(PathBuf, SourceFacts), KernelError> {
     run(
-        Command::new("sh")
-            .arg("-c")
-            .arg("dpkg-deb --fsys-tarfile \"$1\" | tar -x -C \"$2\" \"$3\"")
-            .arg("sh")
-            .arg(&deb)
-            .arg(dl)
-            .arg(&member),
-        &format!("dpkg-deb (taking {member} out of {file_name})"),
+        Command::new("dpkg-deb").arg("-x").arg(deb).arg(tmp),
+        &format!("dpkg-deb -x {}", deb.display()),
     )?;
-    let tarball = dl.join(&member);
+    let tarball = tmp.join("usr/src").join(pkg.tarball_name());
+    if !tarball.is_file() {
+        return Err(KernelError::Step(format!(
+            "{} has no usr/src/{}",
+            deb.display(),
+            pkg.tarball_name()
+        )));
+    }
     let facts = source::identify_tarball(&tarball)?;
     if crate::variant::series_of(&facts.version) != pkg.series {
         return Err(KernelError::Step(format!(
@@ -264,18 +291,18 @@ fn fetch_into(
         )));
     }
     let pkg_dir = debian_dir(cache_dir).join(pkg.name);
-    let dest_dir = pkg_dir.join(&version);
+    let dest_dir = pkg_dir.join(version);
     let dest = dest_dir.join(pkg.tarball_name());
     if !dest.is_file() {
         std::fs::create_dir_all(&dest_dir).map_err(|e| KernelError::io(&dest_dir, e))?;
         std::fs::rename(&tarball, &dest).map_err(|e| KernelError::io(&dest, e))?;
     }
     let current = pkg_dir.join("current");
-    let tmp = pkg_dir.join(format!(".current.{}", std::process::id()));
-    std::fs::write(&tmp, format!("{version}\n")).map_err(|e| KernelError::io(&tmp, e))?;
-    std::fs::rename(&tmp, &current).map_err(|e| KernelError::io(&current, e))?;
+    let next = pkg_dir.join(format!(".current.{}", std::process::id()));
+    std::fs::write(&next, format!("{version}\n")).map_err(|e| KernelError::io(&next, e))?;
+    std::fs::rename(&next, &current).map_err(|e| KernelError::io(&current, e))?;
     source::remember_tarball(cache_dir, &dest, &facts)?;
-    Ok((dest, version, facts))
+    Ok((dest, facts))
 }
 
 #[cfg(test)]
@@ -354,6 +381,96 @@ mod tests {
             deb_version("linux-source-5.10.tar.xz", "linux-source-5.10"),
             None
         );
+    }
+
+    /// A package like Debian's: `usr/src/<name>.tar.xz` holding a tree
+    /// with a Makefile of `version` and ext4's super.c.
+    fn fake_deb(dir: &Path, name: &str, deb_version: &str, version: (u32, u32, u32)) -> PathBuf {
+        let root = dir.join(format!("pkg-{deb_version}"));
+        let tree = root.join("tree").join(name);
+        std::fs::create_dir_all(tree.join("fs/ext4")).unwrap();
+        std::fs::write(
+            tree.join("Makefile"),
+            format!(
+                "VERSION = {}\nPATCHLEVEL = {}\nSUBLEVEL = {}\nEXTRAVERSION =\n",
+                version.0, version.1, version.2
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            tree.join("fs/ext4/super.c"),
+            include_str!("../fixtures/run_li_request-debian-5.10.c"),
+        )
+        .unwrap();
+        let deb_root = root.join("deb");
+        std::fs::create_dir_all(deb_root.join("usr/src")).unwrap();
+        std::fs::create_dir_all(deb_root.join("DEBIAN")).unwrap();
+        std::fs::write(
+            deb_root.join("DEBIAN/control"),
+            format!("Package: {name}\nVersion: {deb_version}\nArchitecture: all\nMaintainer: t <t@t>\nDescription: test\n"),
+        )
+        .unwrap();
+        let st = Command::new("tar")
+            .arg("-cJf")
+            .arg(deb_root.join(format!("usr/src/{name}.tar.xz")))
+            .arg("-C")
+            .arg(root.join("tree"))
+            .arg(name)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let deb = dir.join(format!("{name}_{deb_version}_all.deb"));
+        let out = Command::new("dpkg-deb")
+            .args(["--build", "--root-owner-group", "-Zxz"])
+            .arg(&deb_root)
+            .arg(&deb)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        deb
+    }
+
+    #[test]
+    fn a_downloaded_package_becomes_the_current_source() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        let pkg = package_for(&KernelSource::Debian510).unwrap();
+        let deb = fake_deb(d.path(), pkg.name, "5.10.262-1", (5, 10, 262));
+        let (path, version, facts) = install_deb(&cache, &pkg, &deb).unwrap();
+        assert_eq!(version, "5.10.262-1");
+        assert_eq!(facts.version, "5.10.262");
+        assert_eq!(facts.released, crate::Detected::Fix);
+        assert_eq!(
+            downloaded_tarball(&cache, &pkg),
+            Some((path.clone(), version))
+        );
+        // The build finds it there (on a host without the package installed
+        // under /usr/src, which would come first), with its package version.
+        assert!(!pkg.installed_tarball().exists(), "a bullseye host");
+        let r = source::resolve(&KernelSource::Debian510, &cache).unwrap();
+        assert_eq!(r.kind, source::SourceKind::Tarball(path));
+        assert_eq!(
+            r.debian_package.as_deref(),
+            Some("linux-source-5.10 5.10.262-1")
+        );
+        assert_eq!(r.facts.identity, facts.identity);
+        // A newer package becomes current; another series is refused.
+        let newer = fake_deb(d.path(), pkg.name, "5.10.263-1", (5, 10, 263));
+        let (_, v, f) = install_deb(&cache, &pkg, &newer).unwrap();
+        assert_eq!(v, "5.10.263-1");
+        assert_ne!(f.identity, facts.identity);
+        assert_eq!(downloaded_tarball(&cache, &pkg).unwrap().1, "5.10.263-1");
+        let wrong = fake_deb(d.path(), pkg.name, "6.1.1-1", (6, 1, 1));
+        let e = install_deb(&cache, &pkg, &wrong).unwrap_err();
+        assert!(
+            e.to_string().contains("holds a 6.1.1 tree, not 5.10"),
+            "{e}"
+        );
+        assert_eq!(downloaded_tarball(&cache, &pkg).unwrap().1, "5.10.263-1");
     }
 
     #[test]

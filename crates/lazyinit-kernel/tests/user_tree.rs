@@ -40,7 +40,10 @@ fn git_tree(dir: &Path) {
     )
     .unwrap();
     std::fs::write(dir.join(".gitignore"), "*.o\n.config\n/include/config/\n").unwrap();
-    sh(dir, "git init -q -b main && git add -A && git commit -qm release");
+    sh(
+        dir,
+        "git init -q -b main && git add -A && git commit -qm release",
+    );
     // Built in place with some other config: none of this may travel.
     sh(
         dir,
@@ -61,8 +64,15 @@ fn a_git_tree_is_keyed_by_its_state_and_copied_without_build_outputs() {
     let clean = source::resolve(&src, cache.path()).unwrap();
     assert!(matches!(clean.kind, SourceKind::GitTree(_)));
     assert_eq!(clean.facts.version, "6.1.192");
-    assert!(clean.facts.identity.starts_with("git:"), "{}", clean.facts.identity);
-    assert!(!clean.facts.identity.contains('+'), "the build outputs made it dirty");
+    assert!(
+        clean.facts.identity.starts_with("git:"),
+        "{}",
+        clean.facts.identity
+    );
+    assert!(
+        !clean.facts.identity.contains('+'),
+        "the build outputs made it dirty"
+    );
 
     // An uncommitted edit and an untracked file: a new identity each.
     sh(tree.path(), "echo '/* local change */' >> fs/ext4/super.c");
@@ -84,7 +94,12 @@ fn a_git_tree_is_keyed_by_its_state_and_copied_without_build_outputs() {
         .unwrap()
         .ends_with("/* local change */\n"));
     assert!(dest.join("fs/ext4/Kbuild.local").is_file());
-    for output in [".config", "include/config/auto.conf", "fs/ext4/super.o", ".git"] {
+    for output in [
+        ".config",
+        "include/config/auto.conf",
+        "fs/ext4/super.o",
+        ".git",
+    ] {
         assert!(!dest.join(output).exists(), "{output} was copied");
     }
     assert!(!source::was_built_in_place(&dest));
@@ -141,7 +156,10 @@ async fn a_config_without_ext4_is_refused_by_name_before_any_work() {
     assert!(matches!(e, KernelError::Unmeasurable { .. }), "{msg}");
     assert_eq!(e.exit_code(), lazyinit_core::exit::BAD_INPUT);
     assert!(msg.contains("CONFIG_EXT4_FS: not set"), "{msg}");
-    assert!(msg.contains("CONFIG_CMDLINE: its `clocksource=jiffies`"), "{msg}");
+    assert!(
+        msg.contains("CONFIG_CMDLINE: its `clocksource=jiffies`"),
+        "{msg}"
+    );
     assert!(msg.contains(&config.display().to_string()), "{msg}");
     // Nothing was unpacked, configured or published.
     assert!(!cache.path().join("kernel/work").exists());
