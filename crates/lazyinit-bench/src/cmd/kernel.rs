@@ -178,7 +178,7 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
     } else {
         let m = &k.manifest;
         println!(
-            "kernel   {} ({}, {} as {})",
+            "kernel   {} ({}, {}: {})",
             m.kernel_release, m.arch, m.variant, m.variant_method
         );
         println!("source   {}", source_line(m));
