@@ -148,6 +148,8 @@ pub fn source_slug(source: &KernelSource) -> String {
                 })
                 .take(32)
                 .collect();
+            // `/src/linux`, `/src/linux/` and a symlink to it: one slot.
+            let p = p.canonicalize().unwrap_or_else(|_| p.clone());
             let hex = lazyinit_core::paths::sha256_hex(p.display().to_string());
             format!("path-{base}-{}", &hex[..8])
         }
