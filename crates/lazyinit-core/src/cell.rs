@@ -281,18 +281,32 @@ pub struct Cell {
 impl Cell {
     /// A short, file-name-safe identifier, unique within a run.
     pub fn id(&self) -> String {
-        let src: String = self
-            .source
-            .to_string()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let safe = |s: &str| -> String {
+            s.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        };
+        // A path names its tree by its last component and a hash of the
+        // whole: the id names the cell's folder, which holds UNIX sockets
+        // (at most 107 bytes), so a deep path must not make it long.
+        let src = match &self.source {
+            KernelSource::Path(p) => {
+                let base = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let base: String = safe(&base).chars().take(24).collect();
+                let hash = crate::paths::sha256_hex(p.display().to_string());
+                format!("{}-{}", base.trim_matches('_'), &hash[..8])
+            }
+            s => safe(&s.to_string()),
+        };
         let src = src.trim_matches('_');
         let mut id = format!(
             "{}-{}-{}-hz{}-{}-{}",
@@ -356,7 +370,25 @@ mod tests {
             repetition: 1,
         };
         let id = c.id();
-        assert_eq!(id, "qemu-arm64-tmp_linux_5.10-hz100-fix-2TiB-r1");
+        let hash = &crate::paths::sha256_hex("/tmp/linux 5.10")[..8];
+        assert_eq!(
+            id,
+            format!("qemu-arm64-linux_5.10-{hash}-hz100-fix-2TiB-r1")
+        );
         assert!(!id.contains('/'));
+        // A deep path does not make a long id.
+        let deep = Cell {
+            source: KernelSource::Path(
+                format!("/{}/linux", "very-long-directory".repeat(8)).into(),
+            ),
+            ..c.clone()
+        };
+        assert!(deep.id().len() < 60, "{}", deep.id());
+        assert_ne!(deep.id(), c.id());
+        let d = Cell {
+            source: KernelSource::Debian510,
+            ..c
+        };
+        assert_eq!(d.id(), "qemu-arm64-debian-5.10-hz100-fix-2TiB-r1");
     }
 }

@@ -60,7 +60,7 @@ pub async fn probe_kvm(
     }
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     let console = work.join("kvm-probe.console");
-    let qmp = work.join("kvm-probe.qmp");
+    let qmp = args::socket_path(work, "kvm-probe.qmp");
     let cmdline = args::kernel_cmdline(arch, None, &["rdinit=/nonexistent".into()]);
     let g = args::GuestArgs {
         arch,

@@ -1,7 +1,7 @@
 //! QEMU command lines, built from small pure functions (vmtest style).
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use lazyinit_core::Arch;
 
@@ -69,6 +69,19 @@ pub fn console_device(arch: Arch) -> &'static str {
 /// The kernel command line. `tsc_khz` pins the x86 TSC frequency so that a
 /// busy TCG host cannot make calibration fail and push the guest onto the
 /// jiffies clocksource (DESIGN §3), which would make the fix invisible.
+/// Where a UNIX socket named `name` for the files in `dir` goes: in `dir`
+/// when the path fits a socket address (107 bytes), else in the temporary
+/// directory under a name unique to `dir` (a deep results folder or a long
+/// cell id must not stop a guest).
+pub fn socket_path(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    if p.as_os_str().len() <= 107 {
+        return p;
+    }
+    let hash = lazyinit_core::paths::sha256_hex(dir.as_os_str().as_encoded_bytes());
+    std::env::temp_dir().join(format!("lazyinit-{}-{name}", &hash[..16]))
+}
+
 pub fn kernel_cmdline(arch: Arch, tsc_khz: Option<u64>, extra: &[String]) -> String {
     // random.trust_cpu: seed the RNG from the CPU at once, or dropbear
     // waits seconds of TCG time for entropy before it answers.
@@ -271,6 +284,21 @@ mod tests {
             .map(|s| s.to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    #[test]
+    fn sockets_stay_in_the_cell_folder_unless_its_path_is_too_long() {
+        let short = Path::new("/work/results/quick-1/qemu-x86_64-debian-6.1-hz250-fix-64GiB-r1");
+        assert_eq!(socket_path(short, "qmp.sock"), short.join("qmp.sock"));
+        let deep = Path::new("/work/scratch/results/usertree-nofix/qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r1");
+        let p = socket_path(deep, "volume.nbd.sock");
+        assert!(p.as_os_str().len() <= 107, "{}", p.display());
+        assert!(p.starts_with(std::env::temp_dir()));
+        assert!(p.to_string_lossy().ends_with("-volume.nbd.sock"));
+        // Unique per folder and per name.
+        let other = Path::new("/work/scratch/results/usertree-nofix/qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r2");
+        assert_ne!(socket_path(other, "volume.nbd.sock"), p);
+        assert_ne!(socket_path(deep, "warmup.nbd.sock"), p);
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl QemuMachine {
     pub(crate) async fn start(a: StartArgs<'_>) -> Result<Self, ProviderError> {
         let arch = a.req.cell.arch;
         let console_log = a.req.log_dir.join("console.log");
-        let qmp_socket = a.req.log_dir.join("qmp.sock");
+        let qmp_socket = args::socket_path(&a.req.log_dir, "qmp.sock");
         let _ = std::fs::remove_file(&qmp_socket);
         let mut extra = vec!["lazyinit.net=static".to_string()];
         extra.extend(a.req.extra_cmdline.iter().cloned());
@@ -71,13 +71,13 @@ impl QemuMachine {
                 );
                 let vol = NbdServer::start(
                     a.volume,
-                    &a.req.log_dir.join("volume.nbd.sock"),
+                    &args::socket_path(&a.req.log_dir, "volume.nbd.sock"),
                     hold.clone(),
                 )?;
                 let warm = match a.warmup {
                     Some(w) => Some(NbdServer::start(
                         w,
-                        &a.req.log_dir.join("warmup.nbd.sock"),
+                        &args::socket_path(&a.req.log_dir, "warmup.nbd.sock"),
                         hold.clone(),
                     )?),
                     None => None,
