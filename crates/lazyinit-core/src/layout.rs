@@ -171,13 +171,24 @@ impl CellFolder {
         self.file(Self::QEMU_STDERR)
     }
     pub fn qmp_sock(&self) -> PathBuf {
-        self.file(Self::QMP_SOCK)
+        self.socket(Self::QMP_SOCK)
     }
     pub fn volume_nbd_sock(&self) -> PathBuf {
-        self.file(Self::VOLUME_NBD_SOCK)
+        self.socket(Self::VOLUME_NBD_SOCK)
     }
     pub fn warmup_nbd_sock(&self) -> PathBuf {
-        self.file(Self::WARMUP_NBD_SOCK)
+        self.socket(Self::WARMUP_NBD_SOCK)
+    }
+    /// A unix socket of this cell: in the folder when its path fits
+    /// `sun_path` (108 bytes with the NUL), else in the temporary directory
+    /// under a name unique to this folder, so any `--out` works.
+    fn socket(&self, name: &str) -> PathBuf {
+        let p = self.file(name);
+        if p.as_os_str().len() <= 107 {
+            return p;
+        }
+        let hash = crate::paths::sha256_hex(self.path().as_os_str().as_encoded_bytes());
+        std::env::temp_dir().join(format!("lazyinit-{}-{name}", &hash[..16]))
     }
     /// The request trace kept beside an NBD socket.
     pub fn nbd_trace_csv(socket: &Path) -> PathBuf {
@@ -187,7 +198,7 @@ impl CellFolder {
         self.file(Self::KVM_PROBE_CONSOLE)
     }
     pub fn kvm_probe_qmp(&self) -> PathBuf {
-        self.file(Self::KVM_PROBE_QMP)
+        self.socket(Self::KVM_PROBE_QMP)
     }
     pub fn kvm_probe_stderr(&self) -> PathBuf {
         self.file(Self::KVM_PROBE_STDERR)
@@ -200,6 +211,21 @@ impl CellFolder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sockets_stay_in_the_cell_folder_unless_its_path_is_too_long() {
+        let short = RunFolder::new("/work/results/quick-1").cell("qemu-x86_64-debian-6.1-hz250-fix-64GiB-r1");
+        assert_eq!(short.qmp_sock(), short.path().join("qmp.sock"));
+        let deep = RunFolder::new("/work/scratch/results/usertree-nofix").cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r1");
+        let p = deep.volume_nbd_sock();
+        assert!(p.as_os_str().len() <= 107, "{}", p.display());
+        assert!(p.starts_with(std::env::temp_dir()));
+        assert!(p.to_string_lossy().ends_with("-volume.nbd.sock"));
+        // Unique per folder and per name.
+        let other = RunFolder::new("/work/scratch/results/usertree-nofix").cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r2");
+        assert_ne!(other.volume_nbd_sock(), p);
+        assert_ne!(deep.warmup_nbd_sock(), p);
+    }
 
     #[test]
     fn names_are_the_documented_ones() {

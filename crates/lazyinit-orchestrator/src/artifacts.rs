@@ -50,6 +50,8 @@ pub struct Built {
     state_dir: PathBuf,
     /// Build parallelism for kernels.
     jobs: usize,
+    /// The user's own kernel config as the base of every kernel (`--config`).
+    kernel_config: Option<PathBuf>,
     keys: OnceCell<lazyinit_ssh::Keys>,
 }
 
@@ -59,8 +61,16 @@ impl Built {
             cache_dir,
             state_dir,
             jobs,
+            kernel_config: None,
             keys: OnceCell::new(),
         }
+    }
+
+    /// Builds every kernel on the user's own config (see
+    /// `lazyinit_kernel::userconfig`) instead of the minimal fragments.
+    pub fn with_kernel_config(mut self, config: Option<PathBuf>) -> Self {
+        self.kernel_config = config;
+        self
     }
 
     /// The project's SSH keys, made on first use (`ssh-keygen`, `dropbearkey`).
@@ -91,6 +101,7 @@ impl Artifacts for Built {
             variant: need.variant,
             source: need.source.clone(),
             profile,
+            config: self.kernel_config.clone(),
         };
         let opts = lazyinit_kernel::BuildOptions {
             cache_dir: self.cache_dir.clone(),

@@ -98,6 +98,12 @@ pub struct Spec<C> {
     pub arches: Vec<Arch>,
     #[serde(default = "default_sources")]
     pub sources: Vec<KernelSource>,
+    /// A kernel config file as the base of every kernel (a distro's
+    /// `/boot/config-*`): the harness sets only what its guest needs on top
+    /// (kernels/README.md, "A user's own config"). Default: the minimal
+    /// config from kernels/fragments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_config: Option<std::path::PathBuf>,
     pub hz: HzAxis,
     #[serde(default = "default_variants")]
     pub variants: Vec<Variant>,
@@ -235,13 +241,24 @@ impl<C: ProviderConfigs> Spec<C> {
         if let Some(n) = self.estimate_after {
             check_estimate_after(n)?;
         }
+        if let Some(c) = &self.kernel_config {
+            if !c.is_file() {
+                return Err(format!("kernel-config: {} is not a file", c.display()));
+            }
+        }
         Ok(())
     }
 
     /// Short content hash: a spec names its results folder, so rerunning the
     /// same spec resumes it, and a changed spec gets a new folder.
     pub fn hash(&self) -> String {
-        let text = toml::to_string(self).unwrap_or_default();
+        let mut text = toml::to_string(self).unwrap_or_default();
+        // The config's content, not just its path: an edited config is
+        // another kernel, so another results folder.
+        if let Some(c) = &self.kernel_config {
+            let content = std::fs::read(c).unwrap_or_default();
+            text.push_str(&lazyinit_core::paths::sha256_hex(content));
+        }
         lazyinit_core::paths::sha256_hex(text)[..8].to_string()
     }
 
@@ -377,5 +394,27 @@ mod tests {
         assert_eq!(a.hash(), b.hash());
         b.repetitions += 1;
         assert_ne!(a.hash(), b.hash());
+    }
+
+    #[test]
+    fn kernel_config_must_exist_and_its_content_is_hashed() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = d.path().join("config-6.1");
+        let text = |p: &std::path::Path| {
+            format!(
+                "name = \"c\"\narches = [\"x86_64\"]\nhz = [250]\nsizes = [\"64GiB\"]\nkernel-config = \"{}\"\n",
+                p.display()
+            )
+        };
+        let e = Spec::parse(&text(&cfg), "s").unwrap_err();
+        assert!(e.to_string().contains("kernel-config"), "{e}");
+        std::fs::write(&cfg, "CONFIG_EXT4_FS=m\n").unwrap();
+        let s = Spec::parse(&text(&cfg), "s").unwrap();
+        let before = s.hash();
+        std::fs::write(&cfg, "CONFIG_EXT4_FS=y\n").unwrap();
+        assert_ne!(s.hash(), before);
+        // Without one, the hash is what it was before the key existed.
+        let q = Spec::parse(preset("quick").unwrap(), "q").unwrap();
+        assert!(!toml::to_string(&q).unwrap().contains("kernel-config"));
     }
 }

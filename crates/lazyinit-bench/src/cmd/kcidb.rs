@@ -125,8 +125,8 @@ pub fn kernel_facts(rows: &[LoadedRow], cache_dir: &Path) -> BTreeMap<BuildKey, 
                 profile: super::providers::kernel_profile(&key.provider).map(|p| p.to_string()),
                 debian_package: source
                     .as_ref()
-                    .and_then(lazyinit_kernel::source::debian_tarball)
-                    .map(|(pkg, _)| pkg.to_string()),
+                    .and_then(lazyinit_kernel::debian::package_for)
+                    .map(|pkg| pkg.name.to_string()),
                 manifest: find(&builds, &key, &first_start).map(|(m, d)| manifest_facts(m, d)),
             };
             (key, facts)

@@ -30,9 +30,14 @@ pub struct SpecArgs {
     /// One cell: volume size, e.g. 64GiB, 2TiB.
     #[arg(long)]
     pub size: Option<ByteSize>,
-    /// One cell: kernel source (debian-6.1, debian-6.12, a version, a path).
+    /// One cell: kernel source (debian-6.1, debian-6.12, debian-5.10, a
+    /// version, a path).
     #[arg(long)]
     pub source: Option<KernelSource>,
+    /// A kernel config file as the base of every kernel (`kernel-config` in
+    /// a spec): the harness sets only what its guest needs on top.
+    #[arg(long, value_name = "FILE")]
+    pub kernel_config: Option<PathBuf>,
     /// Override the spec's repetitions.
     #[arg(long)]
     pub repetitions: Option<u32>,
@@ -134,6 +139,14 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
     };
     if let Some(r) = a.repetitions {
         spec.repetitions = r;
+    }
+    if let Some(c) = &a.kernel_config {
+        if !c.is_file() {
+            return Err(
+                bad_input(format!("--kernel-config: {} is not a file", c.display())).into(),
+            );
+        }
+        spec.kernel_config = Some(c.clone());
     }
     if let Some(c) = a.concurrency {
         if c == 0 {
@@ -244,7 +257,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             lazyinit_core::paths::cache_dir(),
             lazyinit_core::paths::state_dir(),
             std::thread::available_parallelism().map_or(2, |n| n.get()),
-        )),
+        )
+        .with_kernel_config(spec.kernel_config.clone())),
     };
     let result = lazyinit_orchestrator::run(&spec, &plan, provider, opts).await;
     let _ = ui.await;
