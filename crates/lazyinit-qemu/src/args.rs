@@ -1,7 +1,7 @@
 //! QEMU command lines, built from small pure functions (vmtest style).
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use lazyinit_core::Arch;
 
