@@ -323,9 +323,8 @@ async fn build_artifacts(
     }))
 }
 
-/// Runs the cells, as many at once as the plan says, with-fix cells first
-/// and then the largest volumes (with fewer slots than cells, the long
-/// no-fix cells are not left for last). Counts how they ended.
+/// Runs the cells, as many at once as the plan says, the longest expected
+/// first (see [`longest_first`]). Counts how they ended.
 async fn schedule(
     prepared: Prepared,
     built: Built,
@@ -357,8 +356,7 @@ async fn schedule(
         unwritten: Mutex::default(),
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
-    let mut order = todo;
-    order.sort_by_key(|c| (c.variant != Variant::Fix, std::cmp::Reverse(c.volume)));
+    let order = longest_first(plan, todo);
     let mut tasks = tokio::task::JoinSet::new();
     // Slots are taken here, in order.
     for cell in order {
@@ -391,6 +389,28 @@ async fn schedule(
     }
     drop(_lock);
     shared
+}
+
+/// The order cells take slots in: longest predicted wall time first, the
+/// schedule `plan::makespan` assumes. With fewer slots than cells, the long
+/// no-fix cells start at once instead of after a wave of short ones (48
+/// cells on 25 slots: 45 minutes rather than 62). Ties: with-fix first,
+/// then the largest volume, then the id.
+fn longest_first(plan: &Plan, mut todo: Vec<Cell>) -> Vec<Cell> {
+    let predicted: BTreeMap<String, f64> = plan
+        .cells
+        .iter()
+        .map(|p| (p.id.clone(), p.predicted_wall_s))
+        .collect();
+    let wall = |c: &Cell| predicted.get(&c.id()).copied().unwrap_or(0.0);
+    todo.sort_by(|a, b| {
+        wall(b)
+            .total_cmp(&wall(a))
+            .then((a.variant != Variant::Fix).cmp(&(b.variant != Variant::Fix)))
+            .then(b.volume.cmp(&a.volume))
+            .then(a.id().cmp(&b.id()))
+    });
+    todo
 }
 
 /// How the cells share the host (see [`crate::gate`]). Also for one cell

@@ -406,15 +406,15 @@ mod tests {
                 p.display()
             )
         };
-        let e = Spec::parse(&text(&cfg), "s").unwrap_err();
+        let e = RawSpec::parse(&text(&cfg), "s").unwrap_err();
         assert!(e.to_string().contains("kernel-config"), "{e}");
         std::fs::write(&cfg, "CONFIG_EXT4_FS=m\n").unwrap();
-        let s = Spec::parse(&text(&cfg), "s").unwrap();
+        let s = RawSpec::parse(&text(&cfg), "s").unwrap();
         let before = s.hash();
         std::fs::write(&cfg, "CONFIG_EXT4_FS=y\n").unwrap();
         assert_ne!(s.hash(), before);
         // Without one, the hash is what it was before the key existed.
-        let q = Spec::parse(preset("quick").unwrap(), "q").unwrap();
+        let q = RawSpec::parse(preset("quick").unwrap(), "q").unwrap();
         assert!(!toml::to_string(&q).unwrap().contains("kernel-config"));
     }
 }

@@ -311,15 +311,15 @@ async fn a_row_that_cannot_be_written_is_kept_and_the_run_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let folder = RunFolder::new(&out);
-    // One cell at a time (fix first): before the no-fix cell's row is
-    // written, results.csv goes away.
+    // One cell at a time, the longest first (no fix): before the with-fix
+    // cell's row is written, results.csv goes away.
     let csv = folder.results_csv();
     let aside = out.join("results.csv.aside");
     let (c, a) = (csv.clone(), aside.clone());
     let lab = Lab::with_hook(
         tmp.path().join("lab"),
         hook(move |step, cell| {
-            if (step, cell) == ("teardown", NOFIX) {
+            if (step, cell) == ("teardown", FIX) {
                 std::fs::rename(&c, &a).unwrap();
             }
             Answer::Normal
@@ -329,13 +329,13 @@ async fn a_row_that_cannot_be_written_is_kept_and_the_run_says_so() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, RunError::RowsNotWritten { cells, .. } if cells == &[NOFIX.to_string()]),
+        matches!(&err, RunError::RowsNotWritten { cells, .. } if cells == &[FIX.to_string()]),
         "{err}"
     );
     assert_eq!(exit::code_in(&err), exit::INFRASTRUCTURE);
     assert!(exit::one_line(&err).contains("row.csv"), "{err}");
     // The row is not lost: it is in the cell's folder, header and all.
-    let kept = lazyinit_core::results::read_rows(folder.cell(NOFIX).row_csv()).unwrap();
+    let kept = lazyinit_core::results::read_rows(folder.cell(FIX).row_csv()).unwrap();
     assert_eq!((kept.len(), kept[0].status), (1, Status::Ok));
     assert!(
         !csv.exists(),
