@@ -6,6 +6,13 @@
 # (~/.cache/lazyinit-bench), so a second run reuses them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Root: guests' real-time priorities, the fault suite's tmpfs (a full host
+# disk), dropbear's private mount namespace. A test that needs it fails
+# without it rather than pass without checking.
+if [ "$(id -u)" != 0 ]; then
+  echo "error: scripts/test.sh runs as root (real-time priorities, tmpfs mounts in the fault suite): sudo scripts/test.sh" >&2
+  exit 4
+fi
 bash scripts/setup-host.sh
 if [ -f scripts/ec2-emulator.sh ]; then
   bash scripts/ec2-emulator.sh

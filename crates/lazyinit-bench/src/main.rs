@@ -70,8 +70,14 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("error: {err}");
+            // A cause that only repeats the line above it is not printed.
+            let mut said = err.to_string();
             for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                let text = cause.to_string();
+                if text != said {
+                    eprintln!("  caused by: {text}");
+                }
+                said = text;
             }
             ExitCode::from(lazyinit_core::exit::code_of(&err))
         }

@@ -132,3 +132,52 @@ fn report_formats_and_files() {
     assert_eq!(csv.lines().count(), 9);
     assert!(csv.lines().nth(1).unwrap().contains(",ms_per_group,"));
 }
+
+/// `--out` equal to an input never destroys it: refused with exit 2 (for
+/// report, the KCIDB export and compare, by any path to the same file),
+/// the input byte for byte as it was; a failed report leaves no file.
+#[test]
+fn an_out_that_is_an_input_is_refused_and_the_input_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("r.csv");
+    std::fs::copy(fixture("qemu-64g/results.csv"), &csv).unwrap();
+    let before = std::fs::read(&csv).unwrap();
+    // The same file by another path, too.
+    std::os::unix::fs::symlink(&csv, dir.path().join("link.csv")).unwrap();
+    let (c, link) = (csv.to_str().unwrap(), dir.path().join("link.csv"));
+    let link = link.to_str().unwrap();
+    for args in [
+        vec!["report", c, "--out", c, "--format", "csv"],
+        vec!["report", c, "--out", link],
+        vec!["report", c, "--format", "kcidb", "--out", c],
+        vec!["compare", "--baseline", c, "--candidate", c, "--out", c],
+        vec!["compare", "--baseline", c, "--candidate", c, "--out", link],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("would be overwritten"),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+        assert_eq!(std::fs::read(&csv).unwrap(), before, "{args:?}");
+    }
+    // A report that fails after --out was opened leaves no file at all.
+    let out = dir.path().join("out.md");
+    let bad = run(&[
+        "report",
+        &fixture("malformed.csv"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    // And a good one is written whole.
+    let ok = run(&["report", c, "--out", out.to_str().unwrap()]);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+    assert!(std::fs::read_to_string(&out).unwrap().contains("| "));
+}

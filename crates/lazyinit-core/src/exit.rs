@@ -68,12 +68,14 @@ fn code_here(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
 }
 
 /// An error and its sources, `outer: inner: innermost` (each as it
-/// prints, attached output included).
+/// prints, attached output included; a source that prints as the error
+/// above it, which only carries it, is said once).
 pub fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
-    std::iter::successors(Some(err), |e| e.source())
+    let mut texts: Vec<String> = std::iter::successors(Some(err), |e| e.source())
         .map(|e| e.to_string())
-        .collect::<Vec<_>>()
-        .join(": ")
+        .collect();
+    texts.dedup();
+    texts.join(": ")
 }
 
 /// [`chain_text`] on one line, as a result row's `error` column holds it.

@@ -8,7 +8,10 @@
 //!   events.jsonl          every progress event
 //!   run.log               the log
 //!   .lock                 held while a run writes here
+//!   results.csv.torn      a row torn by a killed run, cut off on resume
 //!   <cell id>/            CellFolder
+//!     .running            while a run has the cell (its pid): found on
+//!                         resume, the cell's row was lost
 //!     error.txt           a failed cell's error and console tail (runner)
 //!     row.csv             its row, when results.csv could not take it (runner)
 //!     facts.txt           what the guest said it is (guest protocol)
@@ -40,6 +43,7 @@ impl RunFolder {
     pub const EVENTS_JSONL: &'static str = "events.jsonl";
     pub const RUN_LOG: &'static str = "run.log";
     pub const LOCK: &'static str = ".lock";
+    pub const RESULTS_TORN: &'static str = "results.csv.torn";
 
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
@@ -71,6 +75,10 @@ impl RunFolder {
     pub fn lock(&self) -> PathBuf {
         self.root.join(Self::LOCK)
     }
+    /// Where a resume keeps the torn last line it cut off `results.csv`.
+    pub fn results_torn(&self) -> PathBuf {
+        self.root.join(Self::RESULTS_TORN)
+    }
     /// The folder of one cell (named by its id).
     pub fn cell(&self, cell_id: &str) -> CellFolder {
         CellFolder::at(self.root.join(cell_id))
@@ -84,6 +92,9 @@ pub struct CellFolder {
 }
 
 impl CellFolder {
+    /// Held by the runner while the cell runs (the run's pid): one found
+    /// by a later run means the cell's row was lost with its run.
+    pub const RUNNING: &'static str = ".running";
     /// Written by the runner for a cell that did not end ok.
     pub const ERROR_TXT: &'static str = "error.txt";
     /// Written by the runner when the cell's row could not be appended to
@@ -133,6 +144,9 @@ impl CellFolder {
     }
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
+    }
+    pub fn running(&self) -> PathBuf {
+        self.file(Self::RUNNING)
     }
     pub fn error_txt(&self) -> PathBuf {
         self.file(Self::ERROR_TXT)

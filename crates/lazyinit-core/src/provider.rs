@@ -265,6 +265,19 @@ pub trait Provider: Send + Sync {
     /// `teardown` must still not leak a process.
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError>;
 
+    /// Removes what an earlier run into the results folder `run` (run id
+    /// `run_id`) left behind when it ended without its teardown (killed:
+    /// SIGKILL, OOM, a CI timeout): its machines and volumes. Called with
+    /// the folder locked, before any cell of this run starts; says what it
+    /// removed, one entry each.
+    async fn reclaim(
+        &self,
+        _run: &crate::RunFolder,
+        _run_id: &str,
+    ) -> Result<Vec<String>, ProviderError> {
+        Ok(Vec::new())
+    }
+
     /// Sets `cell`'s machine's claim on the host's CPU (see [`Priority`]).
     /// Returns whether it was set. Providers whose machines do not share a
     /// host do nothing.

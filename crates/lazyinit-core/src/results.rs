@@ -460,6 +460,48 @@ impl ResultsWriter {
     }
 }
 
+/// Cuts a last line that has no newline off a results file: a row torn
+/// by a run killed while writing it (each row is written whole, newline
+/// last, so a row without one is incomplete). Returns the bytes cut, for
+/// the caller to log and keep; `None` when the file ends whole or is absent.
+pub fn repair_torn_tail(path: impl AsRef<Path>) -> Result<Option<String>, ResultsError> {
+    let path = path.as_ref();
+    let err = |source| ResultsError::Write {
+        path: path.into(),
+        source,
+    };
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(e)),
+    };
+    let whole = whole_lines(&bytes);
+    if whole == bytes.len() {
+        return Ok(None);
+    }
+    let file = OpenOptions::new().write(true).open(path).map_err(err)?;
+    file.set_len(whole as u64)
+        .and_then(|()| file.sync_data())
+        .map_err(err)?;
+    Ok(Some(String::from_utf8_lossy(&bytes[whole..]).into_owned()))
+}
+
+/// The length of `bytes` up to and with its last newline.
+fn whole_lines(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)
+}
+
+/// [`read_rows`] without a torn last line (see [`repair_torn_tail`]):
+/// what a resume may count before it has the folder's lock to repair it.
+pub fn read_whole_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|source| ResultsError::Open {
+        path: path.into(),
+        source,
+    })?;
+    read_rows_from(&bytes[..whole_lines(&bytes)], path)
+}
+
 /// Reads every row of a results CSV, with line-numbered errors.
 pub fn read_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
     let path = path.as_ref();
@@ -652,6 +694,37 @@ mod tests {
         let err = w.append(&sample()).unwrap_err();
         assert!(matches!(err, ResultsError::Write { .. }), "{err}");
         assert!(!p.exists(), "not created again without its header");
+    }
+
+    /// A run killed in the middle of a row: the torn line is cut off (and
+    /// handed back to be kept), the rows before it stay, and rows append
+    /// after it as if it had never been.
+    #[test]
+    fn a_torn_last_row_is_cut_off_and_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("results.csv");
+        let mut w = ResultsWriter::open(&p).unwrap();
+        w.append(&sample()).unwrap();
+        assert_eq!(repair_torn_tail(&p).unwrap(), None, "a whole file");
+        let whole = std::fs::read(&p).unwrap();
+        let header = whole.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let row = &whole[header..];
+        let torn = &row[..row.len() - 20];
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(torn).unwrap();
+        assert!(read_rows(&p).is_err(), "a torn row does not parse");
+        assert_eq!(read_whole_rows(&p).unwrap(), vec![sample()]);
+        let cut = repair_torn_tail(&p).unwrap().unwrap();
+        assert_eq!(cut.as_bytes(), torn);
+        assert_eq!(std::fs::read(&p).unwrap(), whole);
+        ResultsWriter::open(&p).unwrap().append(&sample()).unwrap();
+        assert_eq!(read_rows(&p).unwrap(), vec![sample(), sample()]);
+        // A header torn before its newline: the file starts again.
+        std::fs::write(&p, "run_id,cell_id,prov").unwrap();
+        assert!(repair_torn_tail(&p).unwrap().is_some());
+        ResultsWriter::open(&p).unwrap().append(&sample()).unwrap();
+        assert_eq!(read_rows(&p).unwrap(), vec![sample()]);
+        assert_eq!(repair_torn_tail(dir.path().join("none.csv")).unwrap(), None);
     }
 
     #[test]

@@ -189,8 +189,8 @@ fn outputs_feed_the_harness_config() {
     assert_eq!(cfg.key_name.as_deref(), Some("key_name-value"));
 }
 
-/// `terraform fmt -check`, when terraform is installed (it is on the
-/// builders; the check also runs in terraform/check.sh).
+/// `terraform fmt -check` (scripts/test.sh installs terraform, and refuses
+/// to run without it): a missing terraform fails, never skips.
 #[test]
 fn terraform_fmt_is_clean() {
     let out = match std::process::Command::new("terraform")
@@ -199,11 +199,7 @@ fn terraform_fmt_is_clean() {
         .output()
     {
         Ok(o) => o,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CI").is_none() => {
-            eprintln!("terraform not installed: fmt check skipped (it is required in CI)");
-            return;
-        }
-        Err(e) => panic!("cannot run terraform: {e}"),
+        Err(e) => panic!("cannot run terraform (install terraform >= 1.5; scripts/test.sh needs it): {e}"),
     };
     assert!(
         out.status.success(),

@@ -37,6 +37,10 @@ pub trait Remote: Send {
     fn exec(&mut self, script: &str, timeout: Duration) -> Result<RemoteOutput, GuestError>;
     /// Copies a local file to `remote` (replaced whole or not at all).
     fn upload(&mut self, local: &Path, remote: &str, mode: u32) -> Result<(), GuestError>;
+    /// From now on a command or upload in progress gives up once `flag` is
+    /// set, with [`GuestError::Interrupted`], instead of running to its end
+    /// or timeout. A remote whose calls return at once may ignore it.
+    fn set_cancel(&mut self, _flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {}
 }
 
 /// How the runner reaches a booted guest.

@@ -229,6 +229,8 @@ pub fn run(
     let cell = &opts.cell_id;
     let short = Duration::from_secs(120);
     let cancelled = || opts.cancel.load(Ordering::SeqCst);
+    // An interrupt ends a long command (mkfs, a wait) at once, not at its end.
+    remote.set_cancel(opts.cancel.clone());
 
     opts.events.phase(cell, Phase::Verify);
     let facts_text = check(remote.exec(FACTS_SH, short)?, "facts")?;

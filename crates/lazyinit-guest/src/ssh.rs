@@ -9,7 +9,10 @@ use lazyinit_ssh::{Keys, Session, UploadSource};
 use crate::{Connect, GuestError, Remote, RemoteOutput};
 
 fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
-    GuestError::Ssh(e.to_string())
+    match e {
+        lazyinit_ssh::SshError::Cancelled { .. } => GuestError::Interrupted,
+        e => GuestError::Ssh(e.to_string()),
+    }
 }
 
 pub struct SshRemote {
@@ -58,6 +61,10 @@ impl Remote for SshRemote {
         self.session
             .upload(UploadSource::File(local), remote, mode)
             .map_err(ssh)
+    }
+
+    fn set_cancel(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        self.session.set_cancel(flag);
     }
 }
 

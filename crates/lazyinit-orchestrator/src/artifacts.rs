@@ -42,6 +42,24 @@ pub trait Artifacts: Send + Sync {
     async fn initramfs(&self, arch: Arch) -> Result<PathBuf, BoxError>;
     /// How to reach guests that booted these images.
     async fn connect(&self) -> Result<Arc<dyn Connect>, BoxError>;
+    /// Refuses, before anything is built or written, kernels no build can
+    /// make here: a source folder that does not exist (bad input), host
+    /// tools a build needs (missing tool). The error carries its exit code.
+    async fn check(&self, needs: &[KernelNeed]) -> Result<(), BoxError> {
+        needs.iter().try_for_each(check_source)
+    }
+}
+
+/// A kernel source given as a path must be there.
+pub fn check_source(need: &KernelNeed) -> Result<(), BoxError> {
+    match &need.source {
+        lazyinit_core::KernelSource::Path(p) if !p.is_dir() => Err(exit::bad_input(format!(
+            "kernel source {}: no such folder (give a kernel source tree, a Debian series or a version)",
+            p.display()
+        ))
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// Kernels and images from the cache, SSH with the project's keys.
@@ -137,6 +155,20 @@ impl Artifacts for Built {
 
     async fn connect(&self) -> Result<Arc<dyn Connect>, BoxError> {
         Ok(Arc::new(SshConnect::new(self.keys().await?.clone())))
+    }
+
+    /// Every build, a cached one too, first checks the host's build tools
+    /// (`lazyinit_kernel::tools::check`): found missing here, before the
+    /// results folder exists, they are a missing tool (exit 4).
+    async fn check(&self, needs: &[KernelNeed]) -> Result<(), BoxError> {
+        for need in needs {
+            check_source(need)?;
+            lazyinit_kernel::tools::check(need.arch).map_err(|e| ExitError {
+                code: e.exit_code(),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -25,6 +25,10 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
     let id = cell.id();
     let folder = sh.folder.cell(&id);
     let _ = folder.create();
+    // Until its row is recorded: a later run that finds it knows the row
+    // was lost with this run (killed), and says so in the rows.
+    let _ = std::fs::write(folder.running(), format!("{}\n", std::process::id()));
+    let running = folder.running();
     let kernel = &sh.built.kernels[&KernelNeed::of(&cell)];
     let req = LaunchRequest {
         run_id: sh.run_id.clone(),
@@ -43,7 +47,11 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
     let launched = Instant::now();
     let machine = match sh.provider.launch(&req).await {
         Ok(m) => m,
-        Err(e) => return record(sh, &req, row, Err(CellError::Launch(e)), None),
+        Err(e) => {
+            let status = record(sh, &req, row, Err(CellError::Launch(e)), None);
+            let _ = std::fs::remove_file(&running);
+            return status;
+        }
     };
     let info = machine.info();
     row.machine = info.machine;
@@ -66,7 +74,9 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
         row.measured = m;
         row.estimate_after = sh.settings.estimate_after;
     });
-    record(sh, &req, row, result, Some(tail))
+    let status = record(sh, &req, row, result, Some(tail));
+    let _ = std::fs::remove_file(&running);
+    status
 }
 
 /// The guest's part: wait for it, put the kernel under test in place if
@@ -206,10 +216,29 @@ async fn blocking<T: Send + 'static>(
 
 /// The row of a cell before anything is known of its run.
 fn blank_row(sh: &Shared, cell: &Cell, kernel_release: &str) -> ResultRow {
+    row_for(
+        &sh.run_id,
+        sh.provider.name(),
+        cell,
+        kernel_release,
+        sh.settings.storage_profile,
+        sh.concurrency,
+    )
+}
+
+/// A failed row of `cell`, started now, with nothing measured.
+pub(crate) fn row_for(
+    run_id: &str,
+    provider: &str,
+    cell: &Cell,
+    kernel_release: &str,
+    storage_profile: lazyinit_core::StorageProfile,
+    concurrency: u32,
+) -> ResultRow {
     ResultRow {
-        run_id: sh.run_id.clone(),
+        run_id: run_id.to_string(),
         cell_id: cell.id(),
-        provider: sh.provider.name().to_string(),
+        provider: provider.to_string(),
         machine: String::new(),
         accel: String::new(),
         arch: cell.arch,
@@ -225,8 +254,8 @@ fn blank_row(sh: &Shared, cell: &Cell, kernel_release: &str) -> ResultRow {
         status: Status::Failed,
         error: String::new(),
         boot_s: None,
-        storage_profile: sh.settings.storage_profile.to_string(),
-        concurrency: sh.concurrency,
+        storage_profile: storage_profile.to_string(),
+        concurrency,
         estimate_after: None,
         measured: Measurement::default(),
     }

@@ -25,6 +25,12 @@ pub enum RunError {
         #[source]
         source: ProviderError,
     },
+    /// A kernel source that is not there, build tools missing (the
+    /// error's own exit code).
+    #[error("{0}")]
+    Unbuildable(#[source] BoxError),
+    #[error("the results folder {} holds the rows of another spec", .0.display())]
+    OtherSpec(PathBuf, #[source] ExitError),
     #[error("cannot read the rows already in {}", .0.display())]
     Resume(PathBuf, #[source] ResultsError),
     #[error("cannot create the results folder {}", .0.display())]

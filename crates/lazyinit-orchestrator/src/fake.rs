@@ -8,7 +8,8 @@
 //! and interrupts all run for real; only QEMU (or a cloud), SSH and the
 //! builds are stood in for, and a run takes milliseconds.
 //!
-//! A hook sees every step of every cell, by name: `preflight`, `build`,
+//! A hook sees every step of every cell, by name: `preflight`, `check`
+//! (per kernel, before anything is written), `build`,
 //! `launch`, `boot` (each connection), the guest's steps
 //! ([`lazyinit_guest::fake::STEPS`]) and `teardown`. It can fail the step,
 //! drop the connection, or set the run's cancel flag there.
@@ -349,6 +350,19 @@ impl Artifacts for FakeArtifacts {
     async fn initramfs(&self, arch: Arch) -> Result<PathBuf, BoxError> {
         self.lab.note(format!("image {arch}"));
         self.lab.placeholder(&format!("initramfs-{arch}.cpio.gz"))
+    }
+
+    /// Path sources must be there, as for the real builds; the hook's
+    /// `check` step (per kernel) fails as a missing build tool.
+    async fn check(&self, needs: &[KernelNeed]) -> Result<(), BoxError> {
+        for need in needs {
+            crate::artifacts::check_source(need)?;
+            let label = format!("{}-hz{}-{}", need.arch, need.hz, need.variant);
+            if let Answer::Fail(tool) = self.lab.hook("check", &label) {
+                return Err(lazyinit_core::exit::missing_tool(&tool, "apt-get install make").into());
+            }
+        }
+        Ok(())
     }
 
     async fn connect(&self) -> Result<Arc<dyn Connect>, BoxError> {

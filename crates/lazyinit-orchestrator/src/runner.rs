@@ -50,12 +50,14 @@ pub struct RunSummary {
     pub results_csv: PathBuf,
 }
 
-/// Cell ids that already have an `ok` row: those are not run again.
+/// Cell ids that already have an `ok` row: those are not run again. A
+/// torn last line (a run killed while writing it) is not counted; the
+/// resume cuts it off once it holds the folder.
 pub fn completed_cells(csv: &Path) -> Result<HashSet<String>, ResultsError> {
     if !csv.exists() {
         return Ok(HashSet::new());
     }
-    let rows = lazyinit_core::results::read_rows(csv)?;
+    let rows = lazyinit_core::results::read_whole_rows(csv)?;
     Ok(rows
         .into_iter()
         .filter(|r| r.status == Status::Ok)
@@ -163,9 +165,11 @@ pub(crate) struct Prepared {
     pub _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
-/// Finds what is left to do, lets the provider refuse it (bad input and
-/// missing tools fail here, before anything is built or written), then
-/// takes the results folder: lock, `results.csv`, `spec.toml`.
+/// Finds what is left to do and refuses what cannot run: a results folder
+/// holding another spec's rows, kernels no build can make, what the
+/// provider cannot serve (bad input and missing tools fail here, before
+/// anything is built or written). Then takes the results folder: lock,
+/// what a killed run left there, `results.csv`, `spec.toml`.
 async fn prepare<C: ProviderConfigs>(
     spec: &Spec<C>,
     plan: &Plan,
@@ -173,6 +177,7 @@ async fn prepare<C: ProviderConfigs>(
     opts: &RunOptions,
 ) -> Result<Prepared, RunError> {
     let folder = &opts.folder;
+    check_same_spec(folder, spec)?;
     let csv = folder.results_csv();
     let done = completed_cells(&csv).map_err(|e| RunError::Resume(csv.clone(), e))?;
     let todo: Vec<Cell> = plan
@@ -189,12 +194,23 @@ async fn prepare<C: ProviderConfigs>(
         .check_storage(&spec.storage_profile)
         .map_err(refused)?;
     if !todo.is_empty() {
+        let needs: Vec<KernelNeed> = plan
+            .kernels
+            .iter()
+            .filter(|n| todo.iter().any(|c| KernelNeed::of(c) == **n))
+            .cloned()
+            .collect();
+        opts.artifacts
+            .check(&needs)
+            .await
+            .map_err(RunError::Unbuildable)?;
         provider
             .preflight(&todo, &spec.storage_profile)
             .await
             .map_err(refused)?;
     }
-    let (lock, writer) = claim_folder(folder, spec)?;
+    let (lock, mut writer) = claim_folder(folder, spec)?;
+    recover(plan, provider, folder, &done, &mut writer).await?;
     for c in &todo {
         opts.events.phase(&c.id(), Phase::Queued);
     }
@@ -203,6 +219,136 @@ async fn prepare<C: ProviderConfigs>(
         writer,
         _lock: lock,
     })
+}
+
+/// Resumes only the spec whose rows are there: `spec.toml` always
+/// describes the rows beside it. Any key that differs (storage profile,
+/// accel, mkfs arguments, poll interval, wait-mult, the cells) is bad
+/// input, named.
+fn check_same_spec<C: ProviderConfigs>(folder: &RunFolder, spec: &Spec<C>) -> Result<(), RunError> {
+    let path = folder.spec_toml();
+    let other = |message: String| {
+        RunError::OtherSpec(folder.root().to_path_buf(), exit::bad_input(message))
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(RunError::Write(path, e)),
+    };
+    // Read back through the type, so keys a newer harness added with a
+    // default compare equal to their default.
+    let there: Spec<C> = toml::from_str(&text).map_err(|e| {
+        other(format!(
+            "its spec.toml does not read as a spec ({}): give this run another --out",
+            exit::one_line_text(e.message())
+        ))
+    })?;
+    let as_value =
+        |s: &Spec<C>| toml::Value::try_from(s).unwrap_or(toml::Value::Boolean(false));
+    let differ = differing_keys("", &as_value(&there), &as_value(spec));
+    let Some((key, a, b)) = differ.first() else {
+        return Ok(());
+    };
+    let more = match differ.len() {
+        1 => String::new(),
+        n => format!(
+            " (and {} more: {})",
+            n - 1,
+            differ[1..]
+                .iter()
+                .map(|(k, _, _)| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    Err(other(format!(
+        "`{key}` is {a} there and {b} here{more}: its rows were measured with its spec.toml; rerun that spec to resume, or give this run another --out"
+    )))
+}
+
+/// Keys whose values differ between two TOML values, dotted, with each
+/// side's value (`absent` where a side has none).
+fn differing_keys(prefix: &str, a: &toml::Value, b: &toml::Value) -> Vec<(String, String, String)> {
+    let show = |v: Option<&toml::Value>| match v {
+        Some(v) => {
+            let s = v.to_string();
+            match s.chars().count() > 60 {
+                true => format!("{}...", s.chars().take(57).collect::<String>()),
+                false => s,
+            }
+        }
+        None => "absent".to_string(),
+    };
+    match (a, b) {
+        (toml::Value::Table(x), toml::Value::Table(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter()
+                .flat_map(|k| {
+                    let key = match prefix {
+                        "" => k.clone(),
+                        p => format!("{p}.{k}"),
+                    };
+                    match (x.get(k), y.get(k)) {
+                        (Some(va), Some(vb)) => differing_keys(&key, va, vb),
+                        (va, vb) => vec![(key, show(va), show(vb))],
+                    }
+                })
+                .collect()
+        }
+        _ if a == b => Vec::new(),
+        _ => vec![(prefix.to_string(), show(Some(a)), show(Some(b)))],
+    }
+}
+
+/// What a run into this folder that was killed left behind: its machines
+/// and volumes go (the provider's [`Provider::reclaim`]), and each cell it
+/// had started without recording gets a row saying its row was lost (so
+/// the rows account for every cell started; the cell runs again).
+async fn recover(
+    plan: &Plan,
+    provider: &dyn Provider,
+    folder: &RunFolder,
+    done: &HashSet<String>,
+    writer: &mut ResultsWriter,
+) -> Result<(), RunError> {
+    let removed = provider
+        .reclaim(folder, &plan.run_id)
+        .await
+        .map_err(|source| RunError::Refused {
+            provider: provider.name().to_string(),
+            source,
+        })?;
+    for r in &removed {
+        tracing::warn!(
+            "removed what an earlier run into {} left: {r}",
+            folder.root().display()
+        );
+    }
+    for p in &plan.cells {
+        let cell = folder.cell(&p.id);
+        let Ok(pid) = std::fs::read_to_string(cell.running()) else {
+            continue;
+        };
+        if !done.contains(&p.id) {
+            let mut row = crate::cell::row_for(
+                &plan.run_id,
+                provider.name(),
+                &p.cell,
+                "",
+                plan.storage_profile,
+                plan.concurrency as u32,
+            );
+            row.status = Status::Interrupted;
+            row.error = format!(
+                "lost: the run that started this cell (pid {}) ended without recording it (killed?); its guest and volume are gone, and this run measures it again",
+                pid.trim()
+            );
+            tracing::warn!("{}: {}", p.id, row.error);
+            writer.append(&row).map_err(RunError::Results)?;
+        }
+        let _ = std::fs::remove_file(cell.running());
+    }
+    Ok(())
 }
 
 /// Makes the results folder this run's: locked, `results.csv` ready for
@@ -216,6 +362,24 @@ fn claim_folder<C: ProviderConfigs>(
     // One run per results folder: two would share cell folders, sockets
     // included, and one's teardown would stop the other's guests.
     let lock = lock_folder(folder)?;
+    // A row torn by a run killed while writing it: cut off (every later
+    // row would follow it on the same line), kept aside, and said.
+    let torn = lazyinit_core::results::repair_torn_tail(folder.results_csv())
+        .map_err(RunError::Results)?;
+    if let Some(t) = torn {
+        let kept = folder.results_torn();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&kept)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{t}\n").as_bytes()))
+            .map_err(|e| RunError::Write(kept.clone(), e))?;
+        tracing::warn!(
+            "{}: its last row was torn (a run killed while writing it): cut off and kept in {}; its cell runs again",
+            folder.results_csv().display(),
+            kept.display()
+        );
+    }
     let writer = ResultsWriter::open(folder.results_csv()).map_err(RunError::Results)?;
     std::fs::write(
         folder.spec_toml(),

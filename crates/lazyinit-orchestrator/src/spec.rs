@@ -174,8 +174,15 @@ impl<C: ProviderConfigs> Spec<C> {
     pub fn parse(text: &str, origin: &str) -> Result<Self, SpecError> {
         let spec: Self = toml::from_str(text).map_err(|e| SpecError::Invalid {
             path: origin.into(),
-            // toml's message names the key and shows the offending line.
-            message: e.to_string().trim_end().to_string(),
+            // One line: where, and toml's message (it names the key).
+            message: match e.span() {
+                Some(span) => format!(
+                    "line {}: {}",
+                    text[..span.start.min(text.len())].matches('\n').count() + 1,
+                    lazyinit_core::exit::one_line_text(e.message())
+                ),
+                None => lazyinit_core::exit::one_line_text(e.message()),
+            },
         })?;
         spec.validate().map_err(|message| SpecError::Invalid {
             path: origin.into(),

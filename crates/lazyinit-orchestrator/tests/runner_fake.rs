@@ -409,3 +409,162 @@ async fn a_failed_kernel_build_names_the_kernel() {
     );
     assert_eq!(exit::code_in(&err), exit::INFRASTRUCTURE);
 }
+
+/// Every file under `dir`, relative, sorted (what a run left behind).
+fn files(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(dir, dir, &mut v);
+    v.sort();
+    v
+}
+
+/// A rerun into a folder of another spec (storage profile, poll interval,
+/// wait-mult, mkfs arguments, the cells) is refused with the key named,
+/// before anything runs; spec.toml and the rows stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_with_another_spec_is_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let s = run(&spec(""), &Lab::new(tmp.path().join("lab")), &out)
+        .await
+        .unwrap();
+    assert_eq!(s.ok, 2);
+    let folder = RunFolder::new(&out);
+    let (spec_before, rows_before) = (
+        std::fs::read_to_string(folder.spec_toml()).unwrap(),
+        std::fs::read_to_string(folder.results_csv()).unwrap(),
+    );
+    for (change, key) in [
+        ("wait-mult = 20\n", "`wait-mult` is 10 there and 20 here"),
+        ("mkfs-args = [\"-E\", \"nodiscard\"]\n", "`mkfs-args`"),
+        ("repetitions = 2\n", "`repetitions` is 1 there and 2 here"),
+    ] {
+        let lab = Lab::new(tmp.path().join("lab2"));
+        let err = run(&spec(change), &lab, &out).await.unwrap_err();
+        assert!(matches!(err, RunError::OtherSpec(..)), "{err}");
+        assert_eq!(exit::code_in(&err), exit::BAD_INPUT, "{change}");
+        let line = exit::one_line(&err);
+        assert!(line.contains(key), "{change}: {line}");
+        assert!(line.contains("another --out"), "{line}");
+        assert!(lab.journal().is_empty(), "{:?}", lab.journal());
+    }
+    // The poll interval lives in the spec too (humantime): named the same.
+    let other = FakeSpec {
+        poll_interval: Duration::from_millis(300),
+        ..spec("")
+    };
+    let err = run(&other, &Lab::new(tmp.path().join("lab3")), &out)
+        .await
+        .unwrap_err();
+    assert!(exit::one_line(&err).contains("`poll-interval` is \"200ms\" there and \"300ms\" here"), "{err}");
+    assert_eq!(std::fs::read_to_string(folder.spec_toml()).unwrap(), spec_before);
+    assert_eq!(std::fs::read_to_string(folder.results_csv()).unwrap(), rows_before);
+    // The same spec still resumes (nothing left to do).
+    let s = run(&spec(""), &Lab::new(tmp.path().join("lab4")), &out)
+        .await
+        .unwrap();
+    assert_eq!((s.ok, s.skipped), (0, 2));
+}
+
+/// What a run killed in the middle (SIGKILL, OOM) leaves, and what the next
+/// run into the folder makes of it: the torn last row is cut off and kept
+/// aside, each cell the killed run had started gets a row saying it was
+/// lost, and those cells run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_runs_torn_row_and_lost_cells_are_recorded_on_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let folder = RunFolder::new(&out);
+    // A complete run of one cell, then its file as a killed run leaves it:
+    // the no-fix row torn in the middle, the fix cell started (its marker
+    // there) and never recorded.
+    run(&spec("variants = [\"nofix\"]\n"), &Lab::new(tmp.path().join("l0")), &out)
+        .await
+        .unwrap();
+    let csv = std::fs::read_to_string(folder.results_csv()).unwrap();
+    let (header, row) = csv.split_once('\n').unwrap();
+    let torn = &row[..row.len() / 2];
+    std::fs::write(folder.results_csv(), format!("{header}\n{torn}")).unwrap();
+    std::fs::write(folder.spec_toml(), toml::to_string_pretty(&spec("")).unwrap()).unwrap();
+    folder.cell(FIX).create().unwrap();
+    std::fs::write(folder.cell(FIX).running(), "4242\n").unwrap();
+
+    let lab = Lab::new(tmp.path().join("lab"));
+    let s = run(&spec(""), &lab, &out).await.unwrap();
+    assert_eq!((s.ok, s.failed, s.skipped), (2, 0, 0));
+    let rows = rows_in(&out);
+    // The lost row first, then the two measured ones.
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!((rows[0].cell_id.as_str(), rows[0].status), (FIX, Status::Interrupted));
+    assert!(rows[0].error.starts_with("lost: the run that started this cell (pid 4242)"), "{}", rows[0].error);
+    assert!(rows[1..].iter().all(|r| r.status == Status::Ok));
+    assert_eq!(std::fs::read_to_string(folder.results_torn()).unwrap(), format!("{torn}\n"));
+    assert!(!folder.cell(FIX).running().exists(), "the marker is the run's, and it ended");
+    assert!(!folder.cell(NOFIX).running().exists());
+}
+
+/// Bad input and missing tools found before anything is written: a kernel
+/// source that is not there is exit 2, a build tool missing is exit 4, and
+/// neither creates the results folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_source_or_build_tool_fails_before_the_folder_exists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let lab = Lab::new(tmp.path().join("lab"));
+    let err = run(&spec("sources = [\"/no/such/tree\"]\n"), &lab, &out)
+        .await
+        .unwrap_err();
+    assert_eq!(exit::code_in(&err), exit::BAD_INPUT, "{err}");
+    assert_eq!(
+        exit::one_line(&err),
+        "kernel source /no/such/tree: no such folder (give a kernel source tree, a Debian series or a version)"
+    );
+    let lab = Lab::with_hook(
+        tmp.path().join("lab2"),
+        hook(|step, _| match step {
+            "check" => Answer::Fail("flex".into()),
+            _ => Answer::Normal,
+        }),
+    );
+    let err = run(&spec(""), &lab, &out).await.unwrap_err();
+    assert_eq!(exit::code_in(&err), exit::MISSING_TOOL, "{err}");
+    assert!(exit::one_line(&err).starts_with("flex is missing"), "{err}");
+    assert!(lab.journal().is_empty(), "{:?}", lab.journal());
+    assert!(!out.exists(), "left: {:?}", files(&out));
+}
+
+/// The SSH connection drops while lazy-init is polled: the cell fails
+/// with an error that says so (no reconnect: the guest's state after a
+/// drop is unknown), its machine is torn down, the other cell is measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ssh_drop_while_polling_fails_only_that_cell() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lab = Lab::with_hook(
+        tmp.path().join("lab"),
+        hook(|step, cell| match (step, cell) {
+            ("poll", NOFIX) => Answer::Drop,
+            _ => Answer::Normal,
+        }),
+    );
+    let out = tmp.path().join("out");
+    let s = run(&spec(""), &lab, &out).await.unwrap();
+    assert_eq!((s.ok, s.failed, s.interrupted), (1, 1, 0));
+    let rows = rows_in(&out);
+    let dropped = row(&rows, NOFIX);
+    assert_eq!(dropped.status, Status::Failed);
+    assert_eq!(dropped.error, "SSH to the guest failed: connection lost during poll (fake)");
+    assert_eq!(dropped.measured, Default::default(), "nothing half-measured");
+    assert_eq!(row(&rows, FIX).status, Status::Ok);
+    assert!(lab.live_machines().is_empty());
+    assert!(!RunFolder::new(&out).cell(NOFIX).running().exists());
+}

@@ -144,6 +144,16 @@ impl QemuProvider {
         &self.volume_dir
     }
 
+    /// The volumes of the run writing into the results folder `run`:
+    /// `<volume-dir>/<run id>-<hash of the folder's path>`, private to that
+    /// folder (two runs of one spec into two folders never touch each
+    /// other's volumes), and found again by the next run into it.
+    pub fn run_volumes(&self, run: &std::path::Path, run_id: &str) -> PathBuf {
+        let run = std::fs::canonicalize(run).unwrap_or_else(|_| run.to_path_buf());
+        let hash = lazyinit_core::paths::sha256_hex(run.as_os_str().as_encoded_bytes());
+        self.volume_dir.join(format!("{run_id}-{}", &hash[..12]))
+    }
+
     /// The accelerator for this arch, probing KVM once per arch and process.
     async fn accel_for(
         &self,
@@ -295,6 +305,38 @@ impl Provider for QemuProvider {
         Ok(())
     }
 
+    /// A run killed before its teardown: its guests died with it
+    /// (`PR_SET_PDEATHSIG`), but one that outlived it anyway (a harness
+    /// that predates that) is killed here, and its volumes go. The folder
+    /// is locked, so nothing found under its volume folder is in use.
+    async fn reclaim(
+        &self,
+        run: &lazyinit_core::RunFolder,
+        run_id: &str,
+    ) -> Result<Vec<String>, ProviderError> {
+        let dir = self.run_volumes(run.root(), run_id);
+        let mut removed = Vec::new();
+        for pid in process::qemu_pids_with(&dir.to_string_lossy()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            removed.push(format!("QEMU process {pid}"));
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(removed);
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            std::fs::remove_file(&path).map_err(|err| {
+                ProviderError::infra(format!("cannot remove the leftover volume {}: {err}", path.display()))
+            })?;
+            removed.push(format!("volume {}", path.display()));
+        }
+        let _ = std::fs::remove_dir(&dir);
+        Ok(removed)
+    }
+
     /// Every thread of the cell's QEMU (vCPU, main loop, I/O) goes to the
     /// asked nice value, or SCHED_FIFO: a waking real-time guest preempts
     /// every normal one at once. The cell's NBD threads follow: at the
@@ -347,10 +389,9 @@ impl Provider for QemuProvider {
         let accel = self
             .accel_for(req.cell.arch, &req.kernel_image, &req.folder)
             .await?;
-        let volume_path = self
-            .volume_dir
-            .join(&req.run_id)
-            .join(format!("{}.raw", req.cell.id()));
+        let run_folder = req.folder.path().parent().unwrap_or(req.folder.path());
+        let own = self.run_volumes(run_folder, &req.run_id);
+        let volume_path = own.join(format!("{}.raw", req.cell.id()));
         let _ = std::fs::remove_file(&volume_path); // a leftover of an interrupted earlier attempt
         let vol =
             volume::SparseVolume::create(volume_path.clone(), req.cell.volume).map_err(|e| {
@@ -360,10 +401,7 @@ impl Provider for QemuProvider {
                 ))
             })?;
         let warm = if self.config.warmup {
-            let p = self
-                .volume_dir
-                .join(&req.run_id)
-                .join(format!("{}.warmup.raw", req.cell.id()));
+            let p = own.join(format!("{}.warmup.raw", req.cell.id()));
             let _ = std::fs::remove_file(&p);
             Some(
                 volume::SparseVolume::create(p.clone(), lazyinit_core::ByteSize(SCRATCH_BYTES))
@@ -456,6 +494,58 @@ mod tests {
             st("ebs:3.1ms", 100).latency,
             Some(nbd::LatencyProfile::Z1Target(Duration::from_micros(3100)))
         );
+    }
+
+    /// Two runs of one spec into two results folders: each has its own
+    /// volume folder (neither removes the other's volumes as leftovers);
+    /// one folder however spelled has one.
+    #[test]
+    fn volumes_are_private_to_a_results_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = QemuProvider::new(QemuConfig {
+            volume_dir: Some(tmp.path().join("vols")),
+            ..Default::default()
+        });
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::os::unix::fs::symlink(&a, tmp.path().join("a-link")).unwrap();
+        let va = p.run_volumes(&a, "quick-1234");
+        assert_ne!(va, p.run_volumes(&b, "quick-1234"));
+        assert_eq!(va, p.run_volumes(&tmp.path().join("a-link"), "quick-1234"));
+        assert_eq!(va, p.run_volumes(&a.join("."), "quick-1234"));
+        assert!(va.starts_with(tmp.path().join("vols")));
+        assert!(va.file_name().unwrap().to_string_lossy().starts_with("quick-1234-"));
+    }
+
+    /// What a killed run left in its volume folder goes when the next run
+    /// into its results folder reclaims it; another folder's stays.
+    #[tokio::test]
+    async fn reclaim_removes_only_this_folders_leftovers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = QemuProvider::new(QemuConfig {
+            volume_dir: Some(tmp.path().join("vols")),
+            ..Default::default()
+        });
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        for d in [&a, &b] {
+            let v = p.run_volumes(d, "r");
+            std::fs::create_dir_all(&v).unwrap();
+            std::fs::write(v.join("c.raw"), "x").unwrap();
+            std::fs::write(v.join("c.warmup.raw"), "x").unwrap();
+        }
+        let removed = p
+            .reclaim(&lazyinit_core::RunFolder::new(&a), "r")
+            .await
+            .unwrap();
+        assert_eq!(removed.len(), 2, "{removed:?}");
+        assert!(!p.run_volumes(&a, "r").exists());
+        assert!(p.run_volumes(&b, "r").join("c.raw").exists());
+        assert!(p
+            .reclaim(&lazyinit_core::RunFolder::new(&a), "r")
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -58,6 +58,7 @@ impl QemuMachine {
         let _ = std::fs::remove_file(&qmp_socket);
         let mut extra = vec!["lazyinit.net=static".to_string()];
         extra.extend(a.req.extra_cmdline.iter().cloned());
+        extra.extend(test_append(&a.req.cell.id()));
         let cmdline = args::kernel_cmdline(arch, a.tsc_khz, &extra);
         // A latency profile: the volume (and the warm-up disk, so that the
         // calibration's zeroings cost what the measured one will) are served
@@ -262,6 +263,20 @@ impl Machine for QemuMachine {
             }
         }
         Ok(())
+    }
+}
+
+/// Fault injection for the fault suite (tests/faults_e2e.rs):
+/// `LAZYINIT_TEST_APPEND=<cell id>=<kernel arguments>` appends arguments
+/// to that one cell's kernel command line (`rdinit=/no-such-init` boots
+/// it into a panic), so one cell can fail beside good ones.
+fn test_append(cell: &str) -> Vec<String> {
+    let Ok(v) = std::env::var("LAZYINIT_TEST_APPEND") else {
+        return Vec::new();
+    };
+    match v.split_once('=') {
+        Some((c, args)) if c == cell => args.split_whitespace().map(String::from).collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -1,5 +1,7 @@
 //! An owned QEMU process: its own process group, stderr kept in a file, and
-//! killed on every exit path (explicit stop, error, drop, Ctrl-C).
+//! killed on every exit path (explicit stop, error, drop, Ctrl-C), and
+//! also when the harness itself dies without any of them (SIGKILL, OOM, a
+//! CI timeout): the kernel sends it SIGKILL then (`PR_SET_PDEATHSIG`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -28,7 +30,7 @@ impl QemuProcess {
             // QEMU, so we decide how it stops; killpg then takes all of it.
             .process_group(0)
             .kill_on_drop(true);
-        let child = cmd.spawn()?;
+        let child = spawn_dying_with_us(cmd)?;
         let pgid = child.id().map(|p| p as i32);
         Ok(Self {
             child,
@@ -93,6 +95,78 @@ impl Drop for QemuProcess {
         // Synchronous last resort; the group may already be gone.
         self.signal(Signal::SIGKILL);
     }
+}
+
+/// Spawns `cmd` so that it gets SIGKILL when the harness dies, however it
+/// dies (`PR_SET_PDEATHSIG`). The kernel sends that signal when the
+/// *thread* that forked the child exits, not the process: a child forked
+/// on a tokio blocking thread would be killed when that thread idles out.
+/// So every such child is forked on one thread that lives as long as the
+/// process, and only the process's death ends it.
+#[allow(unsafe_code)] // pre_exec: the one way to set a child's death signal
+pub fn spawn_dying_with_us(mut cmd: Command) -> std::io::Result<Child> {
+    use std::sync::mpsc;
+    type Job = Box<dyn FnOnce() + Send>;
+    static FORKER: std::sync::OnceLock<std::sync::Mutex<mpsc::Sender<Job>>> =
+        std::sync::OnceLock::new();
+    let parent = std::process::id() as i32;
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between
+    // fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The harness died between fork and prctl: go with it.
+            if libc::getppid() != parent {
+                libc::_exit(137);
+            }
+            Ok(())
+        });
+    }
+    let forker = FORKER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("lazyinit-forker".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })
+            .expect("cannot start the thread that forks guests");
+        std::sync::Mutex::new(tx)
+    });
+    let runtime = tokio::runtime::Handle::current();
+    let (tx, rx) = mpsc::channel();
+    let job: Job = Box::new(move || {
+        // tokio's child reaping needs its runtime.
+        let _in = runtime.enter();
+        let _ = tx.send(cmd.spawn());
+    });
+    forker
+        .lock()
+        .unwrap()
+        .send(job)
+        .map_err(|_| std::io::Error::other("the forking thread is gone"))?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("the forking thread is gone"))?
+}
+
+/// Pids of live QEMU processes (`qemu-system-*`) whose command line
+/// mentions `needle` (a folder their files are in).
+pub fn qemu_pids_with(needle: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            let exe = cmd.split(' ').next()?.rsplit('/').next()?.to_string();
+            (exe.starts_with("qemu-system") && cmd.contains(needle)).then_some(pid)
+        })
+        .collect()
 }
 
 /// Puts a process (every thread of it, with `all_threads`) or one thread
@@ -216,14 +290,15 @@ mod tests {
             .count()
     }
 
-    /// Every thread of a process goes real-time and back (as root; the
-    /// harness warns and goes on without it otherwise).
+    /// Every thread of a process goes real-time and back. Needs root (the
+    /// harness warns and goes on without it; CI runs as root, and this
+    /// fails rather than pass without checking anything).
     #[test]
     fn realtime_on_every_thread_and_back() {
-        if !is_root() {
-            eprintln!("skipping: needs root");
-            return;
-        }
+        assert!(
+            is_root(),
+            "this test needs root (or CAP_SYS_NICE): run it as scripts/test.sh does"
+        );
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -255,6 +330,81 @@ mod tests {
         let _ = g.wait();
         child.kill().unwrap();
         let _ = child.wait();
+    }
+
+    /// A child spawned so dies with whoever spawned it, even by SIGKILL:
+    /// a helper process spawns it (on a runtime whose worker thread then
+    /// ends, as blocking threads do), is killed, and the child goes too.
+    #[test]
+    fn children_die_with_the_harness() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        // The helper is this test binary itself, asked to spawn and wait.
+        let exe = std::env::current_exe().unwrap();
+        let mut helper = std::process::Command::new(exe)
+            .args(["--exact", "process::tests::spawn_a_sleeper_and_wait", "--nocapture", "--include-ignored"])
+            .env("LAZYINIT_SLEEPER_PIDFILE", &pidfile)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let sleeper = loop {
+            if let Some(p) = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+            {
+                break p;
+            }
+            assert!(std::time::Instant::now() < deadline, "the helper never spawned");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let alive = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+                .unwrap_or(false)
+        };
+        // The thread that spawned it has ended; the child still runs.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(alive(sleeper), "the sleeper died with the thread that spawned it");
+        helper.kill().unwrap();
+        let _ = helper.wait();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(sleeper) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!alive(sleeper), "the child outlived its SIGKILLed parent");
+    }
+
+    /// The helper of [`children_die_with_the_harness`]; ignored unless run by it.
+    #[test]
+    #[ignore]
+    fn spawn_a_sleeper_and_wait() {
+        let Some(pidfile) = std::env::var_os("LAZYINIT_SLEEPER_PIDFILE") else {
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_keep_alive(Duration::from_millis(10))
+            .enable_all()
+            .build()
+            .unwrap();
+        let pid = rt.block_on(async {
+            // Spawned from a blocking thread, which idles out and ends.
+            tokio::task::spawn_blocking(|| {
+                let rt = tokio::runtime::Handle::current();
+                let _in = rt.enter();
+                let mut c = Command::new("sleep");
+                c.arg("300");
+                let child = spawn_dying_with_us(c).unwrap();
+                let pid = child.id().unwrap();
+                std::mem::forget(child);
+                pid
+            })
+            .await
+            .unwrap()
+        });
+        std::fs::write(pidfile, pid.to_string()).unwrap();
+        std::thread::sleep(Duration::from_secs(300));
     }
 
     #[tokio::test]

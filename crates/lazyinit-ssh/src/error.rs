@@ -80,6 +80,11 @@ pub enum SshError {
         status: i32,
         stderr: String,
     },
+    /// The caller's cancel flag was set while the command ran: the channel
+    /// is closed without waiting for the command (a Ctrl-C during an mkfs
+    /// of 3 TiB must not wait for it).
+    #[error("`{cmd}` on {addr} was cancelled")]
+    Cancelled { cmd: String, addr: String },
     #[error("cannot read {} for upload", path.display())]
     UploadSource {
         path: PathBuf,

@@ -3,6 +3,8 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::SshError;
@@ -34,6 +36,8 @@ pub struct Session {
     sess: ssh2::Session,
     addr: String,
     command_timeout: Duration,
+    /// Set by the caller to give up a running command (see [`Session::set_cancel`]).
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -130,7 +134,20 @@ impl Session {
             sess,
             addr,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            cancel: None,
         })
+    }
+
+    /// Every command (and upload) from now on gives up within a few
+    /// milliseconds once `flag` is set, with [`SshError::Cancelled`].
+    pub fn set_cancel(&mut self, flag: Arc<AtomicBool>) {
+        self.cancel = Some(flag);
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst))
     }
 
     pub fn addr(&self) -> &str {
@@ -269,6 +286,12 @@ impl Session {
             if !progressed && ch.eof() {
                 break Ok(());
             }
+            if self.cancelled() {
+                break Err(SshError::Cancelled {
+                    cmd: cmd.to_string(),
+                    addr: self.addr.clone(),
+                });
+            }
             if Instant::now() >= deadline {
                 break Err(SshError::Timeout {
                     cmd: cmd.to_string(),
@@ -282,6 +305,11 @@ impl Session {
         };
         self.sess.set_blocking(true);
         if let Err(e) = drained {
+            // Closing waits for the remote's close, which comes when the
+            // command ends: a cancelled one must not be waited for.
+            if matches!(e, SshError::Cancelled { .. }) {
+                self.sess.set_timeout(200);
+            }
             let _ = ch.close();
             return Err(e);
         }

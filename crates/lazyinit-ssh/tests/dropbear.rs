@@ -172,6 +172,34 @@ fn exec_times_out() {
     assert!(matches!(err, SshError::Timeout { .. }), "{err:?}");
 }
 
+/// A long command (an mkfs of 3 TiB) gives way to a cancel within a few
+/// milliseconds, not at its end or timeout.
+#[test]
+fn a_running_command_gives_way_to_a_cancel() {
+    let (_dir, keys, server) = setup();
+    let mut s = Session::connect("127.0.0.1", server.port, "root", &keys, T).unwrap();
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    s.set_cancel(cancel.clone());
+    let c = cancel.clone();
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        c.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let started = Instant::now();
+    let err = s
+        .exec_with_timeout("sleep 60", Duration::from_secs(120))
+        .unwrap_err();
+    let took = started.elapsed();
+    setter.join().unwrap();
+    assert!(matches!(err, SshError::Cancelled { .. }), "{err:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // Dropping the session (its guest is torn down next) does not wait
+    // for the command either.
+    let started = Instant::now();
+    drop(s);
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
 #[test]
 fn upload_writes_bytes_and_files_with_mode() {
     let (dir, keys, server) = setup();

@@ -76,16 +76,77 @@ pub struct CompareArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Where the text goes. The file is created before any work, so a bad
-/// path fails at once.
-fn output(out: &Option<PathBuf>) -> anyhow::Result<Box<dyn Write>> {
-    Ok(match out {
-        Some(p) => Box::new(
-            File::create(p)
-                .map_err(|e| bad_input(format!("cannot create {}: {e}", p.display())))?,
-        ),
-        None => Box::new(std::io::stdout().lock()),
-    })
+/// Where the text goes: stdout, or `--out` through a temporary file beside
+/// it that replaces it only once the whole text is written, so a failed
+/// run never leaves half a file. The temporary file is made before any
+/// work, so a bad path fails at once; an `--out` that is one of the inputs
+/// is refused (it would be overwritten with what was read from it).
+enum Output {
+    Stdout(std::io::StdoutLock<'static>),
+    File {
+        file: File,
+        tmp: PathBuf,
+        dest: PathBuf,
+    },
+}
+
+impl Output {
+    fn open(out: &Option<PathBuf>, inputs: &[&PathBuf]) -> anyhow::Result<Self> {
+        let Some(dest) = out else {
+            return Ok(Output::Stdout(std::io::stdout().lock()));
+        };
+        if let Some(input) = inputs.iter().find(|i| same_file(i, dest)) {
+            return Err(bad_input(format!(
+                "--out {} is the input {}: it would be overwritten; write the output to another file",
+                dest.display(),
+                input.display()
+            ))
+            .into());
+        }
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dest.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let file = File::create(&tmp)
+            .map_err(|e| bad_input(format!("cannot create {}: {e}", dest.display())))?;
+        Ok(Output::File {
+            file,
+            tmp,
+            dest: dest.clone(),
+        })
+    }
+
+    /// Writes the whole text, then puts it in place (on an error, drop
+    /// removes the temporary file; after the rename there is none).
+    fn finish(mut self, text: &str) -> std::io::Result<()> {
+        match &mut self {
+            Output::Stdout(o) => o.write_all(text.as_bytes()).and_then(|_| o.flush()),
+            Output::File { file, tmp, dest } => file
+                .write_all(text.as_bytes())
+                .and_then(|_| file.sync_all())
+                .and_then(|_| std::fs::rename(&*tmp, &*dest)),
+        }
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        // Not finished (an error came first): no temporary file stays.
+        if let Output::File { tmp, .. } = self {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// Whether two paths name one file (the same inode; a path that does not
+/// exist names no input).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 fn format_of(format: Option<Format>, out: &Option<PathBuf>) -> Format {
@@ -132,7 +193,7 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
             .into());
         }
     }
-    let mut out = output(&a.out)?;
+    let out = Output::open(&a.out, &a.csv.iter().collect::<Vec<_>>())?;
     let loaded = load_all(&a.csv)?;
     let rows: Vec<_> = loaded.iter().map(|l| l.row.clone()).collect();
     let rep = lazyinit_report::build(&rows, a.metric);
@@ -141,9 +202,7 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
         Format::Csv => render::csv::render(&rep),
         Format::Json | Format::Kcidb | Format::Junit => render::json::render(&rep),
     };
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .context("cannot write the report")?;
+    out.finish(&text).context("cannot write the report")?;
     if let Some(svg) = &a.svg {
         plot::bars(&rep, svg)?;
         eprintln!("wrote {}", svg.display());
@@ -171,7 +230,7 @@ fn kcidb(a: ReportArgs) -> anyhow::Result<u8> {
         .as_deref()
         .unwrap_or(lazyinit_report::kcidb::DEFAULT_ORIGIN);
     lazyinit_report::kcidb::ids::check_origin(origin).map_err(bad_input)?;
-    let mut out = output(&a.out)?;
+    let out = Output::open(&a.out, &a.csv.iter().collect::<Vec<_>>())?;
     let loaded = load_all(&a.csv)?;
     let cache_dir = a.cache_dir.unwrap_or_else(lazyinit_core::paths::cache_dir);
     let kernels = super::kcidb::kernel_facts(&loaded, &cache_dir);
@@ -184,8 +243,7 @@ fn kcidb(a: ReportArgs) -> anyhow::Result<u8> {
     };
     let report =
         lazyinit_report::kcidb::export(&inputs, origin).map_err(|e| bad_input(e.to_string()))?;
-    out.write_all(lazyinit_report::kcidb::render(&report).as_bytes())
-        .and_then(|_| out.flush())
+    out.finish(&lazyinit_report::kcidb::render(&report))
         .context("cannot write the KCIDB report")?;
     let manifests = kernels.values().filter(|k| k.manifest.is_some()).count();
     eprintln!(
@@ -209,7 +267,8 @@ pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
     if format == Format::Kcidb {
         return Err(bad_input("--format kcidb is a format of `report` only").into());
     }
-    let mut out = output(&a.out)?;
+    let inputs: Vec<&PathBuf> = a.baseline.iter().chain(&a.candidate).collect();
+    let out = Output::open(&a.out, &inputs)?;
     let rows = |paths: &[PathBuf]| -> anyhow::Result<Vec<_>> {
         Ok(load_all(paths)?.into_iter().map(|l| l.row).collect())
     };
@@ -227,9 +286,7 @@ pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
         Format::Junit => render::junit::render(&c),
         Format::Json | Format::Kcidb => render::json::render(&c),
     };
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .context("cannot write the comparison")?;
+    out.finish(&text).context("cannot write the comparison")?;
     if format != Format::Markdown || a.out.is_some() {
         eprintln!("{}", render::compare::summary_line(&c));
     }

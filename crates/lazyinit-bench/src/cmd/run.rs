@@ -187,8 +187,11 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// SIGINT/SIGTERM set the cancel flag; the runner stops guests and records
-/// interrupted cells. A second signal only says that cleanup is under way.
+/// SIGINT/SIGTERM set the cancel flag; the runner stops guests, removes
+/// volumes and records interrupted cells (within seconds: a command in a
+/// guest gives way at once). A second signal forces: the process exits at
+/// once with 130, its guests die with it (`PR_SET_PDEATHSIG`), and the next
+/// run into the folder removes the volumes and records the lost rows.
 fn install_signal_handler(cancel: Arc<AtomicBool>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
@@ -204,10 +207,10 @@ fn install_signal_handler(cancel: Arc<AtomicBool>) {
                 _ = term.recv() => {}
             }
             if cancel.swap(true, Ordering::SeqCst) {
-                eprintln!("still stopping guests and removing volumes; this takes a few seconds");
-            } else {
-                eprintln!("interrupted: stopping every guest (press Ctrl-C again to see this message again)");
+                eprintln!("forced: exiting now; the guests end with this process, and rerunning the same command removes their volumes and resumes");
+                std::process::exit(exit::INTERRUPTED.into());
             }
+            eprintln!("interrupted: stopping every guest and removing its volume (press Ctrl-C again to exit at once)");
         }
     });
 }

@@ -1,0 +1,403 @@
+//! The fault suite on real guests, where the fault is the guest's or its
+//! host's: a kernel that panics, a QEMU killed during lazy-init, the host
+//! disk full during mkfs, the harness killed (SIGKILL) mid-run, Ctrl-C
+//! during a long mkfs and a second Ctrl-C. Each counts what is left behind
+//! (QEMU processes, volumes, sockets) instead of assuming it. Kernels: the
+//! x86_64 debian-6.1 HZ=250 pair the smoke run builds; volumes are small
+//! and sparse, storage `none`, no warm-up, so each test takes seconds of
+//! guest time. Needs root (a tmpfs, real-time priorities), as CI runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lazyinit_core::results::{read_rows, ResultRow, Status};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench"))
+}
+
+const FIX: &str = "fix";
+const NOFIX: &str = "nofix";
+
+fn cell_id(variant: &str, size: &str) -> String {
+    format!("qemu-x86_64-debian-6.1-hz250-{variant}-{size}-r1")
+}
+
+/// A spec of x86_64 HZ=250 cells of `variants` at `size`, volumes in `vols`.
+fn write_spec(dir: &Path, name: &str, variants: &[&str], size: &str, vols: &Path) -> PathBuf {
+    let list = variants
+        .iter()
+        .map(|v| format!("\"{v}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "name = \"faults-{name}\"\nprovider = \"qemu\"\narches = [\"x86_64\"]\nsources = [\"debian-6.1\"]\n\
+         hz = [250]\nvariants = [{list}]\nsizes = [\"{size}\"]\nstorage-profile = \"none\"\n\
+         poll-interval = \"1s\"\nconcurrency = {}\n\n[provider-config.qemu]\nvolume-dir = \"{}\"\nwarmup = false\n",
+        variants.len(),
+        vols.display()
+    );
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn start(spec: &Path, out: &Path, env: &[(&str, &str)]) -> Child {
+    let mut c = Command::new(bin());
+    c.args(["run", spec.to_str().unwrap(), "--no-report", "--out"])
+        .arg(out)
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(stderr_of(out)).unwrap());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
+}
+
+/// Where [`start`] keeps the run's stderr: beside its results folder.
+fn stderr_of(out: &Path) -> PathBuf {
+    out.with_extension("stderr")
+}
+
+/// QEMU processes whose command line mentions `needle` (a folder).
+fn qemu_with(needle: &Path) -> Vec<u32> {
+    lazyinit_qemu::process::qemu_pids_with(needle.to_str().unwrap())
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            v.extend(files_under(&e.path()));
+        } else {
+            v.push(e.path());
+        }
+    }
+    v
+}
+
+/// Volume files (`.raw`) under `dir`.
+fn volumes(dir: &Path) -> Vec<PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "raw"))
+        .collect()
+}
+
+fn sockets(dir: &Path) -> Vec<PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".sock"))
+        .collect()
+}
+
+/// Waits until the run's events show `cell` (or any cell, with "") in `phase`.
+fn wait_phase(out: &Path, cell: &str, phase: &str, within: Duration) -> bool {
+    let events = out.join("events.jsonl");
+    let start = Instant::now();
+    while start.elapsed() < within {
+        let text = std::fs::read_to_string(&events).unwrap_or_default();
+        if text.lines().any(|l| {
+            l.contains(&format!("\"phase\":\"{phase}\"")) && l.contains(&format!("\"cell\":\"{cell}"))
+        }) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// The phases `cell` went through, in order, from the events.
+fn phases_of(out: &Path, cell: &str) -> Vec<String> {
+    std::fs::read_to_string(out.join("events.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "phase" && v["cell"] == cell)
+        .map(|v| v["phase"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> (Option<i32>, Duration) {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st.code(), start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the run did not exit within {within:?}");
+}
+
+fn row<'a>(rows: &'a [ResultRow], cell: &str) -> &'a ResultRow {
+    rows.iter()
+        .rev()
+        .find(|r| r.cell_id == cell)
+        .unwrap_or_else(|| panic!("no row for {cell}: {rows:?}"))
+}
+
+/// One line per scenario, for the suite's table (run with --nocapture).
+fn report(scenario: &str, code: Option<i32>, secs: f64, out: &Path, vols: &Path) {
+    let rows = read_rows(out.join("results.csv")).unwrap_or_default();
+    eprintln!(
+        "FAULT-SUITE | {scenario} | exit {code:?} | {secs:.1} s | qemu left {} | volumes left {} | sockets left {} | rows {}",
+        qemu_with(out).len() + qemu_with(vols).len(),
+        volumes(vols).len(),
+        sockets(out).len(),
+        rows.iter()
+            .map(|r| format!("{}:{}", r.variant, r.status))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
+/// Nothing of the run is left: no QEMU, no volume, no socket.
+fn assert_nothing_left(out: &Path, vols: &Path) {
+    assert!(qemu_with(out).is_empty() && qemu_with(vols).is_empty(), "QEMU left running");
+    assert!(volumes(vols).is_empty(), "volumes left: {:?}", files_under(vols));
+    assert!(sockets(out).is_empty(), "sockets left: {:?}", sockets(out));
+}
+
+/// A kernel that panics at boot: its cell fails with the console tail,
+/// long before the boot timeout (QEMU ends with the panic), and the other
+/// cell is measured.
+#[test]
+fn a_kernel_panic_fails_its_cell_with_the_console_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "panic", &[NOFIX, FIX], "4GiB", vols.path());
+    let out = tmp.path().join("res");
+    let bad = cell_id(FIX, "4GiB");
+    let append = format!("{bad}=rdinit=/no-such-init");
+    let mut child = start(&spec, &out, &[("LAZYINIT_TEST_APPEND", &append)]);
+    let (code, took) = wait_exit(&mut child, Duration::from_secs(600));
+    report("kernel panic at boot", code, took.as_secs_f64(), &out, vols.path());
+    assert_eq!(code, Some(1), "a failed cell exits 1");
+    let rows = read_rows(out.join("results.csv")).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let failed = row(&rows, &bad);
+    assert_eq!(failed.status, Status::Failed);
+    assert!(failed.error.contains("SSH"), "{}", failed.error);
+    let text = std::fs::read_to_string(out.join(&bad).join("error.txt")).unwrap();
+    assert!(text.contains("--- console tail ---"), "{text}");
+    assert!(text.contains("Kernel panic"), "{text}");
+    // The panicked guest was given up at its death, not at the boot
+    // timeout (300 s): the whole run, the good cell's lazy-init included,
+    // is shorter than that.
+    assert!(took < Duration::from_secs(200), "{took:?}");
+    assert_eq!(row(&rows, &cell_id(NOFIX, "4GiB")).status, Status::Ok);
+    assert_nothing_left(&out, vols.path());
+}
+
+/// `kill -9` of one guest's QEMU while its lazy-init runs: that cell
+/// fails, the other is measured to the end with a cycle that is its own
+/// sleep's (L + 1 ticks), and nothing is left.
+#[test]
+fn kill_9_of_one_guest_fails_only_its_cell() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "kill9", &[NOFIX, FIX], "32GiB", vols.path());
+    let out = tmp.path().join("res");
+    let victim = cell_id(NOFIX, "32GiB");
+    let mut child = start(&spec, &out, &[]);
+    assert!(
+        wait_phase(&out, &victim, "lazyinit", Duration::from_secs(600)),
+        "{victim} never reached lazy-init"
+    );
+    let pids: Vec<u32> = qemu_with(&out)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(&victim))
+                .unwrap_or(false)
+        })
+        .collect();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pids[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let (code, took) = wait_exit(&mut child, Duration::from_secs(600));
+    report("kill -9 of one QEMU during lazy-init", code, took.as_secs_f64(), &out, vols.path());
+    assert_eq!(code, Some(1));
+    let rows = read_rows(out.join("results.csv")).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let dead = row(&rows, &victim);
+    assert_eq!(dead.status, Status::Failed, "{dead:?}");
+    assert!(!dead.error.is_empty());
+    assert_eq!(dead.measured.lazyinit_s, None, "nothing half-measured");
+    let ok = row(&rows, &cell_id(FIX, "32GiB"));
+    assert_eq!(ok.status, Status::Ok, "{}", ok.error);
+    let m = &ok.measured;
+    assert_eq!(m.traced_groups, m.groups, "every group traced");
+    let cycle = (m.sleep_ticks.unwrap() + 1) as f64 * 1000.0 / 250.0;
+    let per = m.ms_per_group.unwrap();
+    assert!((per / cycle - 1.0).abs() < 0.05, "{per} ms/group vs L+1 = {cycle}");
+    assert_nothing_left(&out, vols.path());
+}
+
+/// The host disk fills while the guest makes its filesystem: the write
+/// errors reach the guest (not a paused VM), mkfs fails, the cell fails
+/// and its volume is removed.
+#[test]
+fn a_full_host_disk_during_mkfs_fails_the_cell_and_leaves_no_volume() {
+    assert!(lazyinit_qemu::process::is_root(), "needs root to mount a tmpfs");
+    let tmp = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    // Room for the preflight's estimate of a 64 GiB volume (320 MiB), not
+    // for what mkfs writes once the filler has taken it.
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=400M", "lazyinit-faults"])
+        .arg(vols.path())
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(vols.path());
+    let spec = write_spec(tmp.path(), "diskfull", &[NOFIX], "64GiB", vols.path());
+    let out = tmp.path().join("res");
+    let cell = cell_id(NOFIX, "64GiB");
+    let mut child = start(&spec, &out, &[]);
+    assert!(wait_phase(&out, &cell, "boot", Duration::from_secs(600)));
+    // Fill the disk while the guest boots, before mkfs writes anything.
+    let filler = vols.path().join("filler");
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M"])
+        .arg(format!("of={}", filler.display()))
+        .stderr(Stdio::null())
+        .status();
+    let (code, took) = wait_exit(&mut child, Duration::from_secs(900));
+    let _ = std::fs::remove_file(&filler);
+    report("host disk full during mkfs", code, took.as_secs_f64(), &out, vols.path());
+    assert_eq!(code, Some(1));
+    let rows = read_rows(out.join("results.csv")).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, Status::Failed);
+    assert!(rows[0].error.contains("mkfs"), "{}", rows[0].error);
+    assert_nothing_left(&out, vols.path());
+}
+
+/// The harness killed with SIGKILL mid-run (OOM, a CI timeout): its
+/// guests die with it within seconds (PR_SET_PDEATHSIG); the next run into
+/// the folder removes the volumes it left, records its cells' rows as lost
+/// and measures them.
+#[test]
+fn a_sigkilled_harness_leaves_no_guest_and_the_next_run_recovers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "sigkill", &[NOFIX, FIX], "16GiB", vols.path());
+    let out = tmp.path().join("res");
+    let mut child = start(&spec, &out, &[]);
+    assert!(wait_phase(&out, "", "lazyinit", Duration::from_secs(600)));
+    let before = qemu_with(&out).len();
+    assert!(before >= 1, "no guest runs");
+    child.kill().unwrap();
+    let _ = child.wait();
+    let killed = Instant::now();
+    while !qemu_with(&out).is_empty() && killed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let gone_after = killed.elapsed();
+    let left = qemu_with(&out).len() + qemu_with(vols.path()).len();
+    let vols_left = volumes(vols.path()).len();
+    eprintln!(
+        "FAULT-SUITE | harness SIGKILLed during lazy-init | killed | guests gone after {:.1} s | qemu left {left} | volumes left {vols_left} (for the next run)",
+        gone_after.as_secs_f64()
+    );
+    assert_eq!(left, 0, "QEMU outlived the harness");
+    assert!(gone_after < Duration::from_secs(5), "{gone_after:?}");
+
+    // The next run into the folder.
+    let again = Command::new(bin())
+        .args(["run", spec.to_str().unwrap(), "--no-report", "--out"])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    report("rerun after the SIGKILL", again.status.code(), 0.0, &out, vols.path());
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    if vols_left > 0 {
+        assert!(stderr.contains("removed what an earlier run"), "{stderr}");
+    }
+    let rows = read_rows(out.join("results.csv")).unwrap();
+    // Every cell started and not recorded has its lost row (the one
+    // whose guest had ended may have been recorded before the kill).
+    let lost: Vec<_> = rows.iter().filter(|r| r.error.starts_with("lost:")).collect();
+    assert!(!lost.is_empty(), "{rows:?}");
+    // And nothing else: the lost rows, then each cell's ok row once.
+    assert_eq!(rows.len(), lost.len() + 2, "{rows:?}");
+    assert!(lost.iter().all(|r| r.status == Status::Interrupted));
+    assert_eq!(rows.iter().filter(|r| r.status == Status::Ok).count(), 2);
+    assert_nothing_left(&out, vols.path());
+}
+
+/// Ctrl-C while the guest runs a long mkfs (2 TiB): the SSH command gives
+/// way, the run exits 130 within 10 s, guest and volume gone, the row
+/// interrupted.
+#[test]
+fn sigint_during_a_long_mkfs_exits_within_10_s() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "sigint-mkfs", &[NOFIX], "2TiB", vols.path());
+    let out = tmp.path().join("res");
+    let cell = cell_id(NOFIX, "2TiB");
+    let mut child = start(&spec, &out, &[]);
+    assert!(wait_phase(&out, &cell, "mkfs", Duration::from_secs(600)));
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let (code, took) = wait_exit(&mut child, Duration::from_secs(60));
+    report("Ctrl-C during a 2 TiB mkfs", code, took.as_secs_f64(), &out, vols.path());
+    let phases = phases_of(&out, &cell);
+    assert!(
+        !phases.iter().any(|p| p == "mount"),
+        "the interrupt came after mkfs: {phases:?}"
+    );
+    assert_eq!(code, Some(130));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let rows = read_rows(out.join("results.csv")).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, Status::Interrupted);
+    assert_nothing_left(&out, vols.path());
+}
+
+/// A second Ctrl-C forces: the process exits at once, and its guest goes
+/// with it (the volume is left for the next run, which removes it).
+#[test]
+fn a_second_sigint_exits_at_once_and_takes_the_guests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "sigint2", &[NOFIX], "4GiB", vols.path());
+    let out = tmp.path().join("res");
+    let mut child = start(&spec, &out, &[]);
+    assert!(wait_phase(&out, "", "boot", Duration::from_secs(600)));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    // Apart enough that the handler sees two signals, not one.
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
+    let stderr = std::fs::read_to_string(stderr_of(&out)).unwrap();
+    assert!(stderr.contains("forced: exiting now"), "{stderr}");
+    let start = Instant::now();
+    while !qemu_with(&out).is_empty() && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    report("second Ctrl-C", code, took.as_secs_f64(), &out, vols.path());
+    assert_eq!(code, Some(130));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(qemu_with(&out).is_empty(), "QEMU outlived the forced exit");
+}
