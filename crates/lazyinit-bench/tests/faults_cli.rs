@@ -29,11 +29,28 @@ fn bad_input_and_missing_tools_say_one_line_and_create_nothing() {
     let out = tmp.path().join("res");
     let o = out.to_str().unwrap();
     let typo = tmp.path().join("typo.toml");
-    std::fs::write(&typo, "name = \"t\"\narchs = [\"x86_64\"]\nhz = [250]\nsizes = [\"1GiB\"]\n").unwrap();
+    std::fs::write(
+        &typo,
+        "name = \"t\"\narchs = [\"x86_64\"]\nhz = [250]\nsizes = [\"1GiB\"]\n",
+    )
+    .unwrap();
     let size = tmp.path().join("size.toml");
-    std::fs::write(&size, "name = \"t\"\narches = [\"x86_64\"]\nhz = [250]\nsizes = [\"2TB\"]\n").unwrap();
+    std::fs::write(
+        &size,
+        "name = \"t\"\narches = [\"x86_64\"]\nhz = [250]\nsizes = [\"2TB\"]\n",
+    )
+    .unwrap();
     let empty = tempfile::tempdir().unwrap();
-    let cell = ["--arch", "x86_64", "--hz", "250", "--variant", "nofix", "--size", "1GiB"];
+    let cell = [
+        "--arch",
+        "x86_64",
+        "--hz",
+        "250",
+        "--variant",
+        "nofix",
+        "--size",
+        "1GiB",
+    ];
     let with = |extra: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = vec!["run".into()];
         v.extend(extra.iter().map(|s| s.to_string()));
@@ -43,7 +60,12 @@ fn bad_input_and_missing_tools_say_one_line_and_create_nothing() {
     let mut source = vec!["--source", "/no/such/tree"];
     source.extend(cell);
     let cases: Vec<(Vec<String>, Option<&Path>, u8, &str)> = vec![
-        (with(&source), None, 2, "kernel source /no/such/tree: no such folder"),
+        (
+            with(&source),
+            None,
+            2,
+            "kernel source /no/such/tree: no such folder",
+        ),
         (
             with(&[typo.to_str().unwrap()]),
             None,
@@ -58,7 +80,12 @@ fn bad_input_and_missing_tools_say_one_line_and_create_nothing() {
         ),
         // Kernel build tools missing (an empty PATH): 4 on the run path,
         // found before the results folder exists.
-        (with(&cell), Some(empty.path()), 4, "is missing: install it with `apt-get install"),
+        (
+            with(&cell),
+            Some(empty.path()),
+            4,
+            "is missing: install it with `apt-get install",
+        ),
     ];
     for (args, path, code, needle) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

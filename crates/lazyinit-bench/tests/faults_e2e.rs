@@ -99,7 +99,8 @@ fn wait_phase(out: &Path, cell: &str, phase: &str, within: Duration) -> bool {
     while start.elapsed() < within {
         let text = std::fs::read_to_string(&events).unwrap_or_default();
         if text.lines().any(|l| {
-            l.contains(&format!("\"phase\":\"{phase}\"")) && l.contains(&format!("\"cell\":\"{cell}"))
+            l.contains(&format!("\"phase\":\"{phase}\""))
+                && l.contains(&format!("\"cell\":\"{cell}"))
         }) {
             return true;
         }
@@ -156,8 +157,15 @@ fn report(scenario: &str, code: Option<i32>, secs: f64, out: &Path, vols: &Path)
 
 /// Nothing of the run is left: no QEMU, no volume, no socket.
 fn assert_nothing_left(out: &Path, vols: &Path) {
-    assert!(qemu_with(out).is_empty() && qemu_with(vols).is_empty(), "QEMU left running");
-    assert!(volumes(vols).is_empty(), "volumes left: {:?}", files_under(vols));
+    assert!(
+        qemu_with(out).is_empty() && qemu_with(vols).is_empty(),
+        "QEMU left running"
+    );
+    assert!(
+        volumes(vols).is_empty(),
+        "volumes left: {:?}",
+        files_under(vols)
+    );
     assert!(sockets(out).is_empty(), "sockets left: {:?}", sockets(out));
 }
 
@@ -174,7 +182,13 @@ fn a_kernel_panic_fails_its_cell_with_the_console_tail() {
     let append = format!("{bad}=rdinit=/no-such-init");
     let mut child = start(&spec, &out, &[("LAZYINIT_TEST_APPEND", &append)]);
     let (code, took) = wait_exit(&mut child, Duration::from_secs(600));
-    report("kernel panic at boot", code, took.as_secs_f64(), &out, vols.path());
+    report(
+        "kernel panic at boot",
+        code,
+        took.as_secs_f64(),
+        &out,
+        vols.path(),
+    );
     assert_eq!(code, Some(1), "a failed cell exits 1");
     let rows = read_rows(out.join("results.csv")).unwrap();
     assert_eq!(rows.len(), 2, "{rows:?}");
@@ -222,7 +236,13 @@ fn kill_9_of_one_guest_fails_only_its_cell() {
     )
     .unwrap();
     let (code, took) = wait_exit(&mut child, Duration::from_secs(600));
-    report("kill -9 of one QEMU during lazy-init", code, took.as_secs_f64(), &out, vols.path());
+    report(
+        "kill -9 of one QEMU during lazy-init",
+        code,
+        took.as_secs_f64(),
+        &out,
+        vols.path(),
+    );
     assert_eq!(code, Some(1));
     let rows = read_rows(out.join("results.csv")).unwrap();
     assert_eq!(rows.len(), 2, "{rows:?}");
@@ -236,7 +256,10 @@ fn kill_9_of_one_guest_fails_only_its_cell() {
     assert_eq!(m.traced_groups, m.groups, "every group traced");
     let cycle = (m.sleep_ticks.unwrap() + 1) as f64 * 1000.0 / 250.0;
     let per = m.ms_per_group.unwrap();
-    assert!((per / cycle - 1.0).abs() < 0.05, "{per} ms/group vs L+1 = {cycle}");
+    assert!(
+        (per / cycle - 1.0).abs() < 0.05,
+        "{per} ms/group vs L+1 = {cycle}"
+    );
     assert_nothing_left(&out, vols.path());
 }
 
@@ -245,7 +268,10 @@ fn kill_9_of_one_guest_fails_only_its_cell() {
 /// and its volume is removed.
 #[test]
 fn a_full_host_disk_during_mkfs_fails_the_cell_and_leaves_no_volume() {
-    assert!(lazyinit_qemu::process::is_root(), "needs root to mount a tmpfs");
+    assert!(
+        lazyinit_qemu::process::is_root(),
+        "needs root to mount a tmpfs"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let vols = tempfile::tempdir().unwrap();
     // Room for the preflight's estimate of a 64 GiB volume (320 MiB), not
@@ -277,7 +303,13 @@ fn a_full_host_disk_during_mkfs_fails_the_cell_and_leaves_no_volume() {
         .status();
     let (code, took) = wait_exit(&mut child, Duration::from_secs(900));
     let _ = std::fs::remove_file(&filler);
-    report("host disk full during mkfs", code, took.as_secs_f64(), &out, vols.path());
+    report(
+        "host disk full during mkfs",
+        code,
+        took.as_secs_f64(),
+        &out,
+        vols.path(),
+    );
     assert_eq!(code, Some(1));
     let rows = read_rows(out.join("results.csv")).unwrap();
     assert_eq!(rows.len(), 1);
@@ -324,7 +356,13 @@ fn a_sigkilled_harness_leaves_no_guest_and_the_next_run_recovers() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&again.stderr);
-    report("rerun after the SIGKILL", again.status.code(), 0.0, &out, vols.path());
+    report(
+        "rerun after the SIGKILL",
+        again.status.code(),
+        0.0,
+        &out,
+        vols.path(),
+    );
     assert_eq!(again.status.code(), Some(0), "{stderr}");
     if vols_left > 0 {
         assert!(stderr.contains("removed what an earlier run"), "{stderr}");
@@ -332,7 +370,10 @@ fn a_sigkilled_harness_leaves_no_guest_and_the_next_run_recovers() {
     let rows = read_rows(out.join("results.csv")).unwrap();
     // Every cell started and not recorded has its lost row (the one
     // whose guest had ended may have been recorded before the kill).
-    let lost: Vec<_> = rows.iter().filter(|r| r.error.starts_with("lost:")).collect();
+    let lost: Vec<_> = rows
+        .iter()
+        .filter(|r| r.error.starts_with("lost:"))
+        .collect();
     assert!(!lost.is_empty(), "{rows:?}");
     // And nothing else: the lost rows, then each cell's ok row once.
     assert_eq!(rows.len(), lost.len() + 2, "{rows:?}");
@@ -360,7 +401,13 @@ fn sigint_during_a_long_mkfs_exits_within_10_s() {
     )
     .unwrap();
     let (code, took) = wait_exit(&mut child, Duration::from_secs(60));
-    report("Ctrl-C during a 2 TiB mkfs", code, took.as_secs_f64(), &out, vols.path());
+    report(
+        "Ctrl-C during a 2 TiB mkfs",
+        code,
+        took.as_secs_f64(),
+        &out,
+        vols.path(),
+    );
     let phases = phases_of(&out, &cell);
     assert!(
         !phases.iter().any(|p| p == "mount"),

@@ -199,7 +199,9 @@ fn terraform_fmt_is_clean() {
         .output()
     {
         Ok(o) => o,
-        Err(e) => panic!("cannot run terraform (install terraform >= 1.5; scripts/test.sh needs it): {e}"),
+        Err(e) => {
+            panic!("cannot run terraform (install terraform >= 1.5; scripts/test.sh needs it): {e}")
+        }
     };
     assert!(
         out.status.success(),

@@ -359,7 +359,9 @@ impl Artifacts for FakeArtifacts {
             crate::artifacts::check_source(need)?;
             let label = format!("{}-hz{}-{}", need.arch, need.hz, need.variant);
             if let Answer::Fail(tool) = self.lab.hook("check", &label) {
-                return Err(lazyinit_core::exit::missing_tool(&tool, "apt-get install make").into());
+                return Err(
+                    lazyinit_core::exit::missing_tool(&tool, "apt-get install make").into(),
+                );
             }
         }
         Ok(())

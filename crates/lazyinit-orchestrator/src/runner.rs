@@ -243,8 +243,7 @@ fn check_same_spec<C: ProviderConfigs>(folder: &RunFolder, spec: &Spec<C>) -> Re
             exit::one_line_text(e.message())
         ))
     })?;
-    let as_value =
-        |s: &Spec<C>| toml::Value::try_from(s).unwrap_or(toml::Value::Boolean(false));
+    let as_value = |s: &Spec<C>| toml::Value::try_from(s).unwrap_or(toml::Value::Boolean(false));
     let differ = differing_keys("", &as_value(&there), &as_value(spec));
     let Some((key, a, b)) = differ.first() else {
         return Ok(());

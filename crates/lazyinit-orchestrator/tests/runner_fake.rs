@@ -466,9 +466,18 @@ async fn a_rerun_with_another_spec_is_refused_naming_the_key() {
     let err = run(&other, &Lab::new(tmp.path().join("lab3")), &out)
         .await
         .unwrap_err();
-    assert!(exit::one_line(&err).contains("`poll-interval` is \"200ms\" there and \"300ms\" here"), "{err}");
-    assert_eq!(std::fs::read_to_string(folder.spec_toml()).unwrap(), spec_before);
-    assert_eq!(std::fs::read_to_string(folder.results_csv()).unwrap(), rows_before);
+    assert!(
+        exit::one_line(&err).contains("`poll-interval` is \"200ms\" there and \"300ms\" here"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.spec_toml()).unwrap(),
+        spec_before
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.results_csv()).unwrap(),
+        rows_before
+    );
     // The same spec still resumes (nothing left to do).
     let s = run(&spec(""), &Lab::new(tmp.path().join("lab4")), &out)
         .await
@@ -488,14 +497,22 @@ async fn a_killed_runs_torn_row_and_lost_cells_are_recorded_on_resume() {
     // A complete run of one cell, then its file as a killed run leaves it:
     // the no-fix row torn in the middle, the fix cell started (its marker
     // there) and never recorded.
-    run(&spec("variants = [\"nofix\"]\n"), &Lab::new(tmp.path().join("l0")), &out)
-        .await
-        .unwrap();
+    run(
+        &spec("variants = [\"nofix\"]\n"),
+        &Lab::new(tmp.path().join("l0")),
+        &out,
+    )
+    .await
+    .unwrap();
     let csv = std::fs::read_to_string(folder.results_csv()).unwrap();
     let (header, row) = csv.split_once('\n').unwrap();
     let torn = &row[..row.len() / 2];
     std::fs::write(folder.results_csv(), format!("{header}\n{torn}")).unwrap();
-    std::fs::write(folder.spec_toml(), toml::to_string_pretty(&spec("")).unwrap()).unwrap();
+    std::fs::write(
+        folder.spec_toml(),
+        toml::to_string_pretty(&spec("")).unwrap(),
+    )
+    .unwrap();
     folder.cell(FIX).create().unwrap();
     std::fs::write(folder.cell(FIX).running(), "4242\n").unwrap();
 
@@ -505,11 +522,26 @@ async fn a_killed_runs_torn_row_and_lost_cells_are_recorded_on_resume() {
     let rows = rows_in(&out);
     // The lost row first, then the two measured ones.
     assert_eq!(rows.len(), 3, "{rows:?}");
-    assert_eq!((rows[0].cell_id.as_str(), rows[0].status), (FIX, Status::Interrupted));
-    assert!(rows[0].error.starts_with("lost: the run that started this cell (pid 4242)"), "{}", rows[0].error);
+    assert_eq!(
+        (rows[0].cell_id.as_str(), rows[0].status),
+        (FIX, Status::Interrupted)
+    );
+    assert!(
+        rows[0]
+            .error
+            .starts_with("lost: the run that started this cell (pid 4242)"),
+        "{}",
+        rows[0].error
+    );
     assert!(rows[1..].iter().all(|r| r.status == Status::Ok));
-    assert_eq!(std::fs::read_to_string(folder.results_torn()).unwrap(), format!("{torn}\n"));
-    assert!(!folder.cell(FIX).running().exists(), "the marker is the run's, and it ended");
+    assert_eq!(
+        std::fs::read_to_string(folder.results_torn()).unwrap(),
+        format!("{torn}\n")
+    );
+    assert!(
+        !folder.cell(FIX).running().exists(),
+        "the marker is the run's, and it ended"
+    );
     assert!(!folder.cell(NOFIX).running().exists());
 }
 
@@ -562,8 +594,15 @@ async fn an_ssh_drop_while_polling_fails_only_that_cell() {
     let rows = rows_in(&out);
     let dropped = row(&rows, NOFIX);
     assert_eq!(dropped.status, Status::Failed);
-    assert_eq!(dropped.error, "SSH to the guest failed: connection lost during poll (fake)");
-    assert_eq!(dropped.measured, Default::default(), "nothing half-measured");
+    assert_eq!(
+        dropped.error,
+        "SSH to the guest failed: connection lost during poll (fake)"
+    );
+    assert_eq!(
+        dropped.measured,
+        Default::default(),
+        "nothing half-measured"
+    );
     assert_eq!(row(&rows, FIX).status, Status::Ok);
     assert!(lab.live_machines().is_empty());
     assert!(!RunFolder::new(&out).cell(NOFIX).running().exists());

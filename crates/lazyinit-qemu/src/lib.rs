@@ -329,7 +329,10 @@ impl Provider for QemuProvider {
         for e in entries.flatten() {
             let path = e.path();
             std::fs::remove_file(&path).map_err(|err| {
-                ProviderError::infra(format!("cannot remove the leftover volume {}: {err}", path.display()))
+                ProviderError::infra(format!(
+                    "cannot remove the leftover volume {}: {err}",
+                    path.display()
+                ))
             })?;
             removed.push(format!("volume {}", path.display()));
         }
@@ -515,7 +518,11 @@ mod tests {
         assert_eq!(va, p.run_volumes(&tmp.path().join("a-link"), "quick-1234"));
         assert_eq!(va, p.run_volumes(&a.join("."), "quick-1234"));
         assert!(va.starts_with(tmp.path().join("vols")));
-        assert!(va.file_name().unwrap().to_string_lossy().starts_with("quick-1234-"));
+        assert!(va
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("quick-1234-"));
     }
 
     /// What a killed run left in its volume folder goes when the next run

@@ -342,7 +342,12 @@ mod tests {
         // The helper is this test binary itself, asked to spawn and wait.
         let exe = std::env::current_exe().unwrap();
         let mut helper = std::process::Command::new(exe)
-            .args(["--exact", "process::tests::spawn_a_sleeper_and_wait", "--nocapture", "--include-ignored"])
+            .args([
+                "--exact",
+                "process::tests::spawn_a_sleeper_and_wait",
+                "--nocapture",
+                "--include-ignored",
+            ])
             .env("LAZYINIT_SLEEPER_PIDFILE", &pidfile)
             .stdout(Stdio::null())
             .spawn()
@@ -355,7 +360,10 @@ mod tests {
             {
                 break p;
             }
-            assert!(std::time::Instant::now() < deadline, "the helper never spawned");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the helper never spawned"
+            );
             std::thread::sleep(Duration::from_millis(50));
         };
         let alive = |pid: i32| {
@@ -365,7 +373,10 @@ mod tests {
         };
         // The thread that spawned it has ended; the child still runs.
         std::thread::sleep(Duration::from_millis(500));
-        assert!(alive(sleeper), "the sleeper died with the thread that spawned it");
+        assert!(
+            alive(sleeper),
+            "the sleeper died with the thread that spawned it"
+        );
         helper.kill().unwrap();
         let _ = helper.wait();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);

@@ -197,7 +197,11 @@ fn a_running_command_gives_way_to_a_cancel() {
     // for the command either.
     let started = Instant::now();
     drop(s);
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
