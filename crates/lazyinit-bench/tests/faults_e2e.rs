@@ -433,8 +433,18 @@ fn a_second_sigint_exits_at_once_and_takes_the_guests() {
     assert!(wait_phase(&out, "", "boot", Duration::from_secs(600)));
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    // Apart enough that the handler sees two signals, not one.
-    std::thread::sleep(Duration::from_millis(300));
+    // The second once the first was seen (two at once may arrive as one).
+    let first = Instant::now();
+    while !std::fs::read_to_string(stderr_of(&out))
+        .unwrap_or_default()
+        .contains("interrupted: stopping")
+    {
+        assert!(
+            first.elapsed() < Duration::from_secs(5),
+            "the first SIGINT was not seen"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
     let stderr = std::fs::read_to_string(stderr_of(&out)).unwrap();

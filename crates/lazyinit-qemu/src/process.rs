@@ -136,10 +136,10 @@ pub fn spawn_dying_with_us(mut cmd: Command) -> std::io::Result<Child> {
             .expect("cannot start the thread that forks guests");
         std::sync::Mutex::new(tx)
     });
-    let runtime = tokio::runtime::Handle::current();
+    // tokio's child reaping needs its runtime (every caller runs in one).
+    let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
     let (tx, rx) = mpsc::channel();
     let job: Job = Box::new(move || {
-        // tokio's child reaping needs its runtime.
         let _in = runtime.enter();
         let _ = tx.send(cmd.spawn());
     });
@@ -373,17 +373,19 @@ mod tests {
         };
         // The thread that spawned it has ended; the child still runs.
         std::thread::sleep(Duration::from_millis(500));
-        assert!(
-            alive(sleeper),
-            "the sleeper died with the thread that spawned it"
-        );
+        if !alive(sleeper) {
+            let _ = helper.kill();
+            panic!("the sleeper died with the thread that spawned it");
+        }
         helper.kill().unwrap();
         let _ = helper.wait();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while alive(sleeper) && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(!alive(sleeper), "the child outlived its SIGKILLed parent");
+        let outlived = alive(sleeper);
+        let _ = nix::sys::signal::kill(Pid::from_raw(sleeper), Signal::SIGKILL);
+        assert!(!outlived, "the child outlived its SIGKILLed parent");
     }
 
     /// The helper of [`children_die_with_the_harness`]; ignored unless run by it.
