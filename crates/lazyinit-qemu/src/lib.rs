@@ -323,6 +323,28 @@ impl Provider for QemuProvider {
             );
             removed.push(format!("QEMU process {pid}"));
         }
+        // Its sockets (in the cell folders, or under the temporary
+        // directory when a folder's path is too long for one).
+        for cell in std::fs::read_dir(run.root())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let Some(id) = cell.file_name().to_str().map(String::from) else {
+                continue;
+            };
+            let f = run.cell(&id);
+            for sock in [
+                f.qmp_sock(),
+                f.volume_nbd_sock(),
+                f.warmup_nbd_sock(),
+                f.kvm_probe_qmp(),
+            ] {
+                if std::fs::remove_file(&sock).is_ok() {
+                    removed.push(format!("socket {}", sock.display()));
+                }
+            }
+        }
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Ok(removed);
         };
@@ -540,12 +562,23 @@ mod tests {
             std::fs::create_dir_all(&v).unwrap();
             std::fs::write(v.join("c.raw"), "x").unwrap();
             std::fs::write(v.join("c.warmup.raw"), "x").unwrap();
+            let cell = lazyinit_core::RunFolder::new(d).cell("c");
+            cell.create().unwrap();
+            std::fs::write(cell.qmp_sock(), "").unwrap();
         }
         let removed = p
             .reclaim(&lazyinit_core::RunFolder::new(&a), "r")
             .await
             .unwrap();
-        assert_eq!(removed.len(), 2, "{removed:?}");
+        assert_eq!(removed.len(), 3, "{removed:?}");
+        assert!(!lazyinit_core::RunFolder::new(&a)
+            .cell("c")
+            .qmp_sock()
+            .exists());
+        assert!(lazyinit_core::RunFolder::new(&b)
+            .cell("c")
+            .qmp_sock()
+            .exists());
         assert!(!p.run_volumes(&a, "r").exists());
         assert!(p.run_volumes(&b, "r").join("c.raw").exists());
         assert!(p
