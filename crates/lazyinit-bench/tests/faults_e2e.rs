@@ -1,6 +1,6 @@
 //! The fault suite on real guests, where the fault is the guest's or its
-//! host's: a kernel that panics, a QEMU killed during lazy-init, the host
-//! disk full during mkfs, the harness killed (SIGKILL) mid-run, Ctrl-C
+//! host's: a kernel that panics, a QEMU killed during lazy-init, SSH
+//! dropped while polling, the host disk full during mkfs, the harness killed (SIGKILL) mid-run, Ctrl-C
 //! during a long mkfs and a second Ctrl-C. Each counts what is left behind
 //! (QEMU processes, volumes, sockets) instead of assuming it. Kernels: the
 //! x86_64 debian-6.1 HZ=250 pair the smoke run builds; volumes are small
@@ -260,6 +260,54 @@ fn kill_9_of_one_guest_fails_only_its_cell() {
         (per / cycle - 1.0).abs() < 0.05,
         "{per} ms/group vs L+1 = {cycle}"
     );
+    assert_nothing_left(&out, vols.path());
+}
+
+/// The SSH connection drops while lazy-init is polled (every dropbear in
+/// the guest killed, so no reconnect either): that cell fails saying SSH
+/// failed, the other is measured, nothing is left.
+#[test]
+fn an_ssh_drop_while_polling_fails_its_cell() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vols = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "sshdrop", &[NOFIX, FIX], "32GiB", vols.path());
+    let out = tmp.path().join("res");
+    let victim = cell_id(NOFIX, "32GiB");
+    let mut child = start(&spec, &out, &[]);
+    assert!(
+        wait_phase(&out, &victim, "lazyinit", Duration::from_secs(600)),
+        "{victim} never reached lazy-init"
+    );
+    // In through the same forwarded port and keys as the harness.
+    let cmdline = std::fs::read_to_string(out.join(&victim).join("qemu.cmdline")).unwrap();
+    let port: u16 = cmdline
+        .split("hostfwd=tcp:127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('-').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    let keys = lazyinit_ssh::Keys::load_or_create(&lazyinit_core::paths::state_dir()).unwrap();
+    let s =
+        lazyinit_ssh::Session::connect("127.0.0.1", port, "root", &keys, Duration::from_secs(20))
+            .unwrap();
+    // Our own session goes too: its error is expected.
+    let _ = s.exec_with_timeout("kill -9 $(pidof dropbear)", Duration::from_secs(5));
+    drop(s);
+    let (code, took) = wait_exit(&mut child, Duration::from_secs(600));
+    report(
+        "SSH drop during polling",
+        code,
+        took.as_secs_f64(),
+        &out,
+        vols.path(),
+    );
+    assert_eq!(code, Some(1));
+    let rows = read_rows(out.join("results.csv")).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let dropped = row(&rows, &victim);
+    assert_eq!(dropped.status, Status::Failed, "{dropped:?}");
+    assert!(dropped.error.contains("SSH"), "{}", dropped.error);
+    assert_eq!(row(&rows, &cell_id(FIX, "32GiB")).status, Status::Ok);
     assert_nothing_left(&out, vols.path());
 }
 
