@@ -291,7 +291,10 @@ fn an_ssh_drop_while_polling_fails_its_cell() {
         lazyinit_ssh::Session::connect("127.0.0.1", port, "root", &keys, Duration::from_secs(20))
             .unwrap();
     // Our own session goes too: its error is expected.
-    let _ = s.exec_with_timeout("kill -9 $(pidof dropbear)", Duration::from_secs(5));
+    let _ = s.exec_with_timeout(
+        "killall -9 dropbear; kill -9 $(pidof dropbear)",
+        Duration::from_secs(5),
+    );
     drop(s);
     let (code, took) = wait_exit(&mut child, Duration::from_secs(600));
     report(
