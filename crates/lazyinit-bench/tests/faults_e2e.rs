@@ -162,7 +162,10 @@ fn report(scenario: &str, code: Option<i32>, secs: f64, out: &Path, vols: &Path)
         volumes(vols).len(),
         sockets(out).len(),
         rows.iter()
-            .map(|r| format!("{}:{}", r.variant, r.status))
+            .map(|r| match r.error.is_empty() {
+                true => format!("{}:{}", r.variant, r.status),
+                false => format!("{}:{} ({:.90})", r.variant, r.status, r.error),
+            })
             .collect::<Vec<_>>()
             .join(" ")
     );
