@@ -310,9 +310,15 @@ fn interrupt_during(phase: &str) {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
+    let signalled = Instant::now();
     let status = child.wait().unwrap();
+    let took = signalled.elapsed();
     assert!(reached, "the run never reached {phase}");
     assert_eq!(status.code(), Some(130), "interrupted runs exit 130");
+    assert!(
+        took < Duration::from_secs(10),
+        "exit took {took:?} after SIGINT"
+    );
     assert!(
         qemu_processes_with(vols.path().to_str().unwrap()).is_empty()
             && qemu_processes_with(res.to_str().unwrap()).is_empty(),
