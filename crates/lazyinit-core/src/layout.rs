@@ -197,12 +197,22 @@ impl CellFolder {
     /// `sun_path` (108 bytes with the NUL), else in the temporary directory
     /// under a name unique to this folder, so any `--out` works.
     fn socket(&self, name: &str) -> PathBuf {
+        self.socket_under(&std::env::temp_dir(), name)
+    }
+    /// [`CellFolder::socket`] with `tmp` as the temporary directory; one
+    /// whose own path is too long (a deep `$TMPDIR`) gives way to /tmp.
+    fn socket_under(&self, tmp: &Path, name: &str) -> PathBuf {
         let p = self.file(name);
         if p.as_os_str().len() <= 107 {
             return p;
         }
         let hash = crate::paths::sha256_hex(self.path().as_os_str().as_encoded_bytes());
-        std::env::temp_dir().join(format!("lazyinit-{}-{name}", &hash[..16]))
+        let short = format!("lazyinit-{}-{name}", &hash[..16]);
+        let p = tmp.join(&short);
+        match p.as_os_str().len() <= 107 {
+            true => p,
+            false => Path::new("/tmp").join(short),
+        }
     }
     /// The request trace kept beside an NBD socket.
     pub fn nbd_trace_csv(socket: &Path) -> PathBuf {
@@ -239,6 +249,24 @@ mod tests {
         let other = RunFolder::new("/work/scratch/results/usertree-nofix").cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r2");
         assert_ne!(other.volume_nbd_sock(), p);
         assert_ne!(deep.warmup_nbd_sock(), p);
+    }
+
+    #[test]
+    fn a_deep_temporary_directory_gives_way_to_tmp() {
+        let deep = RunFolder::new("/work/scratch/results/usertree-nofix")
+            .cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r1");
+        let tmp = Path::new(
+            "/home/ci/builds/a-very-long-runner-name/workspace/job-12345/tmp/more/and/more",
+        );
+        let p = deep.socket_under(tmp, CellFolder::VOLUME_NBD_SOCK);
+        assert!(
+            p.to_string_lossy().starts_with("/tmp/lazyinit-"),
+            "{}",
+            p.display()
+        );
+        assert!(p.as_os_str().len() <= 107);
+        let ok = deep.socket_under(Path::new("/tmp/x"), CellFolder::VOLUME_NBD_SOCK);
+        assert!(ok.starts_with("/tmp/x/"), "{}", ok.display());
     }
 
     #[test]
