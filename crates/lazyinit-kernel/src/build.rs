@@ -269,7 +269,6 @@ pub(crate) async fn build(
         &plan.slug,
         spec.arch,
         spec.hz,
-        spec.profile,
         plan.base.as_ref().map(|b| b.sha256.as_str()),
     );
     let slot_c = slot.clone();
