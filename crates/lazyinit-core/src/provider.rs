@@ -37,8 +37,20 @@ pub struct Endpoint {
     pub host: String,
     pub port: u16,
     pub user: String,
-    /// The blank volume's block device inside the guest, e.g. `/dev/vda`.
-    pub volume_device: String,
+    /// Where the blank volume is inside the guest.
+    pub volume_device: VolumeDevice,
+}
+
+/// Where the guest finds the blank volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeDevice {
+    /// A device node fixed by the provider (`/dev/vda`).
+    Path(String),
+    /// The NVMe namespace whose controller has this serial (an EBS volume
+    /// on Nitro: `vol0abc...`). Node names follow probe order and a guest
+    /// without udev has no `/dev/disk/by-id`, so the guest looks the
+    /// serial up in sysfs (`lazyinit_guest::volume`).
+    NvmeSerial(String),
 }
 
 /// What ran the guest, as recorded in the result row.
@@ -128,6 +140,15 @@ pub trait Provider: Send + Sync {
         false
     }
 
+    /// Called once when a run ends, whatever way it ended: removes what the
+    /// provider still owns (a teardown that failed is retried) and waits
+    /// for background teardowns. An error names what is left behind and
+    /// the command that removes it. Providers with nothing to retry do
+    /// nothing.
+    async fn finish(&self) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
     /// Whether this provider's machines share one host's CPU (local
     /// guests): then a guest's first zeroings must not run beside another
     /// guest's (the orchestrator's gate gives one at a time the host).
@@ -179,6 +200,12 @@ pub trait Machine: Send {
     /// latency storage profile). The warm-up device has the same hold.
     fn zero_hold(&self) -> Option<std::sync::Arc<dyn ZeroHold>> {
         None
+    }
+    /// Kernel command-line arguments the kernel under test must carry when
+    /// the guest protocol installs it (`needs_kernel_install`): what has to
+    /// outlive the machine's own userspace, such as EC2's expiry.
+    fn kexec_args(&self) -> Vec<String> {
+        Vec::new()
     }
     /// The last `lines` lines of the guest console, for error messages.
     fn console_tail(&self, lines: usize) -> String;

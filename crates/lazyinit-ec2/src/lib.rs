@@ -4,8 +4,10 @@
 //! instance of the arch's type and one blank EBS volume of the cell's size,
 //! both tagged at creation ([`tags`]), both removed on every exit path
 //! ([`resources`]) and, failing that, by the instance's own expiry timer
-//! and by [`cleanup::cleanup`]. [`cost::estimate`] prices a plan.
-//! Tested against moto's EC2 emulator (`scripts/ec2-emulator.sh`).
+//! (carried across the kexec into the kernel under test) and by
+//! [`cleanup::cleanup`]. [`cost::estimate`] prices a plan. Tested against
+//! moto's EC2 emulator (`scripts/ec2-emulator.sh`), and end to end on a
+//! twin of the instances ([`reach`], crate `lazyinit-twin`).
 
 pub mod cleanup;
 pub mod client;
@@ -16,6 +18,7 @@ pub mod machine;
 pub mod nvme;
 pub mod ops;
 pub mod provider;
+pub mod reach;
 pub mod resources;
 pub mod tags;
 pub mod userdata;
@@ -28,4 +31,5 @@ pub use cost::{estimate, predicted_lazyinit, CostEstimate};
 pub use error::Ec2Error;
 pub use machine::{Ec2Machine, LaunchRecord};
 pub use provider::Ec2Provider;
+pub use reach::{InstanceAddress, InstanceResolver};
 pub use userdata::GuestKeys;

@@ -5,10 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_sdk_ec2::Client;
-use lazyinit_core::provider::{Endpoint, Machine, MachineInfo, ProviderError};
+use lazyinit_core::provider::{Endpoint, Machine, MachineInfo, ProviderError, VolumeDevice};
 
 use crate::error::Ec2Error;
-use crate::nvme;
 use crate::resources::Guard;
 
 /// What the harness records about a launched cell (written to the cell's
@@ -20,13 +19,17 @@ pub struct LaunchRecord {
     pub ami: String,
     pub availability_zone: String,
     pub volume_id: String,
-    /// Name given to AttachVolume.
+    /// Name given to AttachVolume; the guest sees an NVMe namespace
+    /// whatever it is, found by `nvme_serial`.
     pub attach_device: String,
-    /// What the guest sees: NVMe serial and the udev path it gives.
     pub nvme_serial: String,
-    pub guest_device: String,
+    /// Where SSH answers (the instance's address and 22, or a twin's).
     pub host: String,
+    pub ssh_port: u16,
+    /// What the instance ran on: `nitro`, or a twin (`twin-...`).
+    pub platform: String,
     pub expires_at: String,
+    pub expires_at_unix: i64,
 }
 
 pub struct Ec2Machine {
@@ -76,17 +79,23 @@ impl Machine for Ec2Machine {
         MachineInfo {
             provider: "ec2".into(),
             machine: self.record.instance_type.clone(),
-            accel: "nitro".into(),
+            accel: self.record.platform.clone(),
         }
     }
 
     fn endpoint(&self) -> Endpoint {
         Endpoint {
             host: self.record.host.clone(),
-            port: 22,
+            port: self.record.ssh_port,
             user: self.user.clone(),
-            volume_device: self.record.guest_device.clone(),
+            volume_device: VolumeDevice::NvmeSerial(self.record.nvme_serial.clone()),
         }
+    }
+
+    /// The expiry, for the kernel under test's /init: kexec replaces the
+    /// userspace whose timer would have shut the instance down.
+    fn kexec_args(&self) -> Vec<String> {
+        vec![format!("lazyinit.expires={}", self.record.expires_at_unix)]
     }
 
     /// The instance boots its AMI's kernel; the kernel under test is
@@ -130,9 +139,4 @@ impl Machine for Ec2Machine {
         self.torn_down = true;
         Ok(())
     }
-}
-
-/// Where the guest will find the volume; both forms are recorded.
-pub(crate) fn guest_device(volume_id: &str) -> (String, String) {
-    (nvme::serial(volume_id), nvme::by_id_path(volume_id))
 }

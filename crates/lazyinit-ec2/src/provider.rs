@@ -1,10 +1,11 @@
 //! `Ec2Provider`: one instance and one EBS volume per cell.
 //!
-//! Per cell: RunInstances (shutdown behaviour terminate, user data with the
-//! keys and the expiry timer, tags), wait running, CreateVolume in the
-//! instance's AZ, wait available, AttachVolume, wait attached, mark the
-//! volume delete-on-termination (so the instance's own expiry takes the
-//! volume with it). Any failure on the way tears down what exists.
+//! Per cell: RunInstances (shutdown behaviour terminate, IMDSv2 only, user
+//! data with the run's keys and the expiry timer, tags), wait running,
+//! CreateVolume in the instance's AZ, wait available, AttachVolume, wait
+//! attached, mark the volume delete-on-termination (so the instance's own
+//! expiry takes the volume with it), then ask the [`InstanceResolver`]
+//! where SSH answers. Any failure on the way tears down what exists.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -12,8 +13,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use aws_sdk_ec2::config::Credentials;
 use aws_sdk_ec2::types::{
-    EbsInstanceBlockDeviceSpecification, Filter, InstanceBlockDeviceMappingSpecification,
-    InstanceType, ResourceType, ShutdownBehavior, VolumeType,
+    EbsInstanceBlockDeviceSpecification, Filter, HttpTokensState,
+    InstanceBlockDeviceMappingSpecification, InstanceMetadataEndpointState,
+    InstanceMetadataOptionsRequest, InstanceType, ResourceType, ShutdownBehavior, VolumeType,
 };
 use aws_sdk_ec2::Client;
 use chrono::Utc;
@@ -23,8 +25,10 @@ use lazyinit_core::{Arch, ByteSize, Cell};
 use crate::client::{self, ApiCounter};
 use crate::config::Ec2Config;
 use crate::error::Ec2Error;
-use crate::machine::{guest_device, Ec2Machine, LaunchRecord};
+use crate::machine::{Ec2Machine, LaunchRecord};
+use crate::nvme;
 use crate::ops::{self, Pace};
+use crate::reach::{InstanceAddress, InstanceResolver};
 use crate::resources::{self, Guard, Registry};
 use crate::tags::{rfc3339, ResourceTags};
 use crate::userdata::{self, GuestKeys};
@@ -38,6 +42,7 @@ pub struct Ec2Provider {
     client: Client,
     counter: ApiCounter,
     registry: Arc<Registry>,
+    resolver: Arc<dyn InstanceResolver>,
     amis: Mutex<BTreeMap<Arch, String>>,
     /// Run id of the last launch, for the cleanup hint of `release_all`.
     last_run: Mutex<String>,
@@ -72,15 +77,27 @@ impl Ec2Provider {
         keys.validate()?;
         let counter = ApiCounter::default();
         let client = client::build(&cfg, creds, counter.clone()).await;
+        let resolver = Arc::new(InstanceAddress {
+            use_private_ip: cfg.use_private_ip,
+        });
         Ok(Ec2Provider {
             cfg: Arc::new(cfg),
             keys,
             client,
             counter,
             registry: Arc::default(),
+            resolver,
             amis: Mutex::default(),
             last_run: Mutex::default(),
         })
+    }
+
+    /// Reaches instances through `resolver` instead of their own address:
+    /// for a test twin, whose instances are played by local guests (see
+    /// [`crate::reach`]). Production code never calls this.
+    pub fn with_instance_resolver(mut self, resolver: Arc<dyn InstanceResolver>) -> Self {
+        self.resolver = resolver;
+        self
     }
 
     pub fn config(&self) -> &Ec2Config {
@@ -105,7 +122,8 @@ impl Ec2Provider {
     /// background cleanups. Call it on Ctrl-C and at the end of a run.
     pub async fn release_all(&self) -> Result<(), Ec2Error> {
         let run = self.last_run.lock().expect("run").clone();
-        resources::release_all(&self.client, &self.registry, self.pace(), &run).await
+        let cleanup = self.cfg.cleanup_command(&run);
+        resources::release_all(&self.client, &self.registry, self.pace(), &cleanup).await
     }
 
     /// The configured AMI for `arch`, or the newest image matching the
@@ -214,6 +232,16 @@ impl Ec2Provider {
             .max_count(1)
             .user_data(userdata::encode(&user_data))
             .instance_initiated_shutdown_behavior(ShutdownBehavior::Terminate)
+            // IMDSv2 only, one hop: the user data (with the run's host key)
+            // is served to a session-token holder on the instance itself,
+            // never to a plain GET or a forwarded request.
+            .metadata_options(
+                InstanceMetadataOptionsRequest::builder()
+                    .http_endpoint(InstanceMetadataEndpointState::Enabled)
+                    .http_tokens(HttpTokensState::Required)
+                    .http_put_response_hop_limit(1)
+                    .build(),
+            )
             .set_subnet_id(self.cfg.subnet_id.clone())
             .set_security_group_ids(self.cfg.security_group_id.clone().map(|s| vec![s]))
             .set_key_name(self.cfg.key_name.clone())
@@ -242,17 +270,6 @@ impl Ec2Provider {
         let view = ops::wait_instance_running(&self.client, &instance_id, self.pace()).await?;
         let az = view.az.clone().ok_or_else(|| {
             Ec2Error::Unexpected(format!("instance {instance_id} has no availability zone"))
-        })?;
-        let host = if self.cfg.use_private_ip {
-            view.private_ip.clone()
-        } else {
-            view.public_ip.clone().or(view.private_ip.clone())
-        }
-        .ok_or_else(|| {
-            Ec2Error::BadInput(format!(
-                "instance {instance_id} has no {} IP address: use a subnet that assigns public IPs, or use-private-ip = true",
-                if self.cfg.use_private_ip { "private" } else { "public or private" }
-            ))
         })?;
 
         let out = self
@@ -310,18 +327,20 @@ impl Ec2Provider {
             .await
             .map_err(|e| Ec2Error::api("ModifyInstanceAttribute", e))?;
 
-        let (nvme_serial, guest_device) = guest_device(&volume_id);
+        let (host, ssh_port) = self.resolver.ssh_endpoint(&view).await?;
         Ok(LaunchRecord {
             instance_id,
             instance_type,
             ami,
             availability_zone: az,
+            nvme_serial: nvme::serial(&volume_id),
             volume_id,
             attach_device: device,
-            nvme_serial,
-            guest_device,
             host,
+            ssh_port,
+            platform: self.resolver.platform(),
             expires_at: rfc3339(expires_at),
+            expires_at_unix: expires_at.timestamp(),
         })
     }
 }
@@ -335,8 +354,9 @@ impl Drop for Ec2Provider {
         if !ids.is_empty() {
             let run = self.last_run.lock().map(|r| r.clone()).unwrap_or_default();
             tracing::error!(
-                "EC2 resources may outlive this run: {}; remove them with `lazyinit-bench cleanup --run-id {run}`",
-                ids.join(", ")
+                "EC2 resources may outlive this run: {}; remove them with `{}`",
+                ids.join(", "),
+                self.cfg.cleanup_command(&run)
             );
         }
     }
@@ -400,6 +420,13 @@ impl Provider for Ec2Provider {
         Ok(())
     }
 
+    /// Retries what a cell's teardown could not remove and waits for the
+    /// teardowns of dropped machines; what is still left is named with the
+    /// command that removes it.
+    async fn finish(&self) -> Result<(), ProviderError> {
+        Ok(self.release_all().await?)
+    }
+
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
         self.check_storage(&req.storage_profile)?;
         *self.last_run.lock().expect("run") = req.run_id.clone();
@@ -407,7 +434,7 @@ impl Provider for Ec2Provider {
             self.client.clone(),
             self.registry.clone(),
             self.pace(),
-            &req.run_id,
+            &self.cfg.cleanup_command(&req.run_id),
         );
         let record = match self.launch_inner(req, &guard).await {
             Ok(r) => r,

@@ -6,8 +6,8 @@
 //! instance, not a debugging session on a broken root volume.
 //!
 //! The initramfs carries the same pinned host key that user data installed
-//! for the AMI's sshd, so the reconnect is pinned too. Not wired into
-//! `lib.rs` by its author (the EC2 engineer): add `pub mod install;`.
+//! for the AMI's sshd (one generated for the run), so the reconnect is
+//! pinned too.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,19 +26,27 @@ const SHORT: Duration = Duration::from_secs(60);
 /// Pause between reconnect attempts while the old system still answers.
 const RETRY: Duration = Duration::from_secs(2);
 
-/// Kernel command line for a kexec'd kernel on an EC2 instance: the serial
-/// console EC2 shows in GetConsoleOutput (ttyS0 on both c5 and c6g), panic
-/// ends the boot instead of hanging, and the NVMe timeout AWS recommends
-/// for EBS so a slow volume is not reset mid-run.
+/// Kernel command line for a kexec'd kernel on an EC2 instance, beyond
+/// what the running kernel's command line lends it ([`CARRIED_ARGS`]):
+/// panic ends the boot instead of hanging, and the NVMe timeout AWS
+/// recommends for EBS so a slow volume is not reset mid-run.
 pub fn ec2_cmdline(_arch: Arch, extra: &[String]) -> String {
     let mut args = vec![
-        "console=ttyS0,115200n8".to_string(),
         "panic=-1".to_string(),
         "nvme_core.io_timeout=4294967295".to_string(),
     ];
     args.extend(extra.iter().cloned());
     args.join(" ")
 }
+
+/// Arguments of the running kernel's command line that describe the
+/// machine rather than its software, so the kexec'd kernel keeps them: the
+/// consoles (ttyS0 on c5 and c6g, where GetConsoleOutput reads; ttyAMA0 on
+/// a QEMU arm64 guest) and x86 TSC hints (a TCG guest needs them to keep
+/// the `tsc` clocksource, DESIGN §3). Without a console among them the
+/// kexec'd kernel gets EC2's, [`DEFAULT_CONSOLE`].
+pub const CARRIED_ARGS: &[&str] = &["console=", "earlycon", "tsc=", "tsc_early_khz="];
+pub const DEFAULT_CONSOLE: &str = "console=ttyS0,115200n8";
 
 /// Makes sure `kexec` exists, installing kexec-tools with whatever package
 /// manager the AMI has (and keeping kexec-tools from hooking into reboots).
@@ -58,13 +66,22 @@ pub fn ensure_kexec_script() -> String {
 }
 
 /// Loads the uploaded kernel and initramfs (`kexec -l`), checked before
-/// the jump so a refused image is a clear error, not a silent reboot.
+/// the jump so a refused image is a clear error, not a silent reboot. The
+/// command line is the running kernel's [`CARRIED_ARGS`] and `cmdline`.
 pub fn kexec_load_script(kernel: &str, initrd: &str, cmdline: &str) -> String {
+    let patterns: Vec<String> = CARRIED_ARGS.iter().map(|a| format!("{a}*")).collect();
     format!(
-        "kexec -l {} --initrd={} --command-line={}",
+        "keep=\n\
+         for a in $(cat \"${{LAZYINIT_PROC_CMDLINE:-/proc/cmdline}}\"); do\n\
+         \x20 case \"$a\" in {}) keep=\"$keep $a\" ;; esac\n\
+         done\n\
+         case \"$keep\" in *console=*) ;; *) keep=\" {DEFAULT_CONSOLE}$keep\" ;; esac\n\
+         rest={}\n\
+         kexec -l {} --initrd={} --command-line=\"${{keep# }} $rest\"",
+        patterns.join("|"),
+        sh_quote(cmdline),
         sh_quote(kernel),
         sh_quote(initrd),
-        sh_quote(cmdline)
     )
 }
 
@@ -74,6 +91,13 @@ pub fn kexec_load_script(kernel: &str, initrd: &str, cmdline: &str) -> String {
 /// job must leave the SSH session, and busybox (our own guest) has no nohup.
 pub fn kexec_exec_script() -> String {
     "setsid sh -c 'sleep 1; sync; systemctl kexec 2>/dev/null || kexec -e' </dev/null >/dev/null 2>&1 &".into()
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
 fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
@@ -122,7 +146,11 @@ pub fn install_and_kexec(
         &ensure_kexec_script(),
         INSTALL_TIMEOUT,
     )?;
-    step("kexec -l", &kexec_load_script(&k, &i, cmdline), SHORT)?;
+    // The harness's clock at the jump: a guest that must act on an absolute
+    // time (the expiry) counts from it, as the kexec'd kernel may have no
+    // clock of its own (no RTC driver).
+    let cmdline = format!("{cmdline} lazyinit.now={}", unix_now());
+    step("kexec -l", &kexec_load_script(&k, &i, &cmdline), SHORT)?;
     // The connection dies with the old kernel; the exit status is moot.
     let _ = session.exec_with_timeout(&kexec_exec_script(), SHORT);
 
@@ -160,40 +188,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cmdline_has_console_and_extras() {
-        let c = ec2_cmdline(Arch::Arm64, &["tsc=reliable".into()]);
-        assert!(c.starts_with("console=ttyS0,115200n8 panic=-1 "));
-        assert!(c.ends_with(" tsc=reliable"));
+    fn cmdline_has_panic_timeout_and_extras() {
+        let c = ec2_cmdline(Arch::Arm64, &["lazyinit.expires=1".into()]);
+        assert!(c.starts_with("panic=-1 nvme_core.io_timeout=4294967295 "));
+        assert!(c.ends_with(" lazyinit.expires=1"));
+        assert!(!c.contains("console="), "the console comes from the running kernel");
+    }
+
+    /// The load script through a real shell, `kexec` replaced by printf:
+    /// the running kernel's consoles and TSC hints are kept, nothing else
+    /// of it, and our command line comes back intact.
+    fn loaded_args(running: &str, cmdline: &str) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let proc_cmdline = dir.path().join("cmdline");
+        std::fs::write(&proc_cmdline, format!("{running}\n")).unwrap();
+        let s = kexec_load_script("/root/k", "/root/i", cmdline)
+            .replacen("kexec -l", "printf '%s\\n'", 1);
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&s)
+            .env("LAZYINIT_PROC_CMDLINE", &proc_cmdline)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     #[test]
-    fn load_script_quotes_the_command_line() {
-        let s = kexec_load_script("/root/k", "/root/i", "console=ttyS0 a='b c'");
-        assert!(s.starts_with("kexec -l "));
-        // Run the quoting through a real shell: it must come back intact.
-        let echo = s.replacen("kexec -l", "printf '%s\\n'", 1);
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(&echo)
-            .output()
-            .unwrap();
-        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
+    fn load_script_keeps_the_platform_args_and_quotes_ours() {
+        let ours = "panic=-1 a='b c' lazyinit.expires=9";
         assert_eq!(
-            lines,
+            loaded_args(
+                "BOOT_IMAGE=/vmlinuz root=UUID=x ro console=tty0 console=ttyS0,115200 tsc_early_khz=2600000 tsc=reliable quiet",
+                ours
+            ),
             [
                 "/root/k",
                 "--initrd=/root/i",
-                "--command-line=console=ttyS0 a='b c'"
+                "--command-line=console=tty0 console=ttyS0,115200 tsc_early_khz=2600000 tsc=reliable panic=-1 a='b c' lazyinit.expires=9"
             ]
+        );
+        // A QEMU arm64 guest's PL011 console is kept as it is.
+        assert_eq!(
+            loaded_args("console=ttyAMA0 panic=-1 rdinit=/init", "x=1")[2],
+            "--command-line=console=ttyAMA0 x=1"
+        );
+        // No console at all: EC2's serial console.
+        assert_eq!(
+            loaded_args("root=/dev/nvme0n1p1 ro", "x=1")[2],
+            "--command-line=console=ttyS0,115200n8 x=1"
         );
     }
 
     #[test]
     fn scripts_are_valid_sh() {
-        for s in [ensure_kexec_script(), kexec_exec_script()] {
+        for s in [
+            ensure_kexec_script(),
+            kexec_exec_script(),
+            kexec_load_script("/k", "/i", "a=1"),
+        ] {
             let out = std::process::Command::new("sh")
                 .arg("-n")
                 .arg("-c")

@@ -9,6 +9,7 @@ pub mod install;
 pub mod parse;
 pub mod protocol;
 mod ssh;
+pub mod volume;
 
 use std::time::Duration;
 

@@ -47,6 +47,28 @@ pub struct RunSummary {
     /// Cells already complete in the results folder (resume).
     pub skipped: usize,
     pub results_csv: PathBuf,
+    /// Cell teardowns that failed (the provider's `finish` retried them).
+    pub teardown_failures: Vec<String>,
+    /// What the provider's `finish` could not remove: ids and the command
+    /// that removes them. Never silent: the run exits 3.
+    pub leaks: Vec<String>,
+}
+
+impl RunSummary {
+    /// The exit code of a run that got this far: a leak first (it costs
+    /// money until someone acts), then an interrupt, then failed cells.
+    pub fn exit_code(&self, cancelled: bool) -> u8 {
+        use lazyinit_core::exit;
+        if !self.leaks.is_empty() {
+            exit::INFRASTRUCTURE
+        } else if cancelled || self.interrupted > 0 {
+            exit::INTERRUPTED
+        } else if self.failed > 0 {
+            exit::REGRESSION_OR_CELL_FAILED
+        } else {
+            exit::OK
+        }
+    }
 }
 
 pub const RESULTS_FILE: &str = "results.csv";
@@ -109,6 +131,7 @@ struct Shared {
     /// Nice value of each cell's unmeasured work (longest cells lowest).
     nice: BTreeMap<String, u8>,
     concurrency: u32,
+    teardown_failures: Mutex<Vec<String>>,
 }
 
 pub async fn run(
@@ -275,6 +298,7 @@ pub async fn run(
                 .collect()
         },
         concurrency: concurrency as u32,
+        teardown_failures: Mutex::default(),
         opts,
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
@@ -315,14 +339,24 @@ pub async fn run(
             }
         }
     }
+    // Whatever way the cells ended: retry failed teardowns, wait for the
+    // background ones, and say what is left.
+    summary.teardown_failures = std::mem::take(&mut *shared.teardown_failures.lock().unwrap());
+    if let Err(e) = shared.provider.finish().await {
+        tracing::error!("resources left behind: {e}");
+        summary.leaks.push(e.to_string());
+    }
     Ok(summary)
 }
 
-/// The command line of a kexec'd cloud kernel: the instance's console, plus
-/// what our initramfs needs (our /init, DHCP on the instance's network, the
-/// RNG seeded at once so SSH answers).
-pub fn kexec_cmdline(arch: Arch) -> String {
-    let extra = ["rdinit=/init", "lazyinit.net=dhcp", "random.trust_cpu=on"].map(String::from);
+/// The command line of a kexec'd cloud kernel: what our initramfs needs
+/// (our /init, DHCP on the instance's network, the RNG seeded at once so
+/// SSH answers) and the machine's own `kexec_args` (the expiry).
+pub fn kexec_cmdline(arch: Arch, machine_args: &[String]) -> String {
+    let mut extra: Vec<String> = ["rdinit=/init", "lazyinit.net=dhcp", "random.trust_cpu=on"]
+        .map(String::from)
+        .into();
+    extra.extend(machine_args.iter().cloned());
     lazyinit_guest::install::ec2_cmdline(arch, &extra)
 }
 
@@ -421,6 +455,10 @@ async fn run_cell(sh: &Shared, cell: Cell) -> Status {
     ev.phase(&id, Phase::Teardown);
     if let Err(e) = machine.teardown().await {
         tracing::error!(cell = %id, "teardown failed: {e}");
+        sh.teardown_failures
+            .lock()
+            .unwrap()
+            .push(format!("{id}: {e}"));
     }
     finish(sh, row, result, Some(tail), &log_dir)
 }
@@ -478,11 +516,10 @@ async fn measure(
         let kernel = req.kernel_image.clone();
         let initrd = req.initramfs.clone();
         let release = req.kernel_release.clone();
-        let arch = cell.arch;
+        let cmdline = kexec_cmdline(cell.arch, &machine.kexec_args());
         let deadline = Instant::now() + sh.opts.boot_timeout;
         let mut machine = machine;
         let joined = tokio::task::spawn_blocking(move || {
-            let cmdline = kexec_cmdline(arch);
             let r = lazyinit_guest::install::install_and_kexec(
                 remote.session(),
                 &ep,
@@ -523,9 +560,11 @@ async fn measure(
     };
     let nofix =
         model::predict_cell(cell.hz, Variant::NoFix, cell.wait_mult, cell.volume).lazyinit_s;
-    let popts = ProtocolOptions {
+    let volume = machine.endpoint().volume_device;
+    let mut popts = ProtocolOptions {
         cell_id: id.clone(),
-        device: machine.endpoint().volume_device,
+        device: String::new(), // found in the guest below
+
         warmup_device: machine.warmup_device(),
         mkfs_args: sh.spec.mkfs_args.clone(),
         wait_mult: cell.wait_mult,
@@ -540,8 +579,11 @@ async fn measure(
         z1_target: sh.spec.storage_profile.z1_target(cell.hz, cell.wait_mult),
         estimate_after: sh.spec.estimate_after,
     };
-    let m =
-        tokio::task::spawn_blocking(move || lazyinit_guest::run(&mut remote, &exp, &popts)).await;
+    let m = tokio::task::spawn_blocking(move || {
+        popts.device = lazyinit_guest::volume::find(&mut remote, &volume)?;
+        lazyinit_guest::run(&mut remote, &exp, &popts)
+    })
+    .await;
     let m = match m {
         Ok(Ok(m)) => m,
         Ok(Err(GuestError::Interrupted)) => return (machine, Err(INTERRUPTED.into())),

@@ -74,7 +74,7 @@ async fn kexec_into_the_kernel_under_test() {
                 .session()
                 .exec("uname -r")
                 .map_err(|e| lazyinit_guest::GuestError::Ssh(e.to_string()))?;
-            let cmdline = lazyinit_orchestrator::runner::kexec_cmdline(Arch::X86_64);
+            let cmdline = lazyinit_orchestrator::runner::kexec_cmdline(Arch::X86_64, &[]);
             let after = lazyinit_guest::install::install_and_kexec(
                 remote.session(),
                 &ep,

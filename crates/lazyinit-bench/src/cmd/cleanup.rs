@@ -1,5 +1,6 @@
 //! `lazyinit-bench cleanup`: find this project's EC2 instances and volumes
-//! by tag (of one run, or past their expiry) and remove them.
+//! by tag (of one run, or past their expiry) and remove them: the caller's
+//! own (Owner tag) unless `--all-owners`.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,12 @@ pub struct CleanupArgs {
     /// List what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Only resources with this Owner tag (default: the spec's `owner`, else $USER).
+    #[arg(long, value_name = "NAME", conflicts_with = "all_owners")]
+    pub owner: Option<String>,
+    /// Every owner's resources, not only the caller's.
+    #[arg(long)]
+    pub all_owners: bool,
     /// Experiment spec whose [provider-config.ec2] table says region, profile and endpoint.
     #[arg(long, value_name = "SPEC.toml")]
     pub config: Option<PathBuf>,
@@ -54,7 +61,12 @@ pub async fn run(a: CleanupArgs) -> anyhow::Result<u8> {
     }
     let counter = client::ApiCounter::default();
     let c = client::build(&cfg, None, counter.clone()).await;
-    let sweep = Sweep::new(a.run_id.clone(), a.expired, a.dry_run);
+    let owner = if a.all_owners {
+        None
+    } else {
+        Some(a.owner.clone().unwrap_or_else(|| cfg.owner_tag()))
+    };
+    let sweep = Sweep::new(a.run_id.clone(), a.expired, owner, a.dry_run);
     let report = match cleanup(&c, &sweep, Pace::of(&cfg)).await {
         Ok(r) => r,
         Err(e @ Ec2Error::BadInput(_)) => return Err(exit::bad_input(e.to_string()).into()),

@@ -24,11 +24,12 @@ fn ec2_config(spec: &Spec) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
     Ok(cfg)
 }
 
-/// The project's keys as the EC2 user data needs them: the pinned host key
-/// converted to OpenSSH format by the EC2 crate (never logged).
+/// The run's keys (in `state_dir`) as the EC2 user data needs them: the
+/// pinned host key converted to OpenSSH format by the EC2 crate (never
+/// logged).
 #[cfg(feature = "ec2")]
-fn guest_keys() -> anyhow::Result<lazyinit_ec2::GuestKeys> {
-    let keys = lazyinit_ssh::Keys::load_or_create(&lazyinit_core::paths::state_dir())?;
+fn guest_keys(state_dir: &Path) -> anyhow::Result<lazyinit_ec2::GuestKeys> {
+    let keys = lazyinit_ssh::Keys::load_or_create(state_dir)?;
     Ok(lazyinit_ec2::GuestKeys::from_dropbear(
         &keys.host_private,
         &keys.host_public.public_line(),
@@ -36,16 +37,17 @@ fn guest_keys() -> anyhow::Result<lazyinit_ec2::GuestKeys> {
     )?)
 }
 
-/// The EC2 provider from the spec's `[provider-config.ec2]` table.
+/// The EC2 provider from the spec's `[provider-config.ec2]` table, with the
+/// keys of `state_dir` (the run's own: see `run`).
 #[cfg(feature = "ec2")]
-pub async fn ec2_provider(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
+pub async fn ec2_provider(spec: &Spec, state_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
     let cfg = ec2_config(spec)?;
-    let p = lazyinit_ec2::Ec2Provider::new(cfg, guest_keys()?).await?;
+    let p = lazyinit_ec2::Ec2Provider::new(cfg, guest_keys(state_dir)?).await?;
     Ok(Arc::new(p))
 }
 
 #[cfg(not(feature = "ec2"))]
-pub async fn ec2_provider(_spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
+pub async fn ec2_provider(_spec: &Spec, _state_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
     Err(bad_input(
         "this lazyinit-bench was built without the `ec2` feature: rebuild with default features",
     )

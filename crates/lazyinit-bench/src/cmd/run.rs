@@ -1,7 +1,7 @@
 //! `lazyinit-bench run` and `plan`.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,12 +177,12 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-async fn provider_for(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
+async fn provider_for(spec: &Spec, state_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
     match spec.provider.as_str() {
         "qemu" => Ok(Arc::new(lazyinit_qemu::QemuProvider::new(qemu_config(
             spec,
         )))),
-        "ec2" => super::providers::ec2_provider(spec).await,
+        "ec2" => super::providers::ec2_provider(spec, state_dir).await,
         other => Err(bad_input(format!("unknown provider `{other}`")).into()),
     }
 }
@@ -234,7 +234,29 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             .unwrap_or_default();
         out.set_file_name(format!("{name}-alone"));
     }
-    let provider = provider_for(&spec).await?;
+    // A cloud run gets its own SSH keys: the host key's private half goes
+    // into every instance's user data, so it must not be one key for every
+    // instance forever. The folder (keys, keyed initramfs copies) goes when
+    // the run does.
+    let run_keys = if spec.provider == "ec2" {
+        let base = lazyinit_core::paths::state_dir();
+        std::fs::create_dir_all(&base)?;
+        Some(
+            tempfile::Builder::new()
+                .prefix("ec2-run-")
+                .tempdir_in(&base)
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot make the run's key folder in {}: {e}", base.display())
+                })?,
+        )
+    } else {
+        None
+    };
+    let state_dir = run_keys
+        .as_ref()
+        .map(|d| d.path().to_path_buf())
+        .unwrap_or_else(lazyinit_core::paths::state_dir);
+    let provider = provider_for(&spec, &state_dir).await?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone());
 
@@ -250,7 +272,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     let opts = lazyinit_orchestrator::RunOptions {
         out_dir: out.clone(),
         cache_dir: lazyinit_core::paths::cache_dir(),
-        state_dir: lazyinit_core::paths::state_dir(),
+        state_dir,
         events: lazyinit_core::events::EventSink::new(tx),
         cancel: cancel.clone(),
         jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
@@ -275,16 +297,18 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             Err(e) => eprintln!("(no table: {e:#})"),
         }
     }
-    Ok(
-        if cancel.load(Ordering::SeqCst) || summary.interrupted > 0 {
-            eprintln!("interrupted: rerun the same command to resume");
-            exit::INTERRUPTED
-        } else if summary.failed > 0 {
-            exit::REGRESSION_OR_CELL_FAILED
-        } else {
-            exit::OK
-        },
-    )
+    for f in &summary.teardown_failures {
+        eprintln!("teardown failed (retried at the end of the run): {f}");
+    }
+    let code = summary.exit_code(cancel.load(Ordering::SeqCst));
+    if code == exit::INFRASTRUCTURE {
+        for l in &summary.leaks {
+            eprintln!("error: {l}");
+        }
+    } else if code == exit::INTERRUPTED {
+        eprintln!("interrupted: rerun the same command to resume");
+    }
+    Ok(code)
 }
 
 fn show_bars() -> bool {
