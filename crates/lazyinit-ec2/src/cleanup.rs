@@ -258,7 +258,11 @@ mod tests {
             t("ExpiresAt", "2026-11-29T23:00:00Z"),
             mine.clone(),
         ];
-        let old = vec![t("RunId", "b"), t("ExpiresAt", "2026-11-29T21:00:00Z"), mine];
+        let old = vec![
+            t("RunId", "b"),
+            t("ExpiresAt", "2026-11-29T21:00:00Z"),
+            mine,
+        ];
         let mut s = Sweep {
             run_id: Some("a".into()),
             expired: false,

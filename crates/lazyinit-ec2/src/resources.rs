@@ -177,8 +177,11 @@ impl Drop for Guard {
         let ids = owned.ids().join(", ");
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                tracing::warn!("EC2 resources dropped without teardown: removing {ids} in the background");
-                let (client, pace, cleanup) = (self.client.clone(), self.pace, self.cleanup.clone());
+                tracing::warn!(
+                    "EC2 resources dropped without teardown: removing {ids} in the background"
+                );
+                let (client, pace, cleanup) =
+                    (self.client.clone(), self.pace, self.cleanup.clone());
                 let h = rt.spawn(async move {
                     let r = teardown(&client, &owned, pace).await;
                     if let Err((left, errors)) = &r {

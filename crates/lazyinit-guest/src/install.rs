@@ -192,7 +192,10 @@ mod tests {
         let c = ec2_cmdline(Arch::Arm64, &["lazyinit.expires=1".into()]);
         assert!(c.starts_with("panic=-1 nvme_core.io_timeout=4294967295 "));
         assert!(c.ends_with(" lazyinit.expires=1"));
-        assert!(!c.contains("console="), "the console comes from the running kernel");
+        assert!(
+            !c.contains("console="),
+            "the console comes from the running kernel"
+        );
     }
 
     /// The load script through a real shell, `kexec` replaced by printf:
@@ -202,15 +205,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let proc_cmdline = dir.path().join("cmdline");
         std::fs::write(&proc_cmdline, format!("{running}\n")).unwrap();
-        let s = kexec_load_script("/root/k", "/root/i", cmdline)
-            .replacen("kexec -l", "printf '%s\\n'", 1);
+        let s = kexec_load_script("/root/k", "/root/i", cmdline).replacen(
+            "kexec -l",
+            "printf '%s\\n'",
+            1,
+        );
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(&s)
             .env("LAZYINIT_PROC_CMDLINE", &proc_cmdline)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(str::to_string)

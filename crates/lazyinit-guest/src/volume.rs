@@ -28,10 +28,7 @@ fn find_within(
         VolumeDevice::NvmeSerial(s) => s,
     };
     let out = remote.exec(
-        &script_with_args(
-            NVME_BY_SERIAL_SH,
-            &[serial.clone(), wait_s.to_string()],
-        ),
+        &script_with_args(NVME_BY_SERIAL_SH, &[serial.clone(), wait_s.to_string()]),
         Duration::from_secs(wait_s + 60),
     )?;
     if out.status != 0 {
@@ -98,7 +95,8 @@ mod tests {
         let mut r = LocalSh {
             sysfs: sys.path().into(),
         };
-        let find = |r: &mut LocalSh, s: &str| find_within(r, &VolumeDevice::NvmeSerial(s.into()), 0);
+        let find =
+            |r: &mut LocalSh, s: &str| find_within(r, &VolumeDevice::NvmeSerial(s.into()), 0);
         assert_eq!(find(&mut r, "vol0abc").unwrap(), "/dev/nvme1n1");
         assert_eq!(find(&mut r, "vol0def").unwrap(), "/dev/nvme2n1");
         let e = find(&mut r, "vol0zzz").unwrap_err().to_string();

@@ -246,7 +246,10 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
                 .prefix("ec2-run-")
                 .tempdir_in(&base)
                 .map_err(|e| {
-                    anyhow::anyhow!("cannot make the run's key folder in {}: {e}", base.display())
+                    anyhow::anyhow!(
+                        "cannot make the run's key folder in {}: {e}",
+                        base.display()
+                    )
                 })?,
         )
     } else {
