@@ -105,8 +105,10 @@ fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
 }
 
 /// Uploads, kexecs and reconnects; returns a session to the new kernel
-/// once `uname -r` reports `release`. `deadline` bounds the whole wait for
-/// the new kernel; `is_alive` stops it early when the machine is gone.
+/// once a new boot (another `boot_id`) reports `release` from `uname -r`:
+/// the old system may run the same release (a twin's stand-in AMI can).
+/// `deadline` bounds the whole wait for the new kernel; `is_alive` stops it
+/// early when the machine is gone; `note` hears each step, with its time.
 #[allow(clippy::too_many_arguments)]
 pub fn install_and_kexec(
     session: &Session,
@@ -118,18 +120,33 @@ pub fn install_and_kexec(
     release: &str,
     deadline: Instant,
     mut is_alive: impl FnMut() -> bool,
+    mut note: impl FnMut(String),
 ) -> Result<Session, GuestError> {
     let k = format!("{REMOTE_DIR}/kernel");
     let i = format!("{REMOTE_DIR}/initrd");
+    const BOOT_ID: &str = "cat /proc/sys/kernel/random/boot_id; uname -r";
+    let old_boot = session
+        .exec_checked_with_timeout(BOOT_ID, SHORT)
+        .map_err(ssh)?
+        .stdout;
+    let old_boot = old_boot.lines().next().unwrap_or_default().to_string();
     session
         .exec_checked_with_timeout(&format!("mkdir -p {REMOTE_DIR}"), SHORT)
         .map_err(ssh)?;
+    let started = Instant::now();
     session
         .upload(UploadSource::File(kernel), &k, 0o600)
         .map_err(ssh)?;
     session
         .upload(UploadSource::File(initrd), &i, 0o600)
         .map_err(ssh)?;
+    let mib = |p: &Path| std::fs::metadata(p).map_or(0.0, |m| m.len() as f64 / 1048576.0);
+    note(format!(
+        "kexec: uploaded the kernel ({:.1} MiB) and initramfs ({:.1} MiB) in {:.1} s",
+        mib(kernel),
+        mib(initrd),
+        started.elapsed().as_secs_f64()
+    ));
     let step = |step: &'static str, cmd: &str, t: Duration| -> Result<(), GuestError> {
         let out = session.exec_with_timeout(cmd, t).map_err(ssh)?;
         if out.status != 0 {
@@ -152,10 +169,12 @@ pub fn install_and_kexec(
     let cmdline = format!("{cmdline} lazyinit.now={}", unix_now());
     step("kexec -l", &kexec_load_script(&k, &i, &cmdline), SHORT)?;
     // The connection dies with the old kernel; the exit status is moot.
+    let jumped = Instant::now();
+    note(format!("kexec: jumping into {release}"));
     let _ = session.exec_with_timeout(&kexec_exec_script(), SHORT);
 
     // The old system may still answer for a few seconds (same host key):
-    // keep reconnecting until the new kernel does.
+    // keep reconnecting until a new boot does.
     let mut last = String::from("no answer yet");
     loop {
         if Instant::now() >= deadline {
@@ -174,9 +193,24 @@ pub fn install_and_kexec(
             &mut is_alive,
         )
         .map_err(ssh)?;
-        match s.exec_with_timeout("uname -r", SHORT) {
-            Ok(out) if out.status == 0 && out.stdout.trim() == release => return Ok(s),
-            Ok(out) => last = out.stdout.trim().to_string(),
+        match s.exec_with_timeout(BOOT_ID, SHORT) {
+            Ok(out) if out.status == 0 => {
+                let mut l = out.stdout.lines();
+                let (boot, now) = (l.next().unwrap_or_default(), l.next().unwrap_or_default());
+                if boot != old_boot && now.trim() == release {
+                    note(format!(
+                        "kexec: {release} answered SSH {:.1} s after the jump",
+                        jumped.elapsed().as_secs_f64()
+                    ));
+                    return Ok(s);
+                }
+                last = if boot == old_boot {
+                    format!("{} (the old boot, still up)", now.trim())
+                } else {
+                    now.trim().to_string()
+                };
+            }
+            Ok(out) => last = out.stderr.trim().to_string(),
             Err(e) => last = e.to_string(),
         }
         std::thread::sleep(RETRY);

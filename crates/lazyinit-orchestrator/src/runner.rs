@@ -517,6 +517,7 @@ async fn measure(
         let initrd = req.initramfs.clone();
         let release = req.kernel_release.clone();
         let cmdline = kexec_cmdline(cell.arch, &machine.kexec_args());
+        let (events, cell_id) = (sh.opts.events.clone(), id.clone());
         let deadline = Instant::now() + sh.opts.boot_timeout;
         let mut machine = machine;
         let joined = tokio::task::spawn_blocking(move || {
@@ -530,6 +531,7 @@ async fn measure(
                 &release,
                 deadline,
                 || !cancel.load(Ordering::SeqCst) && machine.is_alive(),
+                |m| events.note(&cell_id, m),
             );
             (machine, r)
         })

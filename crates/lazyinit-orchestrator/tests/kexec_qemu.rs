@@ -85,6 +85,7 @@ async fn kexec_into_the_kernel_under_test() {
                 &release,
                 Instant::now() + Duration::from_secs(180),
                 || true,
+                |m| eprintln!("{m}"),
             )?;
             let now = after
                 .exec("uname -r")
