@@ -291,10 +291,10 @@ impl Ctx {
             .collect();
         for id in exited {
             let r = running.remove(&id).expect("listed");
-            self.forget(&id);
             drop(r);
             done.insert(id.clone());
             self.event(&id, Happening::PoweredOff);
+            self.forget(&id);
             let behaviour = self.shutdown_behaviour(&id).await;
             let applied = match behaviour.as_str() {
                 "terminate" => self
@@ -347,14 +347,16 @@ impl Ctx {
         Ok(())
     }
 
-    /// The instance's attached volumes (root first) once a data volume is
-    /// among them; `None` before.
+    /// The instance's attached volumes, root first, once a data volume is
+    /// among them; `None` before. The root is the attachment at the AMI's
+    /// `RootDeviceName` or at `/dev/sda1`, where the emulator attaches
+    /// every instance's root volume whatever its AMI says.
     async fn attached_volumes(
         &self,
         inst: &aws_sdk_ec2::types::Instance,
-    ) -> anyhow::Result<Option<Vec<(String, String, i32)>>> {
+    ) -> anyhow::Result<Option<Vec<(String, i32)>>> {
         let id = inst.instance_id().unwrap_or_default();
-        let root = inst.root_device_name().unwrap_or("/dev/sda1");
+        let root = |dev: &str| dev == "/dev/sda1" || Some(dev) == inst.root_device_name();
         let out = self
             .client
             .describe_volumes()
@@ -366,7 +368,7 @@ impl Ctx {
             )
             .send()
             .await?;
-        let mut vols: Vec<(String, String, i32)> = out
+        let mut vols: Vec<(bool, String, String, i32)> = out
             .volumes()
             .iter()
             .filter_map(|v| {
@@ -374,20 +376,22 @@ impl Ctx {
                     .attachments()
                     .iter()
                     .find(|a| a.instance_id() == Some(id))?;
+                let dev = a.device().unwrap_or_default();
                 (a.state().map(|s| s.as_str()) == Some("attached")).then(|| {
                     (
-                        a.device().unwrap_or_default().to_string(),
+                        !root(dev),
+                        dev.to_string(),
                         v.volume_id().unwrap_or_default().to_string(),
                         v.size().unwrap_or(1),
                     )
                 })
             })
             .collect();
-        if !vols.iter().any(|(dev, _, _)| dev != root) {
+        if !vols.iter().any(|(data, ..)| *data) {
             return Ok(None);
         }
-        vols.sort_by_key(|(dev, _, _)| (dev != root, dev.clone()));
-        Ok(Some(vols))
+        vols.sort();
+        Ok(Some(vols.into_iter().map(|(_, _, v, g)| (v, g)).collect()))
     }
 
     async fn shutdown_behaviour(&self, id: &str) -> String {
@@ -410,7 +414,7 @@ impl Ctx {
     async fn start_guest(
         &self,
         inst: &aws_sdk_ec2::types::Instance,
-        vols: &[(String, String, i32)],
+        vols: &[(String, i32)],
     ) -> anyhow::Result<Running> {
         let id = inst.instance_id().unwrap_or_default();
         let arch = arch_of(inst.architecture())
@@ -446,7 +450,7 @@ impl Ctx {
 
         let mut files = Vec::new();
         let mut nvme = Vec::new();
-        for (_, vol, gib) in vols {
+        for (vol, gib) in vols {
             let path = dir.join(format!("{vol}.raw"));
             let _ = std::fs::remove_file(&path);
             files.push(SparseVolume::create(
@@ -502,7 +506,7 @@ impl Ctx {
             id,
             Happening::Started {
                 arch,
-                volumes: vols.iter().map(|(_, v, _)| v.clone()).collect(),
+                volumes: vols.iter().map(|(v, _)| v.clone()).collect(),
             },
         );
         Ok(Running {
@@ -516,8 +520,9 @@ impl Ctx {
         endpoints::remove(&self.opts.dir.join("endpoints"), id);
     }
 
+    /// Stops the guest; it leaves the live list last, so a test that sees
+    /// it gone sees why too.
     async fn stop_guest(&self, id: &str, mut r: Running, why: &str) {
-        self.forget(id);
         r.process.stop(Duration::ZERO).await;
         drop(r);
         self.event(
@@ -526,6 +531,7 @@ impl Ctx {
                 instance_state: why.to_string(),
             },
         );
+        self.forget(id);
     }
 }
 

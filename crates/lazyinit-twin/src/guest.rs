@@ -29,13 +29,19 @@ pub struct GuestArgs<'a> {
     pub volumes: &'a [NvmeVolume],
 }
 
-/// The machine: q35 for c5, `virt` with a GICv3 (and its ITS for MSI-X,
-/// like Graviton) for c6g; TCG, since KVM does not work on these builders
-/// (DESIGN §3).
+/// The machine: q35 for c5, `virt` for c6g; TCG, since KVM does not work
+/// on these builders (DESIGN §3). Two departures from a Graviton, both for
+/// the kexec from a stand-in booted without UEFI:
+/// - a GICv2 (MSI through GICv2m), not a GICv3 with an ITS: a kexec'd
+///   kernel can take over the ITS's LPI tables only when UEFI reserved
+///   them (it oopses in `lpi_write_config` otherwise);
+/// - no `kaslr-seed` in the device tree: a kernel without KASLR (the
+///   stand-in) leaves it unwiped, and arm64 kexec-tools then refuses to
+///   pass the tree on ("setup_2nd_dtb failed"); an AMI's kernel wipes it.
 pub fn machine_args(arch: Arch) -> Vec<OsString> {
     let m = match arch {
         Arch::X86_64 => "q35,accel=tcg",
-        Arch::Arm64 => "virt,gic-version=3,accel=tcg",
+        Arch::Arm64 => "virt,gic-version=2,dtb-randomness=off,accel=tcg",
     };
     ["-machine", m, "-cpu", "max"]
         .iter()
@@ -102,7 +108,10 @@ mod tests {
         });
         let s: Vec<String> = a.iter().map(|x| x.to_string_lossy().into_owned()).collect();
         let s = s.join(" ");
-        assert!(s.contains("-machine virt,gic-version=3,accel=tcg"), "{s}");
+        assert!(
+            s.contains("-machine virt,gic-version=2,dtb-randomness=off,accel=tcg"),
+            "{s}"
+        );
         let root = s
             .find("nvme,drive=ebs0,serial=vol0root0000000000a")
             .unwrap();

@@ -35,16 +35,25 @@ impl Emulator {
         // taking it shows up as a start failure, not a wrong pass.
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let out = std::fs::File::create(&log)?;
-        let child = Command::new(&bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        let mut cmd = Command::new(&bin);
+        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
             // Refuse unknown AMIs and instance types as EC2 does.
             .env("MOTO_ENABLE_AMI_VALIDATION", "true")
             .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
-            .process_group(0)
-            .spawn()?;
+            .process_group(0);
+        // A test killed outright runs no Drop: the emulator goes with it.
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd.spawn()?;
         let mut e = Emulator {
             child,
             url: format!("http://127.0.0.1:{port}"),

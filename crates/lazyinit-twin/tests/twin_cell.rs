@@ -20,7 +20,7 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
     let tmp = tempfile::tempdir().unwrap();
     let twin = twin(tmp.path(), &[arch]).await;
     let out = tmp.path().join("results");
-    let name = format!("twin-{instance_type}");
+    let name = format!("twin-{}", instance_type.replace('.', "-"));
     let h = twin.harness(
         &out,
         &spec(&name, arch, hz, &variant.to_string(), "64GiB", 1),
@@ -87,11 +87,6 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
             && volumes[1] == rec["volume_id"].as_str().unwrap()),
         "{ev:?}"
     );
-    assert!(
-        ev.iter()
-            .any(|e| matches!(&e.what, Happening::Stopped { instance_state } if instance_state.contains("terminated"))),
-        "the guest went with the instance: {ev:?}"
-    );
 
     // API calls per cell: at the emulator's door, and by the SDK.
     let api = twin.api.counts();
@@ -136,6 +131,12 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
         row.clocksource, row.mkfs_cmd
     );
     nothing_left(&twin, tmp.path()).await;
+    let ev = twin.controller.events_of(iid);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(&e.what, Happening::Stopped { instance_state } if instance_state.contains("terminated"))),
+        "the guest went with the instance: {ev:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
