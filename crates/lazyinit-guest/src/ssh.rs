@@ -36,12 +36,24 @@ impl SshRemote {
     }
 }
 
+/// The error with its causes (libssh2's reason is the source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
 impl Remote for SshRemote {
     fn exec(&mut self, script: &str, timeout: Duration) -> Result<RemoteOutput, GuestError> {
         let out = self
             .session
             .exec_with_timeout(script, timeout)
-            .map_err(|e| GuestError::Ssh(e.to_string()))?;
+            .map_err(|e| GuestError::Ssh(with_causes(&e)))?;
         Ok(RemoteOutput {
             status: out.status,
             stdout: out.stdout,

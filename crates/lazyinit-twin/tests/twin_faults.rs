@@ -150,6 +150,7 @@ async fn ssh_drop_during_lazyinit_fails_the_cell_and_releases_it() {
         o.summary.exit_code(false),
         lazyinit_core::exit::REGRESSION_OR_CELL_FAILED
     );
+    nothing_left(&twin, tmp.path()).await;
     assert!(
         twin.controller
             .events_of(&iid)
@@ -158,7 +159,6 @@ async fn ssh_drop_during_lazyinit_fails_the_cell_and_releases_it() {
         "{:?}",
         twin.controller.events_of(&iid)
     );
-    nothing_left(&twin, tmp.path()).await;
 }
 
 /// `twin-run`, the harness as a process of its own.
