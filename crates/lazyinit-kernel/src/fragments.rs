@@ -304,7 +304,10 @@ mod tests {
         ));
         assert!(!q.contains_key("CONFIG_BLK_DEV_NVME"));
         assert_eq!(c["CONFIG_BLK_DEV_NVME"].as_deref(), Some("y"));
+        assert_eq!(c["CONFIG_ENA_ETHERNET"].as_deref(), Some("y"));
         assert_eq!(c["CONFIG_ACPI"].as_deref(), Some("y"));
+        // The kexec'd kernel runs our initramfs only: no AMI root filesystem.
+        assert!(!c.contains_key("CONFIG_XFS_FS"));
     }
 
     #[test]

@@ -566,7 +566,6 @@ async fn measure(
     let mut popts = ProtocolOptions {
         cell_id: id.clone(),
         device: String::new(), // found in the guest below
-
         warmup_device: machine.warmup_device(),
         mkfs_args: sh.spec.mkfs_args.clone(),
         wait_mult: cell.wait_mult,
