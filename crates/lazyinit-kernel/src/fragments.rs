@@ -244,13 +244,22 @@ mod tests {
 
     #[test]
     fn hz_fragment_sets_exactly_one_choice() {
-        for n in Hz::SUPPORTED {
-            let text = merged_config(Arch::X86_64, hz(n), Variant::Fix, Profile::Qemu);
+        for (n, arch, profile) in Hz::SUPPORTED.into_iter().flat_map(|n| {
+            [Arch::X86_64, Arch::Arm64]
+                .into_iter()
+                .flat_map(move |a| [(n, a, Profile::Qemu), (n, a, Profile::Cloud)])
+        }) {
+            let text = merged_config(arch, hz(n), Variant::Fix, profile);
             let p = parse(&text);
             assert_eq!(p["CONFIG_HZ"].as_deref(), Some(n.to_string().as_str()));
             for other in Hz::SUPPORTED {
                 let want = (other == n).then(|| "y".to_string());
                 assert_eq!(p[&format!("CONFIG_HZ_{other}")], want, "HZ {n} vs {other}");
+            }
+            if profile == Profile::Cloud {
+                for o in ["CONFIG_BLK_DEV_NVME", "CONFIG_ENA_ETHERNET", "CONFIG_KEXEC"] {
+                    assert_eq!(p[o].as_deref(), Some("y"), "{arch} HZ {n}: {o}");
+                }
             }
         }
     }

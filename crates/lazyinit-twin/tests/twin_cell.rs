@@ -148,3 +148,19 @@ async fn c5_x86_64_cell_runs_from_launch_to_row() {
 async fn c6g_arm64_cell_runs_from_launch_to_row() {
     cell_on_twin(Arch::Arm64, 100, Variant::NoFix, "c6g.2xlarge").await;
 }
+
+// The other variant of each arch: both variants of both arches then boot
+// on the twin. Left out of CI (each is another cloud kernel to build there);
+// `cargo nextest run -p lazyinit-twin --run-ignored only`.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a second cloud kernel per arch; run by hand"]
+async fn c5_x86_64_nofix_cell_runs_from_launch_to_row() {
+    cell_on_twin(Arch::X86_64, 250, Variant::NoFix, "c5.2xlarge").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a second cloud kernel per arch; run by hand"]
+async fn c6g_arm64_fix_cell_runs_from_launch_to_row() {
+    cell_on_twin(Arch::Arm64, 100, Variant::Fix, "c6g.2xlarge").await;
+}
