@@ -511,7 +511,7 @@ mod tests {
                 ..Default::default()
             };
             for other in [&ec2, &qemu] {
-                let c = compare(&[twin.clone()], &[other.clone()], &o).unwrap();
+                let c = compare(&[twin.clone()], std::slice::from_ref(other), &o).unwrap();
                 assert!(c.cells.is_empty(), "{:?}", c.cells[0].key);
             }
             // Twin against twin still matches.

@@ -390,7 +390,7 @@ async fn a_failed_teardown_exits_3_with_ids_and_the_cleanup_command() {
     let st = harness.child.wait().unwrap();
     let stderr = harness.stderr();
     assert_eq!(st.code(), Some(3), "{stderr}");
-    let rows = lazyinit_core::results::read_rows(&out.join("results.csv")).unwrap();
+    let rows = lazyinit_core::results::read_rows(out.join("results.csv")).unwrap();
     assert_eq!(rows[0].status, Status::Ok, "the measurement itself worked");
     let (iid, _) = the_instance(&twin).await;
     let rec: serde_json::Value = serde_json::from_str(
