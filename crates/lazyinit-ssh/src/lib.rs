@@ -12,6 +12,6 @@ mod quote;
 mod session;
 
 pub use error::SshError;
-pub use keys::{fingerprint, HostKeyPin, Keys};
+pub use keys::{fingerprint, HostKeyPin, Keys, RunKeys};
 pub use quote::shell_quote;
 pub use session::{wait_until_ready, Output, Session, UploadSource};

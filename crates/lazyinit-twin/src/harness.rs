@@ -69,12 +69,9 @@ pub async fn run(
         spec.provider == "ec2",
         "a twin spec says provider = \"ec2\""
     );
-    let base = lazyinit_core::paths::state_dir();
-    std::fs::create_dir_all(&base)?;
-    let state = tempfile::Builder::new()
-        .prefix("twin-run-")
-        .tempdir_in(&base)?;
-    let keys = lazyinit_ssh::Keys::load_or_create(state.path())?;
+    // Its own keys, as `lazyinit-bench run` makes them for an EC2 run.
+    let run_keys = lazyinit_ssh::RunKeys::create(&lazyinit_core::paths::state_dir(), "twin-run-")?;
+    let keys = &run_keys.keys;
     let guest_keys = lazyinit_ec2::GuestKeys::from_dropbear(
         &keys.host_private,
         &keys.host_public.public_line(),
@@ -95,7 +92,7 @@ pub async fn run(
     let opts = lazyinit_orchestrator::RunOptions {
         out_dir: h.out_dir.clone(),
         cache_dir: lazyinit_core::paths::cache_dir(),
-        state_dir: state.path().to_path_buf(),
+        state_dir: run_keys.state_dir().to_path_buf(),
         events,
         cancel,
         jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),

@@ -239,25 +239,16 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     // instance forever. The folder (keys, keyed initramfs copies) goes when
     // the run does.
     let run_keys = if spec.provider == "ec2" {
-        let base = lazyinit_core::paths::state_dir();
-        std::fs::create_dir_all(&base)?;
-        Some(
-            tempfile::Builder::new()
-                .prefix("ec2-run-")
-                .tempdir_in(&base)
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot make the run's key folder in {}: {e}",
-                        base.display()
-                    )
-                })?,
-        )
+        Some(lazyinit_ssh::RunKeys::create(
+            &lazyinit_core::paths::state_dir(),
+            "ec2-run-",
+        )?)
     } else {
         None
     };
     let state_dir = run_keys
         .as_ref()
-        .map(|d| d.path().to_path_buf())
+        .map(|k| k.state_dir().to_path_buf())
         .unwrap_or_else(lazyinit_core::paths::state_dir);
     let provider = provider_for(&spec, &state_dir).await?;
     let cancel = Arc::new(AtomicBool::new(false));
