@@ -14,9 +14,14 @@ fi
 PKGS=(
   qemu-system-x86 qemu-system-arm        # guests (backports, see below)
   qemu-utils                             # qemu-io (NBD server tests; backports)
-  linux-source-6.1 linux-source-6.12     # kernel sources
+  linux-source-6.1 linux-source-6.12     # kernel sources (debian-5.10 is Debian 11's:
+                                         # the harness downloads it into its cache
+                                         # with a private apt configuration, see
+                                         # kernels/README.md; nothing is added here)
   build-essential gcc-aarch64-linux-gnu  # native and cross compilers
   flex bison bc libelf-dev libssl-dev cpio xz-utils zstd kmod rsync
+  dwarves openssl git                    # a user's distro config (--config): pahole for
+                                         # DEBUG_INFO_BTF, module signing keys; git trees
   e2fsprogs busybox-static dropbear-bin openssh-client
   python3-venv                           # EC2 API emulator (moto) for tests
 )

@@ -35,10 +35,10 @@ fn full_runs(dir: &Path) -> PathBuf {
     let rows = read_rows(fixture("reported/results.csv")).unwrap();
     for (i, mut row) in rows.into_iter().take(2).enumerate() {
         let t = generate(&Run::noisy(row.hz.get(), 10, 4096, i as u64 + 3));
-        row.groups = Some(4096);
-        row.traced_groups = Some(4096);
-        row.lazyinit_s = Some(t.lazyinit_s());
-        row.first_group_s = Some(t.first_group_s());
+        row.measured.groups = Some(4096);
+        row.measured.traced_groups = Some(4096);
+        row.measured.lazyinit_s = Some(t.lazyinit_s());
+        row.measured.first_group_s = Some(t.first_group_s());
         w.append(&row).unwrap();
         let cell = dir.join(&row.cell_id);
         std::fs::create_dir_all(&cell).unwrap();

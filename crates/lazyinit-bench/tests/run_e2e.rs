@@ -129,19 +129,27 @@ fn smoke_run_measures_both_variants() {
         "no guest ran at real-time priority during its measured phase"
     );
     for r in &rows {
-        let groups = r.groups.unwrap();
+        let groups = r.measured.groups.unwrap();
         assert_eq!(
             groups,
             model::groups(lazyinit_core::ByteSize(r.volume_bytes))
         );
-        assert_eq!(r.traced_groups, Some(groups), "every group traced");
+        assert_eq!(r.measured.traced_groups, Some(groups), "every group traced");
         assert!(r
             .kernel_release
             .contains(&format!("hz{}-{}", r.hz, r.variant)));
-        assert!(!r.clocksource.contains("jiffies"));
-        assert!(r.lazyinit_s.unwrap() > 0.0 && r.mkfs_s.is_some() && r.mount_s.is_some());
-        assert!(r.boot_s.is_some() && r.first_group_s.is_some() && r.sleep_ticks.is_some());
-        assert!(!r.machine.is_empty() && !r.accel.is_empty() && !r.mkfs_cmd.is_empty());
+        assert!(!r.measured.clocksource.contains("jiffies"));
+        assert!(
+            r.measured.lazyinit_s.unwrap() > 0.0
+                && r.measured.mkfs_s.is_some()
+                && r.measured.mount_s.is_some()
+        );
+        assert!(
+            r.boot_s.is_some()
+                && r.measured.first_group_s.is_some()
+                && r.measured.sleep_ticks.is_some()
+        );
+        assert!(!r.machine.is_empty() && !r.accel.is_empty() && !r.measured.mkfs_cmd.is_empty());
         assert!(out
             .path()
             .join("res")
@@ -160,7 +168,7 @@ fn smoke_run_measures_both_variants() {
     )
     .per_group_s
         * 1000.0;
-    let got = nofix.ms_per_group.unwrap();
+    let got = nofix.measured.ms_per_group.unwrap();
     assert!(
         (got / model_ms - 1.0).abs() < 0.10,
         "no-fix {got:.1} ms/group vs model {model_ms:.1}"
@@ -170,21 +178,24 @@ fn smoke_run_measures_both_variants() {
     // so that the first zeroing z1 comes to 3.4 ms, the middle of the z1
     // interval [3.2, 3.6) ms that sleeps L = floor(10 z1 HZ) = 8 ticks at
     // HZ=250 with the fix. Both variants get the same storage.
-    let l = fix.sleep_ticks.unwrap();
-    assert_eq!(l, 8, "fix slept L={l}; z1 {:?} ms", fix.z1_ms);
+    let l = fix.measured.sleep_ticks.unwrap();
+    assert_eq!(l, 8, "fix slept L={l}; z1 {:?} ms", fix.measured.z1_ms);
     assert_eq!(
-        nofix.sleep_ticks,
+        nofix.measured.sleep_ticks,
         Some(10),
         "no-fix slept {:?}",
-        nofix.sleep_ticks
+        nofix.measured.sleep_ticks
     );
     for r in &rows {
-        assert_eq!(r.z1_target_ms, Some(3.4), "{}", r.cell_id);
-        let (g, h) = (r.guest_part_ms.unwrap(), r.zero_hold_ms.unwrap());
+        assert_eq!(r.measured.z1_target_ms, Some(3.4), "{}", r.cell_id);
+        let (g, h) = (
+            r.measured.guest_part_ms.unwrap(),
+            r.measured.zero_hold_ms.unwrap(),
+        );
         assert!(g > 0.0 && g < 3.4, "guest part {g} ms");
         // The calibrated hold, unless a missed first zeroing set it again
         // (from that zeroing's own guest part) for a further attempt.
-        let attempts = r.z1_attempts.unwrap();
+        let attempts = r.measured.z1_attempts.unwrap();
         assert!((1..=3).contains(&attempts), "{attempts} attempts");
         if attempts == 1 {
             assert!((g + h - 3.4).abs() < 0.002, "hold {h} + guest part {g}");
@@ -195,7 +206,7 @@ fn smoke_run_measures_both_variants() {
         // third attempt (z1 is the controlled quantity; each zeroing's own
         // part varies by ~0.1 ms under TCG). With the fix, L says whether
         // it landed: the L=8 above.
-        let z1 = r.z1_ms.unwrap();
+        let z1 = r.measured.z1_ms.unwrap();
         assert!(
             (3.2..3.6).contains(&z1) || attempts == 3,
             "{}: measured z1 {z1} ms after {attempts} attempts",
@@ -217,10 +228,11 @@ fn smoke_run_measures_both_variants() {
     // (x86_64: 544 against 743 s at 2 TiB, 932 against 1110 at 3 TiB): L
     // about 8 against 10, so a cycle about 18% shorter.
     assert!(
-        fix.sleep_ticks.unwrap() < nofix.sleep_ticks.unwrap() && fix.ms_per_group.unwrap() < got,
+        fix.measured.sleep_ticks.unwrap() < nofix.measured.sleep_ticks.unwrap()
+            && fix.measured.ms_per_group.unwrap() < got,
         "fix {:?} ms/group (L={l}) vs nofix {got} (L={:?})",
-        fix.ms_per_group,
-        nofix.sleep_ticks
+        fix.measured.ms_per_group,
+        nofix.measured.sleep_ticks
     );
     // Nothing left behind.
     assert!(
@@ -353,21 +365,25 @@ fn smoke_run_with_estimates_stops_early() {
     for r in &rows {
         assert_eq!(r.status, Status::Ok, "{}: {}", r.cell_id, r.error);
         assert_eq!(r.estimate_after, Some(25));
-        assert!(r.estimated, "{}: the cycle never locked", r.cell_id);
-        let n = r.estimate_groups.unwrap();
-        let groups = r.groups.unwrap();
+        assert!(
+            r.measured.estimated,
+            "{}: the cycle never locked",
+            r.cell_id
+        );
+        let n = r.measured.estimate_groups.unwrap();
+        let groups = r.measured.groups.unwrap();
         assert!((25..groups).contains(&n), "{n} of {groups}");
-        assert_eq!(r.traced_groups, Some(n));
+        assert_eq!(r.measured.traced_groups, Some(n));
         let (lo, hi, est) = (
-            r.lazyinit_lo_s.unwrap(),
-            r.lazyinit_hi_s.unwrap(),
-            r.lazyinit_s.unwrap(),
+            r.measured.lazyinit_lo_s.unwrap(),
+            r.measured.lazyinit_hi_s.unwrap(),
+            r.measured.lazyinit_s.unwrap(),
         );
         assert!(lo <= est && est <= hi, "{lo} {est} {hi}");
         // DESIGN §2: (L + 1) ticks a group, from the first group on.
-        let l = r.sleep_ticks.unwrap() as f64;
+        let l = r.measured.sleep_ticks.unwrap() as f64;
         let model = groups as f64 * (l + 1.0) / r.hz.get() as f64;
-        let from_first = est - r.first_group_s.unwrap();
+        let from_first = est - r.measured.first_group_s.unwrap();
         assert!(
             (from_first / model - 1.0).abs() < 0.03,
             "{from_first} vs {model}"

@@ -16,7 +16,7 @@ pub enum AxisError {
     Hz(String),
     #[error("unknown variant `{0}`: use fix or nofix")]
     Variant(String),
-    #[error("unknown kernel source `{0}`: use debian-6.1, debian-6.12, a version like 5.10.79, or a path to a tree or tarball")]
+    #[error("unknown kernel source `{0}`: use debian-6.1, debian-6.12, debian-5.10, a version like 5.10.79, or a path to a tree or tarball")]
     Source(String),
 }
 
@@ -215,6 +215,9 @@ pub enum KernelSource {
     Debian61,
     /// Debian's `linux-source-6.12` package.
     Debian612,
+    /// Debian 11's `linux-source-5.10` package (bullseye-security): the
+    /// report's own series.
+    Debian510,
     /// An upstream release by version, e.g. `5.10.79`, fetched from a mirror.
     Version(String),
     /// A user-given kernel tree or tarball.
@@ -226,6 +229,7 @@ impl fmt::Display for KernelSource {
         match self {
             KernelSource::Debian61 => f.write_str("debian-6.1"),
             KernelSource::Debian612 => f.write_str("debian-6.12"),
+            KernelSource::Debian510 => f.write_str("debian-5.10"),
             KernelSource::Version(v) => f.write_str(v),
             KernelSource::Path(p) => write!(f, "{}", p.display()),
         }
@@ -247,6 +251,7 @@ impl FromStr for KernelSource {
         match t {
             "debian-6.1" | "debian" => Ok(KernelSource::Debian61),
             "debian-6.12" => Ok(KernelSource::Debian612),
+            "debian-5.10" => Ok(KernelSource::Debian510),
             _ if is_version(t) => Ok(KernelSource::Version(t.to_string())),
             _ if t.contains('/') || t.ends_with(".tar.xz") || t.ends_with(".tar.gz") => {
                 Ok(KernelSource::Path(PathBuf::from(t)))
@@ -276,18 +281,32 @@ pub struct Cell {
 impl Cell {
     /// A short, file-name-safe identifier, unique within a run.
     pub fn id(&self) -> String {
-        let src: String = self
-            .source
-            .to_string()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let safe = |s: &str| -> String {
+            s.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        };
+        // A path names its tree by its last component and a hash of the
+        // whole: the id names the cell's folder, which holds UNIX sockets
+        // (at most 107 bytes), so a deep path must not make it long.
+        let src = match &self.source {
+            KernelSource::Path(p) => {
+                let base = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let base: String = safe(&base).chars().take(24).collect();
+                let hash = crate::paths::sha256_hex(p.display().to_string());
+                format!("{}-{}", base.trim_matches('_'), &hash[..8])
+            }
+            s => safe(&s.to_string()),
+        };
         let src = src.trim_matches('_');
         let mut id = format!(
             "{}-{}-{}-hz{}-{}-{}",
@@ -323,6 +342,11 @@ mod tests {
             KernelSource::Debian612
         );
         assert_eq!(
+            "debian-5.10".parse::<KernelSource>().unwrap(),
+            KernelSource::Debian510
+        );
+        assert_eq!(KernelSource::Debian510.to_string(), "debian-5.10");
+        assert_eq!(
             "5.10.79".parse::<KernelSource>().unwrap(),
             KernelSource::Version("5.10.79".into())
         );
@@ -346,7 +370,25 @@ mod tests {
             repetition: 1,
         };
         let id = c.id();
-        assert_eq!(id, "qemu-arm64-tmp_linux_5.10-hz100-fix-2TiB-r1");
+        let hash = &crate::paths::sha256_hex("/tmp/linux 5.10")[..8];
+        assert_eq!(
+            id,
+            format!("qemu-arm64-linux_5.10-{hash}-hz100-fix-2TiB-r1")
+        );
         assert!(!id.contains('/'));
+        // A deep path does not make a long id.
+        let deep = Cell {
+            source: KernelSource::Path(
+                format!("/{}/linux", "very-long-directory".repeat(8)).into(),
+            ),
+            ..c.clone()
+        };
+        assert!(deep.id().len() < 60, "{}", deep.id());
+        assert_ne!(deep.id(), c.id());
+        let d = Cell {
+            source: KernelSource::Debian510,
+            ..c
+        };
+        assert_eq!(d.id(), "qemu-arm64-debian-5.10-hz100-fix-2TiB-r1");
     }
 }

@@ -42,20 +42,48 @@ pub fn missing_tool(tool: &str, install: &str) -> ExitError {
 
 /// The exit code for an error chain: the first coded error in it wins.
 pub fn code_of(err: &anyhow::Error) -> u8 {
-    for cause in err.chain() {
-        if let Some(e) = cause.downcast_ref::<ExitError>() {
-            return e.code;
-        }
-        if let Some(e) = cause.downcast_ref::<crate::provider::ProviderError>() {
-            return e.exit_code();
-        }
-        if cause.downcast_ref::<crate::size::SizeError>().is_some()
-            || cause.downcast_ref::<crate::cell::AxisError>().is_some()
-        {
-            return BAD_INPUT;
-        }
+    err.chain().find_map(code_here).unwrap_or(INFRASTRUCTURE)
+}
+
+/// [`code_of`] for an error and its sources.
+pub fn code_in(err: &(dyn std::error::Error + 'static)) -> u8 {
+    std::iter::successors(Some(err), |e| e.source())
+        .find_map(code_here)
+        .unwrap_or(INFRASTRUCTURE)
+}
+
+fn code_here(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
+    if let Some(e) = cause.downcast_ref::<ExitError>() {
+        return Some(e.code);
     }
-    INFRASTRUCTURE
+    if let Some(e) = cause.downcast_ref::<crate::provider::ProviderError>() {
+        return Some(e.exit_code());
+    }
+    if cause.downcast_ref::<crate::size::SizeError>().is_some()
+        || cause.downcast_ref::<crate::cell::AxisError>().is_some()
+    {
+        return Some(BAD_INPUT);
+    }
+    None
+}
+
+/// An error and its sources, `outer: inner: innermost` (each as it
+/// prints, attached output included).
+pub fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
+    std::iter::successors(Some(err), |e| e.source())
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// [`chain_text`] on one line, as a result row's `error` column holds it.
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
+    one_line_text(&chain_text(err))
+}
+
+/// Text with every run of whitespace (newlines too) made one space.
+pub fn one_line_text(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -72,5 +100,18 @@ mod tests {
         assert_eq!(code_of(&anyhow::anyhow!("boom")), INFRASTRUCTURE);
         let size: anyhow::Error = "2TB".parse::<crate::ByteSize>().unwrap_err().into();
         assert_eq!(code_of(&size), BAD_INPUT);
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot run these cells")]
+    struct Outer(#[source] crate::provider::ProviderError);
+
+    #[test]
+    fn code_and_line_of_a_typed_chain() {
+        let e = Outer(crate::provider::ProviderError::BadInput(
+            "no such\n  volume".into(),
+        ));
+        assert_eq!(code_in(&e), BAD_INPUT);
+        assert_eq!(one_line(&e), "cannot run these cells: no such volume");
     }
 }

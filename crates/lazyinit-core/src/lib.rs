@@ -3,22 +3,27 @@
 //! Every other crate speaks in these types: what a cell of the experiment
 //! matrix is ([`cell`]), what the model predicts for it ([`model`]), what a
 //! result row looks like on disk ([`results`]), the figures of the 2021 report
-//! ([`reported`]), the progress events the orchestrator emits ([`events`]) and
-//! the one seam that has several implementations, the [`provider::Provider`].
+//! ([`reported`]), the progress events the orchestrator emits ([`events`]),
+//! the results folder's files ([`layout`]) and the one seam that has several
+//! implementations, the [`provider::Provider`].
 
 pub mod cell;
 pub mod estimate;
 pub mod events;
 pub mod exit;
+pub mod layout;
 pub mod model;
 pub mod paths;
 pub mod provider;
 pub mod reported;
 pub mod results;
+pub mod shell;
 pub mod size;
 pub mod storage;
 
 pub use cell::{Arch, Cell, Hz, KernelSource, Variant};
+pub use layout::{CellFolder, RunFolder};
+pub use provider::KernelProfile;
 pub use size::ByteSize;
 pub use storage::StorageProfile;
 

@@ -4,13 +4,21 @@
 //! and an SSH endpoint whose host key the harness already knows. Everything
 //! after that (verify the kernel, mkfs, mount, time ext4lazyinit) is the
 //! shared guest protocol in `lazyinit-guest`, identical for every provider.
+//!
+//! The orchestrator asks a provider, never names one: which kernels its
+//! machines boot ([`Provider::kernel_profile`]), what a plan costs on it
+//! ([`Provider::cost`]), which storage profiles it serves, and, per
+//! machine, how the kernel under test comes to run ([`Machine::kernel_boot`]).
 
-use std::path::PathBuf;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use serde::Serialize;
 
 use crate::cell::Cell;
 use crate::exit;
+use crate::layout::CellFolder;
+use crate::storage::StorageProfile;
 
 /// What a provider needs to start a machine for one cell.
 #[derive(Debug, Clone)]
@@ -18,17 +26,17 @@ pub struct LaunchRequest {
     pub run_id: String,
     pub cell: Cell,
     /// Bootable kernel image for the cell's arch (bzImage / Image).
-    pub kernel_image: PathBuf,
+    pub kernel_image: std::path::PathBuf,
     /// `uname -r` the booted kernel must report.
     pub kernel_release: String,
     /// Guest userland (compressed cpio) with the pinned SSH host key.
-    pub initramfs: PathBuf,
-    /// Per-cell folder for the console log and anything else worth keeping.
-    pub log_dir: PathBuf,
+    pub initramfs: std::path::PathBuf,
+    /// The cell's folder: the console log and anything else worth keeping.
+    pub folder: CellFolder,
     /// Extra kernel command-line arguments (clocksource hints, for example).
     pub extra_cmdline: Vec<String>,
     /// What a zeroing costs on the volume.
-    pub storage_profile: crate::storage::StorageProfile,
+    pub storage_profile: StorageProfile,
 }
 
 /// How to reach a launched guest.
@@ -59,6 +67,125 @@ pub struct MachineInfo {
     pub provider: String,
     pub machine: String,
     pub accel: String,
+}
+
+/// Which kernel configuration a provider's machines boot (the fragments
+/// under `kernels/fragments/`; part of a kernel's cache key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum KernelProfile {
+    /// Local QEMU guests (virtio only): small and fast to build.
+    #[default]
+    Qemu,
+    /// Also cloud instances: NVMe (EBS), ENA, ACPI on arm64.
+    Cloud,
+}
+
+impl std::fmt::Display for KernelProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KernelProfile::Qemu => "qemu",
+            KernelProfile::Cloud => "cloud",
+        })
+    }
+}
+
+impl std::str::FromStr for KernelProfile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "qemu" => Ok(KernelProfile::Qemu),
+            "cloud" | "ec2" => Ok(KernelProfile::Cloud),
+            _ => Err(format!("unknown kernel profile `{s}`: use qemu or cloud")),
+        }
+    }
+}
+
+impl Serialize for KernelProfile {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for KernelProfile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// How the kernel under test comes to run on a machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelBoot {
+    /// The provider booted it (QEMU's `-kernel` and `-initrd`).
+    Direct,
+    /// The machine booted its own kernel (a cloud image's): the runner
+    /// uploads the kernel under test and the guest initramfs over SSH,
+    /// kexecs into them and reconnects with the same pinned host key.
+    Kexec(KexecPlan),
+}
+
+/// What a kexec into the kernel under test needs from the provider.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KexecPlan {
+    /// The new kernel's command line: the machine's console and anything
+    /// its hardware needs, plus what the guest initramfs needs (and what
+    /// must outlive the machine's own userspace, such as EC2's expiry).
+    pub cmdline: String,
+    /// Arguments of the running kernel's command line, by prefix
+    /// (`console=`), that describe the machine rather than its software:
+    /// where the running kernel has any, the new one takes those instead
+    /// of `cmdline`'s arguments with the same prefix.
+    pub inherit: Vec<String>,
+}
+
+/// One cell as a plan prices it.
+#[derive(Debug, Clone, Copy)]
+pub struct CellEstimate<'a> {
+    pub cell: &'a Cell,
+    /// The model's lazy-init time plus the mean start delay; a provider
+    /// adds its own overhead (boot, mkfs, teardown).
+    pub lazyinit: Duration,
+}
+
+/// What running a plan costs on a provider (`plan` prints it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Cost {
+    /// Guests on this host: memory for the guests that run at once, disk
+    /// for every volume (sparse files).
+    Host { memory_mib: u64, disk_bytes: u64 },
+    /// Machines in a cloud: their time, its price, and the API calls the
+    /// run makes at least (polls while waiting add to that).
+    Cloud {
+        instance_hours: f64,
+        volume_gb_hours: f64,
+        usd: f64,
+        api_calls: u64,
+    },
+}
+
+impl Cost {
+    /// One line for `plan`, after the time estimate.
+    pub fn render(&self, provider: &str, concurrency: usize) -> String {
+        match self {
+            Cost::Host {
+                memory_mib,
+                disk_bytes,
+            } => format!(
+                "host memory: ~{memory_mib} MiB for {concurrency} guests; host disk: ~{:.1} GiB of sparse volumes",
+                *disk_bytes as f64 / (1u64 << 30) as f64
+            ),
+            Cost::Cloud {
+                instance_hours,
+                volume_gb_hours,
+                usd,
+                api_calls,
+            } => format!(
+                "{provider}: {instance_hours:.1} instance-hours, {volume_gb_hours:.0} GB-hours of volumes, about ${usd:.2} on demand; at least {api_calls} API calls"
+            ),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,31 +229,54 @@ impl ProviderError {
     }
 }
 
+/// Where machines come from. Making a provider does no I/O (no network,
+/// no keys, no tools): `plan` makes one too. Checks that need any of that
+/// belong in [`Provider::preflight`].
 #[async_trait]
 pub trait Provider: Send + Sync {
-    /// `qemu`, `ec2`: the value of the `provider` column.
+    /// `qemu`, `ec2`: the spec's `provider` and the `provider` column.
     fn name(&self) -> &str;
 
-    /// Checks, before anything starts, that these cells can run here at all
-    /// (tools installed, disk or quota enough). Launches nothing.
-    async fn preflight(
-        &self,
-        cells: &[Cell],
-        storage: &crate::storage::StorageProfile,
-    ) -> Result<(), ProviderError>;
+    /// The kernel configuration its machines boot.
+    fn kernel_profile(&self) -> KernelProfile;
 
     /// Refuses a storage profile this provider cannot serve (bad input,
     /// before any build). By default only the provider's own storage
     /// (`none`) is served.
-    fn check_storage(&self, p: &crate::storage::StorageProfile) -> Result<(), ProviderError> {
+    fn check_storage(&self, p: &StorageProfile) -> Result<(), ProviderError> {
         match p {
-            crate::storage::StorageProfile::None => Ok(()),
+            StorageProfile::None => Ok(()),
             other => Err(ProviderError::BadInput(format!(
                 "storage profile `{other}` is not available with provider {}: use `none`",
                 self.name()
             ))),
         }
     }
+
+    /// Host memory one machine takes on this host (guest RAM and the
+    /// emulator's own), which bounds `concurrency = "auto"`. `None`: the
+    /// machines run elsewhere, and every cell may run at once.
+    fn host_mib_per_machine(&self) -> Option<u64> {
+        None
+    }
+
+    /// What running `cells` on volumes of `storage`, `concurrency` at a
+    /// time, costs. Pure: asks no API and launches nothing.
+    fn cost(
+        &self,
+        cells: &[CellEstimate<'_>],
+        storage: &StorageProfile,
+        concurrency: usize,
+    ) -> Result<Cost, ProviderError>;
+
+    /// Checks, before anything starts, that these cells can run here at all
+    /// on volumes of `storage` (tools installed, disk or quota enough).
+    /// Launches nothing.
+    async fn preflight(
+        &self,
+        cells: &[Cell],
+        storage: &StorageProfile,
+    ) -> Result<(), ProviderError>;
 
     /// Starts a machine for one cell and returns once it is booting. The
     /// returned machine owns every resource it made; dropping it without
@@ -160,8 +310,8 @@ pub trait Provider: Send + Sync {
 /// The hold of a volume's zero requests, set while the machine runs (the
 /// `ebs` profile calibrates it on each guest before the measured mount).
 pub trait ZeroHold: Send + Sync {
-    fn get(&self) -> std::time::Duration;
-    fn set(&self, hold: std::time::Duration);
+    fn get(&self) -> Duration;
+    fn set(&self, hold: Duration);
 }
 
 /// A machine's claim on a shared host's CPU.
@@ -183,11 +333,11 @@ pub enum Priority {
 pub trait Machine: Send {
     fn info(&self) -> MachineInfo;
     fn endpoint(&self) -> Endpoint;
-    /// True when the kernel under test is not yet running and the guest
-    /// protocol must install it and reboot (EC2); false when the provider
-    /// booted it directly (QEMU).
-    fn needs_kernel_install(&self) -> bool {
-        false
+    /// How the kernel under test comes to run here: booted by the provider
+    /// (QEMU) or kexec'd into by the runner (EC2, whose instance boots its
+    /// image's kernel).
+    fn kernel_boot(&self) -> KernelBoot {
+        KernelBoot::Direct
     }
     /// A small scratch block device for a warm-up lazy-init before the
     /// measured one (QEMU: under TCG the first zeroing otherwise pays for
@@ -201,16 +351,45 @@ pub trait Machine: Send {
     fn zero_hold(&self) -> Option<std::sync::Arc<dyn ZeroHold>> {
         None
     }
-    /// Kernel command-line arguments the kernel under test must carry when
-    /// the guest protocol installs it (`needs_kernel_install`): what has to
-    /// outlive the machine's own userspace, such as EC2's expiry.
-    fn kexec_args(&self) -> Vec<String> {
-        Vec::new()
-    }
     /// The last `lines` lines of the guest console, for error messages.
     fn console_tail(&self, lines: usize) -> String;
     /// Whether the machine is still running (a dead QEMU means no answer will come).
     fn is_alive(&mut self) -> bool;
     /// Stops the machine and removes every resource it created. Idempotent.
     async fn teardown(&mut self) -> Result<(), ProviderError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_profiles_read_and_print() {
+        assert_eq!("ec2".parse::<KernelProfile>(), Ok(KernelProfile::Cloud));
+        assert_eq!(" Qemu ".parse::<KernelProfile>(), Ok(KernelProfile::Qemu));
+        assert_eq!(KernelProfile::Cloud.to_string(), "cloud");
+        assert!("gce".parse::<KernelProfile>().is_err());
+    }
+
+    #[test]
+    fn costs_render_as_plan_prints_them() {
+        let host = Cost::Host {
+            memory_mib: 3248,
+            disk_bytes: 3 << 30,
+        };
+        assert_eq!(
+            host.render("qemu", 4),
+            "host memory: ~3248 MiB for 4 guests; host disk: ~3.0 GiB of sparse volumes"
+        );
+        let cloud = Cost::Cloud {
+            instance_hours: 9.04,
+            volume_gb_hours: 21000.4,
+            usd: 5.333,
+            api_calls: 98,
+        };
+        assert_eq!(
+            cloud.render("ec2", 8),
+            "ec2: 9.0 instance-hours, 21000 GB-hours of volumes, about $5.33 on demand; at least 98 API calls"
+        );
+    }
 }

@@ -41,10 +41,13 @@ pub fn is_twin(accel: &str) -> bool {
     accel.starts_with(TWIN_ACCEL_PREFIX)
 }
 
-/// One measurement. Times are seconds unless the name says otherwise.
-/// Optional fields are empty in the CSV when unknown (for example on a
-/// failed run).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One cell run: what ran, how it ended, and what it measured. Times are
+/// seconds unless the name says otherwise. Optional fields are empty in the
+/// CSV when unknown (for example on a failed run).
+///
+/// On disk the row is flat, one column per field in [`COLUMNS`] order (the
+/// measured columns sit between the others); see [`Flat`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct ResultRow {
     pub run_id: String,
     pub cell_id: String,
@@ -56,15 +59,39 @@ pub struct ResultRow {
     /// (provider `ec2` played by a local QEMU guest: see [`is_twin`]).
     pub accel: String,
     pub arch: Arch,
-    /// `uname -r` inside the guest.
+    /// `uname -r` of the kernel under test (the guest protocol checks
+    /// that the guest reports exactly this).
     pub kernel_release: String,
     /// `debian-6.1`, `debian-6.12`, a version, or a path.
     pub kernel_source: String,
-    /// HZ read back from the booted guest (not the asked one).
+    /// HZ of the kernel under test (the guest protocol checks it).
     pub hz: Hz,
     pub variant: Variant,
     pub wait_mult: u32,
     pub volume_bytes: u64,
+    pub repetition: u32,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub harness_version: String,
+    pub status: Status,
+    /// One line; empty when status is ok.
+    pub error: String,
+    /// Seconds from launch until SSH answered.
+    pub boot_s: Option<f64>,
+    /// Storage latency profile applied to the volume (`none` if none).
+    pub storage_profile: String,
+    /// How many cells ran at the same time as this one (1 = alone).
+    pub concurrency: u32,
+    /// The `estimate-after` the run asked for (on every row the protocol
+    /// ended, also those whose cycle never locked, which are measured).
+    pub estimate_after: Option<u64>,
+    /// What the guest protocol measured; empty unless it ran to the end.
+    pub measured: Measurement,
+}
+
+/// What the guest protocol measures on one cell run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Measurement {
     /// Block groups of the filesystem (from dumpe2fs).
     pub groups: Option<u64>,
     pub mkfs_s: Option<f64>,
@@ -76,69 +103,218 @@ pub struct ResultRow {
     /// Trace timestamps, first to last group, divided by groups - 1.
     pub ms_per_group: Option<f64>,
     pub traced_groups: Option<u64>,
-    pub repetition: u32,
-    /// RFC 3339, UTC.
-    pub started_at: String,
-    pub harness_version: String,
-    pub status: Status,
-    /// One line; empty when status is ok.
-    pub error: String,
     /// `current_clocksource` of the guest.
     pub clocksource: String,
-    /// Sleep between groups in ticks, inferred from ms_per_group.
+    /// Sleep between groups in ticks, inferred from the median cycle.
     pub sleep_ticks: Option<u64>,
-    /// Seconds from launch until SSH answered.
-    pub boot_s: Option<f64>,
     /// Guest clock, mount to the first traced group (start delay + prefetch).
     pub first_group_s: Option<f64>,
-    /// Storage latency profile applied to the volume (`none` if none).
-    pub storage_profile: String,
-    /// How many cells ran at the same time as this one (1 = alone).
-    pub concurrency: u32,
     /// The mkfs.ext4 command line run in the guest.
     pub mkfs_cmd: String,
     /// The measured first zeroing (z1), ms, from the trace: the lazy-init
     /// thread's journal start to its first group event. With the fix it
     /// sets the sleep (L = floor(W z1 HZ)).
-    #[serde(default)]
     pub z1_ms: Option<f64>,
     /// The z1 the storage hold was calibrated for (`ebs`), ms.
-    #[serde(default)]
     pub z1_target_ms: Option<f64>,
     /// The guest's own part of a first zeroing, as the calibration
     /// measured it on this guest, ms.
-    #[serde(default)]
     pub guest_part_ms: Option<f64>,
     /// The hold of each zero request on the measured volume, ms.
-    #[serde(default)]
     pub zero_hold_ms: Option<f64>,
     /// Median zeroing time over all groups, ms.
-    #[serde(default)]
     pub zero_median_ms: Option<f64>,
     /// Measured mounts it took to get a first zeroing inside the z1
     /// target's L interval (1: the first; `ebs` only).
-    #[serde(default)]
     pub z1_attempts: Option<u32>,
     /// `true` when `lazyinit_s` (and `ms_per_group`, `sleep_ticks`) is an
     /// early-stop estimate from the first `estimate_groups` groups, not a
     /// measurement to the thread's exit (README, "Estimates").
-    #[serde(default)]
     pub estimated: bool,
-    /// The `estimate-after` the run asked for (also on rows whose cycle
-    /// never locked, which ran to the end and are measured).
-    #[serde(default)]
-    pub estimate_after: Option<u64>,
     /// Groups traced when the estimate was made.
-    #[serde(default)]
     pub estimate_groups: Option<u64>,
     /// The locked cycle the rest was predicted at, ms.
-    #[serde(default)]
     pub estimate_cycle_ms: Option<f64>,
     /// 95% prediction interval of an estimated `lazyinit_s`.
-    #[serde(default)]
     pub lazyinit_lo_s: Option<f64>,
-    #[serde(default)]
     pub lazyinit_hi_s: Option<f64>,
+}
+
+/// The row as the CSV holds it: every column, in order. Only the
+/// (de)serialization of [`ResultRow`] uses it.
+#[derive(Serialize, Deserialize)]
+struct Flat {
+    run_id: String,
+    cell_id: String,
+    provider: String,
+    machine: String,
+    accel: String,
+    arch: Arch,
+    kernel_release: String,
+    kernel_source: String,
+    hz: Hz,
+    variant: Variant,
+    wait_mult: u32,
+    volume_bytes: u64,
+    groups: Option<u64>,
+    mkfs_s: Option<f64>,
+    mount_s: Option<f64>,
+    lazyinit_s: Option<f64>,
+    lazyinit_poll_s: Option<f64>,
+    ms_per_group: Option<f64>,
+    traced_groups: Option<u64>,
+    repetition: u32,
+    started_at: String,
+    harness_version: String,
+    status: Status,
+    error: String,
+    clocksource: String,
+    sleep_ticks: Option<u64>,
+    boot_s: Option<f64>,
+    first_group_s: Option<f64>,
+    storage_profile: String,
+    concurrency: u32,
+    mkfs_cmd: String,
+    // Appended later: files written before them still read.
+    #[serde(default)]
+    z1_ms: Option<f64>,
+    #[serde(default)]
+    z1_target_ms: Option<f64>,
+    #[serde(default)]
+    guest_part_ms: Option<f64>,
+    #[serde(default)]
+    zero_hold_ms: Option<f64>,
+    #[serde(default)]
+    zero_median_ms: Option<f64>,
+    #[serde(default)]
+    z1_attempts: Option<u32>,
+    #[serde(default)]
+    estimated: bool,
+    #[serde(default)]
+    estimate_after: Option<u64>,
+    #[serde(default)]
+    estimate_groups: Option<u64>,
+    #[serde(default)]
+    estimate_cycle_ms: Option<f64>,
+    #[serde(default)]
+    lazyinit_lo_s: Option<f64>,
+    #[serde(default)]
+    lazyinit_hi_s: Option<f64>,
+}
+
+impl From<ResultRow> for Flat {
+    fn from(r: ResultRow) -> Flat {
+        let m = r.measured;
+        Flat {
+            run_id: r.run_id,
+            cell_id: r.cell_id,
+            provider: r.provider,
+            machine: r.machine,
+            accel: r.accel,
+            arch: r.arch,
+            kernel_release: r.kernel_release,
+            kernel_source: r.kernel_source,
+            hz: r.hz,
+            variant: r.variant,
+            wait_mult: r.wait_mult,
+            volume_bytes: r.volume_bytes,
+            groups: m.groups,
+            mkfs_s: m.mkfs_s,
+            mount_s: m.mount_s,
+            lazyinit_s: m.lazyinit_s,
+            lazyinit_poll_s: m.lazyinit_poll_s,
+            ms_per_group: m.ms_per_group,
+            traced_groups: m.traced_groups,
+            repetition: r.repetition,
+            started_at: r.started_at,
+            harness_version: r.harness_version,
+            status: r.status,
+            error: r.error,
+            clocksource: m.clocksource,
+            sleep_ticks: m.sleep_ticks,
+            boot_s: r.boot_s,
+            first_group_s: m.first_group_s,
+            storage_profile: r.storage_profile,
+            concurrency: r.concurrency,
+            mkfs_cmd: m.mkfs_cmd,
+            z1_ms: m.z1_ms,
+            z1_target_ms: m.z1_target_ms,
+            guest_part_ms: m.guest_part_ms,
+            zero_hold_ms: m.zero_hold_ms,
+            zero_median_ms: m.zero_median_ms,
+            z1_attempts: m.z1_attempts,
+            estimated: m.estimated,
+            estimate_after: r.estimate_after,
+            estimate_groups: m.estimate_groups,
+            estimate_cycle_ms: m.estimate_cycle_ms,
+            lazyinit_lo_s: m.lazyinit_lo_s,
+            lazyinit_hi_s: m.lazyinit_hi_s,
+        }
+    }
+}
+
+impl From<Flat> for ResultRow {
+    fn from(f: Flat) -> ResultRow {
+        ResultRow {
+            run_id: f.run_id,
+            cell_id: f.cell_id,
+            provider: f.provider,
+            machine: f.machine,
+            accel: f.accel,
+            arch: f.arch,
+            kernel_release: f.kernel_release,
+            kernel_source: f.kernel_source,
+            hz: f.hz,
+            variant: f.variant,
+            wait_mult: f.wait_mult,
+            volume_bytes: f.volume_bytes,
+            repetition: f.repetition,
+            started_at: f.started_at,
+            harness_version: f.harness_version,
+            status: f.status,
+            error: f.error,
+            boot_s: f.boot_s,
+            storage_profile: f.storage_profile,
+            concurrency: f.concurrency,
+            estimate_after: f.estimate_after,
+            measured: Measurement {
+                groups: f.groups,
+                mkfs_s: f.mkfs_s,
+                mount_s: f.mount_s,
+                lazyinit_s: f.lazyinit_s,
+                lazyinit_poll_s: f.lazyinit_poll_s,
+                ms_per_group: f.ms_per_group,
+                traced_groups: f.traced_groups,
+                clocksource: f.clocksource,
+                sleep_ticks: f.sleep_ticks,
+                first_group_s: f.first_group_s,
+                mkfs_cmd: f.mkfs_cmd,
+                z1_ms: f.z1_ms,
+                z1_target_ms: f.z1_target_ms,
+                guest_part_ms: f.guest_part_ms,
+                zero_hold_ms: f.zero_hold_ms,
+                zero_median_ms: f.zero_median_ms,
+                z1_attempts: f.z1_attempts,
+                estimated: f.estimated,
+                estimate_groups: f.estimate_groups,
+                estimate_cycle_ms: f.estimate_cycle_ms,
+                lazyinit_lo_s: f.lazyinit_lo_s,
+                lazyinit_hi_s: f.lazyinit_hi_s,
+            },
+        }
+    }
+}
+
+impl Serialize for ResultRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        Flat::from(self.clone()).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ResultRow {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Flat::deserialize(d).map(ResultRow::from)
+    }
 }
 
 impl ResultRow {
@@ -148,7 +324,7 @@ impl ResultRow {
     }
 }
 
-/// Keep in the same order as the struct fields (a unit test checks).
+/// Keep in the same order as [`Flat`]'s fields (a unit test checks).
 pub const COLUMNS: &[&str] = &[
     "run_id",
     "cell_id",
@@ -221,7 +397,6 @@ pub enum ResultsError {
 /// flushing every row to disk before returning.
 pub struct ResultsWriter {
     path: PathBuf,
-    file: File,
 }
 
 impl ResultsWriter {
@@ -261,33 +436,38 @@ impl ResultsWriter {
                 });
             }
         }
-        Ok(Self { path, file })
+        Ok(Self { path })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Appends one row and flushes it to disk. The file is opened for each
+    /// row, never created: a row for a file that was removed or replaced
+    /// since [`ResultsWriter::open`] fails here, instead of going to a file
+    /// nobody will read.
     pub fn append(&mut self, row: &ResultRow) -> Result<(), ResultsError> {
+        let write_err = |source| ResultsError::Write {
+            path: self.path.clone(),
+            source,
+        };
         let mut w = csv::WriterBuilder::new()
             .has_headers(false)
             .from_writer(Vec::new());
-        w.serialize(row).map_err(|e| ResultsError::Write {
-            path: self.path.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        let bytes = w.into_inner().map_err(|e| ResultsError::Write {
-            path: self.path.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
+        w.serialize(row)
+            .map_err(|e| write_err(std::io::Error::other(e)))?;
+        let bytes = w
+            .into_inner()
+            .map_err(|e| write_err(std::io::Error::other(e.to_string())))?;
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(write_err)?;
         // One write per row keeps rows whole even if two writers append.
-        self.file
-            .write_all(&bytes)
-            .and_then(|_| self.file.sync_data())
-            .map_err(|source| ResultsError::Write {
-                path: self.path.clone(),
-                source,
-            })
+        file.write_all(&bytes)
+            .and_then(|_| file.sync_data())
+            .map_err(write_err)
     }
 }
 
@@ -349,37 +529,39 @@ mod tests {
             variant: Variant::NoFix,
             wait_mult: 10,
             volume_bytes: 64 << 30,
-            groups: Some(512),
-            mkfs_s: Some(1.25),
-            mount_s: Some(0.04),
-            lazyinit_s: Some(60.6),
-            lazyinit_poll_s: Some(61.0),
-            ms_per_group: Some(109.5),
-            traced_groups: Some(512),
             repetition: 1,
             started_at: "2026-11-29T20:00:00Z".into(),
             harness_version: "0.1.0".into(),
             status: Status::Ok,
             error: String::new(),
-            clocksource: "tsc".into(),
-            sleep_ticks: Some(10),
             boot_s: Some(1.1),
-            first_group_s: Some(3.0),
             storage_profile: "none".into(),
             concurrency: 1,
-            mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
-            z1_ms: Some(3.41),
-            z1_target_ms: Some(3.4),
-            guest_part_ms: Some(1.02),
-            zero_hold_ms: Some(2.38),
-            zero_median_ms: Some(3.2),
-            z1_attempts: Some(1),
-            estimated: false,
             estimate_after: None,
-            estimate_groups: None,
-            estimate_cycle_ms: None,
-            lazyinit_lo_s: None,
-            lazyinit_hi_s: None,
+            measured: Measurement {
+                groups: Some(512),
+                mkfs_s: Some(1.25),
+                mount_s: Some(0.04),
+                lazyinit_s: Some(60.6),
+                lazyinit_poll_s: Some(61.0),
+                ms_per_group: Some(109.5),
+                traced_groups: Some(512),
+                clocksource: "tsc".into(),
+                sleep_ticks: Some(10),
+                first_group_s: Some(3.0),
+                mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
+                z1_ms: Some(3.41),
+                z1_target_ms: Some(3.4),
+                guest_part_ms: Some(1.02),
+                zero_hold_ms: Some(2.38),
+                zero_median_ms: Some(3.2),
+                z1_attempts: Some(1),
+                estimated: false,
+                estimate_groups: None,
+                estimate_cycle_ms: None,
+                lazyinit_lo_s: None,
+                lazyinit_hi_s: None,
+            },
         }
     }
 
@@ -391,6 +573,28 @@ mod tests {
         assert_eq!(out.lines().next().unwrap(), COLUMNS.join(","));
     }
 
+    /// The bytes a results file had before the measurement was a struct of
+    /// its own (captured from that harness): the CSV is a contract.
+    #[test]
+    fn csv_bytes_are_the_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("results.csv");
+        let mut w = ResultsWriter::open(&p).unwrap();
+        w.append(&sample()).unwrap();
+        let mut failed = sample();
+        failed.status = Status::Failed;
+        failed.error = "guest, said \"no\"".into();
+        failed.measured = Measurement::default();
+        w.append(&failed).unwrap();
+        let want = concat!(
+            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,\n",
+        );
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), want);
+        assert_eq!(read_rows(&p).unwrap(), vec![sample(), failed]);
+    }
+
     #[test]
     fn append_round_trips_and_keeps_header_once() {
         let dir = tempfile::tempdir().unwrap();
@@ -399,7 +603,7 @@ mod tests {
         let mut second = sample();
         second.status = Status::Failed;
         second.error = "guest, said \"no\"".into();
-        second.lazyinit_s = None;
+        second.measured.lazyinit_s = None;
         ResultsWriter::open(&p).unwrap().append(&second).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         assert_eq!(text.matches("run_id,").count(), 1);
@@ -420,9 +624,9 @@ mod tests {
             let old: String = text.lines().map(|l| cut(l) + "\n").collect();
             assert!(old.lines().next().unwrap().ends_with(&format!(",{last}")));
             let rows = read_rows_from(old.as_bytes(), Path::new("old.csv")).unwrap();
-            assert_eq!(rows[0].mkfs_cmd, sample().mkfs_cmd);
-            assert!(!rows[0].estimated);
-            assert_eq!(rows[0].estimate_groups, None);
+            assert_eq!(rows[0].measured.mkfs_cmd, sample().measured.mkfs_cmd);
+            assert!(!rows[0].measured.estimated);
+            assert_eq!(rows[0].measured.estimate_groups, None);
         }
     }
 
@@ -431,12 +635,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r.csv");
         let mut e = sample();
-        e.estimated = true;
         e.estimate_after = Some(50);
-        e.estimate_groups = Some(75);
-        e.estimate_cycle_ms = Some(44.0);
-        e.lazyinit_lo_s = Some(726.0);
-        e.lazyinit_hi_s = Some(729.5);
+        e.measured.estimated = true;
+        e.measured.estimate_groups = Some(75);
+        e.measured.estimate_cycle_ms = Some(44.0);
+        e.measured.lazyinit_lo_s = Some(726.0);
+        e.measured.lazyinit_hi_s = Some(729.5);
         ResultsWriter::open(&p).unwrap().append(&e).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(
@@ -447,6 +651,18 @@ mod tests {
             "{text}"
         );
         assert_eq!(read_rows(&p).unwrap(), vec![e]);
+    }
+
+    /// A row is never written to a file nobody will read.
+    #[test]
+    fn a_row_for_a_removed_results_file_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("results.csv");
+        let mut w = ResultsWriter::open(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        let err = w.append(&sample()).unwrap_err();
+        assert!(matches!(err, ResultsError::Write { .. }), "{err}");
+        assert!(!p.exists(), "not created again without its header");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What a set of cells costs on EC2, for `plan`: instance-hours and
-//! volume GB-hours from predicted durations, priced from the config.
+//! volume GB-hours from predicted durations, priced from the config, and
+//! the API calls a run makes.
 
 use std::time::Duration;
 
@@ -28,6 +29,24 @@ pub struct CostEstimate {
 pub fn predicted_lazyinit(cell: &Cell) -> Duration {
     let p = model::predict_cell(cell.hz, cell.variant, cell.wait_mult, cell.volume);
     Duration::from_secs_f64(p.lazyinit_s + model::MEAN_START_DELAY_S)
+}
+
+/// API calls per cell when no wait needs a second poll: RunInstances,
+/// CreateVolume, AttachVolume, ModifyInstanceAttribute and one poll each
+/// for running, available and attached; at teardown GetConsoleOutput,
+/// TerminateInstances and one poll each for the instance and the volume
+/// being gone.
+pub const CALLS_PER_CELL: u64 = 11;
+/// DescribeInstanceTypes and DescribeImages, per arch (preflight).
+pub const CALLS_PER_ARCH: u64 = 2;
+
+/// The API calls a run of `cells` makes at least; each poll-interval of
+/// waiting for a state adds one.
+pub fn api_calls(cells: &[Cell]) -> u64 {
+    let mut arches: Vec<_> = cells.iter().map(|c| c.arch).collect();
+    arches.sort();
+    arches.dedup();
+    cells.len() as u64 * CALLS_PER_CELL + arches.len() as u64 * CALLS_PER_ARCH
 }
 
 /// Each cell holds one instance and one volume of its size for its
@@ -110,6 +129,13 @@ mod tests {
             }
         }
         cells
+    }
+
+    #[test]
+    fn api_calls_of_the_reported_matrix() {
+        // 8 cells on 2 arches.
+        assert_eq!(api_calls(&reported_matrix()), 8 * 11 + 2 * 2);
+        assert_eq!(api_calls(&[]), 0);
     }
 
     #[test]

@@ -68,6 +68,9 @@ impl Ec2Error {
 impl From<Ec2Error> for ProviderError {
     fn from(e: Ec2Error) -> Self {
         match e {
+            Ec2Error::Keys(crate::userdata::KeyError::Load(_)) => {
+                ProviderError::infra(e.to_string())
+            }
             Ec2Error::Config(_)
             | Ec2Error::Keys(_)
             | Ec2Error::BadInput(_)

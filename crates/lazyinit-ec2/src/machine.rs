@@ -1,17 +1,52 @@
 //! One launched cell: an instance with the blank EBS volume attached.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_sdk_ec2::Client;
-use lazyinit_core::provider::{Endpoint, Machine, MachineInfo, ProviderError, VolumeDevice};
+use lazyinit_core::provider::{
+    Endpoint, KernelBoot, KexecPlan, Machine, MachineInfo, ProviderError, VolumeDevice,
+};
+use lazyinit_core::{Arch, CellFolder};
 
 use crate::error::Ec2Error;
 use crate::resources::Guard;
 
+/// How the kernel under test comes to run on an instance (kexec), and
+/// its command line: the serial console EC2 shows in GetConsoleOutput
+/// (ttyS0 on both c5 and c6g) unless the running kernel names its own
+/// consoles, panic ends the boot instead of hanging, the NVMe timeout AWS
+/// recommends for EBS so a slow volume is not reset mid-run; then what the
+/// guest initramfs needs: its /init, DHCP on the instance's network, the
+/// RNG seeded at once so SSH answers; and the instance's expiry, at which
+/// the initramfs's /init powers off (kexec replaces the userspace whose
+/// timer would have done it; shutdown behaviour terminate makes that a
+/// termination). The running kernel's consoles and x86 TSC hints are
+/// kept: they describe the machine (a local twin's arm64 guest has a PL011
+/// console, its x86 guest needs the TSC hints to keep the `tsc`
+/// clocksource under TCG, DESIGN §3).
+pub fn kexec_plan(_arch: Arch, expires_at_unix: i64) -> KexecPlan {
+    let mut args: Vec<String> = [
+        "console=ttyS0,115200n8",
+        "panic=-1",
+        "nvme_core.io_timeout=4294967295",
+        "rdinit=/init",
+        "lazyinit.net=dhcp",
+        "random.trust_cpu=on",
+    ]
+    .map(String::from)
+    .into();
+    args.push(format!("lazyinit.expires={expires_at_unix}"));
+    KexecPlan {
+        cmdline: args.join(" "),
+        inherit: ["console=", "earlycon", "tsc=", "tsc_early_khz="]
+            .map(String::from)
+            .into(),
+    }
+}
+
 /// What the harness records about a launched cell (written to the cell's
-/// log folder as `ec2.json`).
+/// folder as `ec2.json`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LaunchRecord {
     pub instance_id: String,
@@ -36,8 +71,9 @@ pub struct Ec2Machine {
     pub(crate) guard: Guard,
     pub(crate) client: Client,
     pub(crate) record: LaunchRecord,
+    pub(crate) kexec: KexecPlan,
     pub(crate) user: String,
-    pub(crate) log_dir: PathBuf,
+    pub(crate) folder: CellFolder,
     pub(crate) console: Arc<Mutex<String>>,
     pub(crate) torn_down: bool,
 }
@@ -65,7 +101,10 @@ impl Ec2Machine {
             .map_err(|e| Ec2Error::api("GetConsoleOutput", e))?;
         let text = out
             .output()
-            .and_then(|b| aws_smithy_types::base64::decode(b).ok())
+            .and_then(|b| {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD.decode(b).ok()
+            })
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         *self.console.lock().expect("console") = text.clone();
@@ -92,16 +131,9 @@ impl Machine for Ec2Machine {
         }
     }
 
-    /// The expiry, for the kernel under test's /init: kexec replaces the
-    /// userspace whose timer would have shut the instance down.
-    fn kexec_args(&self) -> Vec<String> {
-        vec![format!("lazyinit.expires={}", self.record.expires_at_unix)]
-    }
-
-    /// The instance boots its AMI's kernel; the kernel under test is
-    /// installed over SSH and booted by the guest protocol.
-    fn needs_kernel_install(&self) -> bool {
-        true
+    /// The instance boots its AMI's kernel; the runner kexecs into ours.
+    fn kernel_boot(&self) -> KernelBoot {
+        KernelBoot::Kexec(self.kexec.clone())
     }
 
     fn console_tail(&self, lines: usize) -> String {
@@ -131,12 +163,30 @@ impl Machine for Ec2Machine {
         // stand in the way of terminating a machine that costs money.
         match self.refresh_console().await {
             Ok(text) => {
-                let _ = std::fs::write(self.log_dir.join("console.log"), text);
+                let _ = std::fs::write(self.folder.console_log(), text);
             }
             Err(e) => tracing::info!("console of {} not saved: {e}", self.record.instance_id),
         }
         self.guard.release().await?;
         self.torn_down = true;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kexec_plan_is_the_instance_console_what_the_initramfs_needs_and_the_expiry() {
+        let p = kexec_plan(Arch::Arm64, 1_700_000_000);
+        assert_eq!(
+            p.cmdline,
+            "console=ttyS0,115200n8 panic=-1 nvme_core.io_timeout=4294967295 rdinit=/init lazyinit.net=dhcp random.trust_cpu=on lazyinit.expires=1700000000"
+        );
+        assert_eq!(
+            p.inherit,
+            ["console=", "earlycon", "tsc=", "tsc_early_khz="]
+        );
     }
 }

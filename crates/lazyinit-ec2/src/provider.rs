@@ -6,6 +6,10 @@
 //! attached, mark the volume delete-on-termination (so the instance's own
 //! expiry takes the volume with it), then ask the [`InstanceResolver`]
 //! where SSH answers. Any failure on the way tears down what exists.
+//!
+//! Making a provider does no I/O: the SDK client (which may ask the
+//! instance metadata service for a region) is made at the first API call
+//! and the keys are read in `preflight`, so `plan` can make one.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -19,8 +23,11 @@ use aws_sdk_ec2::types::{
 };
 use aws_sdk_ec2::Client;
 use chrono::Utc;
-use lazyinit_core::provider::{LaunchRequest, Machine, Provider, ProviderError};
-use lazyinit_core::{Arch, ByteSize, Cell};
+use lazyinit_core::provider::{
+    CellEstimate, Cost, LaunchRequest, Machine, Provider, ProviderError,
+};
+use lazyinit_core::{Arch, ByteSize, Cell, KernelProfile};
+use tokio::sync::OnceCell;
 
 use crate::client::{self, ApiCounter};
 use crate::config::Ec2Config;
@@ -31,15 +38,20 @@ use crate::ops::{self, Pace};
 use crate::reach::{InstanceAddress, InstanceResolver};
 use crate::resources::{self, Guard, Registry};
 use crate::tags::{rfc3339, ResourceTags};
-use crate::userdata::{self, GuestKeys};
+use crate::userdata::{self, GuestKeys, KeyError};
 
 /// gp2/gp3/io1/io2 volumes hold at most 16 TiB.
 const MAX_VOLUME_GIB: u64 = 16384;
 
+/// Reads the project's keys for instances (dropbear host key converted).
+pub type KeyLoader = Box<dyn Fn() -> Result<GuestKeys, KeyError> + Send + Sync>;
+
 pub struct Ec2Provider {
     cfg: Arc<Ec2Config>,
-    keys: GuestKeys,
-    client: Client,
+    keys: OnceCell<GuestKeys>,
+    load_keys: KeyLoader,
+    client: OnceCell<Client>,
+    credentials: Option<Credentials>,
     counter: ApiCounter,
     registry: Arc<Registry>,
     resolver: Arc<dyn InstanceResolver>,
@@ -54,37 +66,38 @@ pub fn volume_gib(size: ByteSize) -> u64 {
 }
 
 impl Ec2Provider {
-    /// Standard credential chain (environment, profile, SSO, instance role).
-    pub async fn new(cfg: Ec2Config, keys: GuestKeys) -> Result<Self, Ec2Error> {
-        Self::build(cfg, keys, None).await
+    /// Standard credential chain (environment, profile, SSO, instance
+    /// role); the keys are read by `load_keys` in `preflight`.
+    pub fn new(cfg: Ec2Config, load_keys: KeyLoader) -> Result<Self, Ec2Error> {
+        Self::build(cfg, load_keys, None)
     }
 
-    /// Fixed credentials, e.g. dummy ones for an emulator.
-    pub async fn with_credentials(
+    /// Given keys and fixed credentials, e.g. dummy ones for an emulator.
+    pub fn with_credentials(
         cfg: Ec2Config,
         keys: GuestKeys,
         creds: Credentials,
     ) -> Result<Self, Ec2Error> {
-        Self::build(cfg, keys, Some(creds)).await
+        keys.validate()?;
+        Self::build(cfg, Box::new(move || Ok(keys.clone())), Some(creds))
     }
 
-    async fn build(
+    fn build(
         cfg: Ec2Config,
-        keys: GuestKeys,
-        creds: Option<Credentials>,
+        load_keys: KeyLoader,
+        credentials: Option<Credentials>,
     ) -> Result<Self, Ec2Error> {
         cfg.validate()?;
-        keys.validate()?;
-        let counter = ApiCounter::default();
-        let client = client::build(&cfg, creds, counter.clone()).await;
         let resolver = Arc::new(InstanceAddress {
             use_private_ip: cfg.use_private_ip,
         });
         Ok(Ec2Provider {
             cfg: Arc::new(cfg),
-            keys,
-            client,
-            counter,
+            keys: OnceCell::new(),
+            load_keys,
+            client: OnceCell::new(),
+            credentials,
+            counter: ApiCounter::default(),
             registry: Arc::default(),
             resolver,
             amis: Mutex::default(),
@@ -103,8 +116,20 @@ impl Ec2Provider {
     pub fn config(&self) -> &Ec2Config {
         &self.cfg
     }
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// The SDK client, made at the first call.
+    pub async fn client(&self) -> &Client {
+        self.client
+            .get_or_init(|| {
+                client::build(&self.cfg, self.credentials.clone(), self.counter.clone())
+            })
+            .await
+    }
+
+    /// The keys instances carry, read once.
+    async fn keys(&self) -> Result<&GuestKeys, Ec2Error> {
+        self.keys
+            .get_or_try_init(|| async { Ok((self.load_keys)()?) })
+            .await
     }
     pub fn counter(&self) -> &ApiCounter {
         &self.counter
@@ -122,8 +147,11 @@ impl Ec2Provider {
     /// background cleanups. Call it on Ctrl-C and at the end of a run.
     pub async fn release_all(&self) -> Result<(), Ec2Error> {
         let run = self.last_run.lock().expect("run").clone();
+        let Some(client) = self.client.get() else {
+            return Ok(()); // no call made, nothing made
+        };
         let cleanup = self.cfg.cleanup_command(&run);
-        resources::release_all(&self.client, &self.registry, self.pace(), &cleanup).await
+        resources::release_all(client, &self.registry, self.pace(), &cleanup).await
     }
 
     /// The configured AMI for `arch`, or the newest image matching the
@@ -133,7 +161,7 @@ impl Ec2Provider {
             return Ok(a.clone());
         }
         let lookup = &self.cfg.ami.lookup;
-        let mut req = self.client.describe_images();
+        let mut req = self.client().await.describe_images();
         if let Some(fixed) = self.cfg.ami.fixed(arch) {
             req = req.image_ids(fixed);
         } else {
@@ -181,7 +209,8 @@ impl Ec2Provider {
     async fn check_instance_type(&self, arch: Arch) -> Result<(), Ec2Error> {
         let ty = self.cfg.instance_types.get(arch);
         let out = self
-            .client
+            .client()
+            .await
             .describe_instance_types()
             .instance_types(InstanceType::from(ty))
             .send()
@@ -220,11 +249,11 @@ impl Ec2Provider {
             owner: self.cfg.owner_tag(),
             expires_at,
         };
-        let user_data = userdata::cloud_config(&self.keys, expires_at)?;
+        let user_data = userdata::cloud_config(self.keys().await?, expires_at)?;
+        let client = self.client().await;
         let token = client_token(&req.run_id, &cell.id());
 
-        let out = self
-            .client
+        let out = client
             .run_instances()
             .image_id(&ami)
             .instance_type(InstanceType::from(instance_type.as_str()))
@@ -267,13 +296,12 @@ impl Ec2Provider {
             cell.id()
         );
 
-        let view = ops::wait_instance_running(&self.client, &instance_id, self.pace()).await?;
+        let view = ops::wait_instance_running(client, &instance_id, self.pace()).await?;
         let az = view.az.clone().ok_or_else(|| {
             Ec2Error::Unexpected(format!("instance {instance_id} has no availability zone"))
         })?;
 
-        let out = self
-            .client
+        let out = client
             .create_volume()
             .availability_zone(&az)
             .size(volume_gib(cell.volume) as i32)
@@ -297,10 +325,10 @@ impl Ec2Provider {
             cell.id(),
             cell.volume
         );
-        ops::wait_volume_available(&self.client, &volume_id, self.pace()).await?;
+        ops::wait_volume_available(client, &volume_id, self.pace()).await?;
 
         let device = self.cfg.device_name.clone();
-        self.client
+        client
             .attach_volume()
             .device(&device)
             .instance_id(&instance_id)
@@ -308,9 +336,9 @@ impl Ec2Provider {
             .send()
             .await
             .map_err(|e| Ec2Error::api("AttachVolume", e))?;
-        ops::wait_volume_attached(&self.client, &volume_id, &instance_id, self.pace()).await?;
+        ops::wait_volume_attached(client, &volume_id, &instance_id, self.pace()).await?;
 
-        self.client
+        client
             .modify_instance_attribute()
             .instance_id(&instance_id)
             .block_device_mappings(
@@ -383,6 +411,30 @@ impl Provider for Ec2Provider {
         "ec2"
     }
 
+    /// NVMe, ENA and ACPI besides virtio: the `cloud` kernel.
+    fn kernel_profile(&self) -> KernelProfile {
+        KernelProfile::Cloud
+    }
+
+    /// Instance and volume time at the configured prices, and the API
+    /// calls a run makes (see [`cost::api_calls`]).
+    fn cost(
+        &self,
+        cells: &[CellEstimate<'_>],
+        _storage: &lazyinit_core::StorageProfile,
+        _concurrency: usize,
+    ) -> Result<Cost, ProviderError> {
+        let plain: Vec<Cell> = cells.iter().map(|c| c.cell.clone()).collect();
+        let lazyinit: Vec<_> = cells.iter().map(|c| c.lazyinit).collect();
+        let est = crate::cost::estimate(&plain, &lazyinit, &self.cfg)?;
+        Ok(Cost::Cloud {
+            instance_hours: est.instance_hours,
+            volume_gb_hours: est.volume_gb_hours,
+            usd: est.usd,
+            api_calls: crate::cost::api_calls(&plain),
+        })
+    }
+
     /// The EBS volume is the storage: `ebs` (the default) and `none` both
     /// mean it as it is; nothing can be held or calibrated.
     fn check_storage(&self, p: &lazyinit_core::StorageProfile) -> Result<(), ProviderError> {
@@ -410,6 +462,8 @@ impl Provider for Ec2Provider {
                 )));
             }
         }
+        // Read now, so a missing dropbearconvert fails before any build.
+        self.keys().await?;
         let mut archs: Vec<Arch> = cells.iter().map(|c| c.arch).collect();
         archs.sort();
         archs.dedup();
@@ -431,7 +485,7 @@ impl Provider for Ec2Provider {
         self.check_storage(&req.storage_profile)?;
         *self.last_run.lock().expect("run") = req.run_id.clone();
         let mut guard = Guard::new(
-            self.client.clone(),
+            self.client().await.clone(),
             self.registry.clone(),
             self.pace(),
             &self.cfg.cleanup_command(&req.run_id),
@@ -446,16 +500,17 @@ impl Provider for Ec2Provider {
                 });
             }
         };
-        std::fs::create_dir_all(&req.log_dir).ok();
+        req.folder.create().ok();
         if let Ok(json) = serde_json::to_string_pretty(&record) {
-            let _ = std::fs::write(req.log_dir.join("ec2.json"), json);
+            let _ = std::fs::write(req.folder.ec2_json(), json);
         }
         Ok(Box::new(Ec2Machine {
             guard,
-            client: self.client.clone(),
+            client: self.client().await.clone(),
+            kexec: crate::machine::kexec_plan(req.cell.arch, record.expires_at_unix),
             record,
             user: self.cfg.ssh_user.clone(),
-            log_dir: req.log_dir.clone(),
+            folder: req.folder.clone(),
             console: Arc::default(),
             torn_down: false,
         }))

@@ -11,7 +11,7 @@
 //!
 //! The timer here dies with the AMI's userspace at the kexec; the kernel
 //! under test carries the expiry on its command line instead
-//! (`Machine::kexec_args`, honoured by the guest's /init).
+//! (`machine::kexec_plan`, honoured by the guest's /init).
 
 use chrono::{DateTime, Utc};
 
@@ -48,6 +48,8 @@ pub enum KeyError {
     ClientPublic,
     #[error("cannot convert the dropbear host key {path} to OpenSSH form: {detail}")]
     Convert { path: String, detail: String },
+    #[error("cannot read the project's SSH keys: {0}")]
+    Load(String),
 }
 
 /// cloud-init's name for a host key type (`ssh_keys: <name>_private`).
@@ -149,7 +151,8 @@ pub fn cloud_config(keys: &GuestKeys, expires_at: DateTime<Utc>) -> Result<Strin
 
 /// User data as RunInstances wants it.
 pub fn encode(user_data: &str) -> String {
-    aws_smithy_types::base64::encode(user_data.as_bytes())
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(user_data.as_bytes())
 }
 
 #[cfg(test)]

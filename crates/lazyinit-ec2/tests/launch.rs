@@ -22,7 +22,7 @@ use lazyinit_ec2::IAM_ACTIONS;
 async fn two_cells_launch_tag_attach_and_tear_down() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let run = "run-two-cells";
     let cells = [
         cell(Arch::Arm64, 100, Variant::NoFix, "2TiB"),
@@ -111,8 +111,11 @@ async fn two_cells_launch_tag_attach_and_tear_down() {
             .send()
             .await
             .unwrap();
-        let ud =
-            aws_smithy_types::base64::decode(ud.user_data().unwrap().value().unwrap()).unwrap();
+        let ud = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            ud.user_data().unwrap().value().unwrap(),
+        )
+        .unwrap();
         let ud = String::from_utf8(ud).unwrap();
         assert!(ud.starts_with("#cloud-config\n"));
         assert!(
@@ -175,15 +178,20 @@ async fn two_cells_launch_tag_attach_and_tear_down() {
             lazyinit_core::provider::VolumeDevice::NvmeSerial(serial.clone())
         );
         assert_eq!(rec["nvme_serial"], serial.as_str());
-        assert!(m.needs_kernel_install());
+        // The kexec into the kernel under test, which carries the expiry.
+        let lazyinit_core::provider::KernelBoot::Kexec(plan) = m.kernel_boot() else {
+            panic!("an instance boots its AMI's kernel: the runner kexecs");
+        };
+        assert_eq!(plan, lazyinit_ec2::kexec_plan(cell.arch, exp.timestamp()));
+        assert!(
+            plan.cmdline
+                .ends_with(&format!(" lazyinit.expires={}", exp.timestamp())),
+            "{}",
+            plan.cmdline
+        );
         assert_eq!(m.info().provider, "ec2");
         assert_eq!(m.info().machine, want_type);
         assert_eq!(m.info().accel, "nitro");
-        // The expiry travels to the kernel under test.
-        assert_eq!(
-            m.kexec_args(),
-            [format!("lazyinit.expires={}", exp.timestamp())]
-        );
     }
 
     let seen_during_run = p.counter().snapshot();
@@ -200,7 +208,9 @@ async fn two_cells_launch_tag_attach_and_tear_down() {
             p.counter().snapshot().since(&before)
         );
         assert!(
-            dir.join("console.log").exists(),
+            lazyinit_core::CellFolder::at(dir.as_path())
+                .console_log()
+                .exists(),
             "console saved at teardown"
         );
     }
@@ -236,7 +246,7 @@ async fn a_fault_mid_launch_leaks_nothing() {
     cfg.volume.volume_type = "st1".into();
     cfg.volume.iops = Some(500);
     let p = moto.provider(cfg).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let run = "run-fault";
     let tmp = tempfile::tempdir().unwrap();
     let err = p
@@ -280,7 +290,7 @@ async fn a_fault_mid_launch_leaks_nothing() {
 async fn a_dropped_machine_is_torn_down_by_its_guard() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let run = "run-dropped";
     let tmp = tempfile::tempdir().unwrap();
     let m = p
@@ -312,7 +322,7 @@ async fn a_dropped_machine_is_torn_down_by_its_guard() {
 async fn unknown_ami_and_instance_type_are_refused() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let raw = c
         .run_instances()
         .image_id("ami-12345678")

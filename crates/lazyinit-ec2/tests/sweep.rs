@@ -36,7 +36,7 @@ fn sweep(run_id: Option<&str>, expired: bool, dry_run: bool) -> Sweep {
 async fn leaked_run_is_swept_by_run_id() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let tmp = tempfile::tempdir().unwrap();
     // Two cells of the run leak (no teardown, guards never run), one cell
     // of another run stays up and must survive.
@@ -134,7 +134,7 @@ async fn tagged_pair(
 async fn expired_resources_are_swept_and_live_ones_kept() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let (old_i, old_v) = tagged_pair(&c, &p, "old", "lazyinit-test", Duration::hours(-1)).await;
     let (new_i, new_v) = tagged_pair(&c, &p, "fresh", "lazyinit-test", Duration::hours(2)).await;
     // Someone else's volume without our tags: never ours to delete.
@@ -217,7 +217,7 @@ async fn expired_resources_are_swept_and_live_ones_kept() {
 async fn a_running_cell_is_visible_to_the_sweep() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let tmp = tempfile::tempdir().unwrap();
     let mut m = p
         .launch(&request(
@@ -249,7 +249,7 @@ async fn a_running_cell_is_visible_to_the_sweep() {
 async fn expired_sweep_is_the_callers_own_unless_all_owners() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
-    let c = p.client().clone();
+    let c = p.client().await.clone();
     let (mine_i, mine_v) =
         tagged_pair(&c, &p, "quick-1", "lazyinit-test", Duration::hours(-1)).await;
     let (theirs_i, theirs_v) =

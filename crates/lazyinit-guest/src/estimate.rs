@@ -46,7 +46,7 @@ pub(crate) fn early_stop(
     while target < to_init {
         if !wait_for_groups(remote, opts, target, to_init, mounted_at)? {
             log.push_str("exited before the cycle locked: measured\n");
-            let _ = std::fs::write(opts.log_dir.join("estimate.txt"), &log);
+            let _ = std::fs::write(opts.folder.estimate_txt(), &log);
             return Ok(false);
         }
         let trace = check(
@@ -84,9 +84,9 @@ pub(crate) fn early_stop(
                     ),
                 );
                 opts.events.phase(cell, Phase::Collect);
-                let _ = std::fs::write(opts.log_dir.join("trace.txt"), &trace);
-                let _ = std::fs::write(opts.log_dir.join("groups.csv"), s.groups_csv());
-                let _ = std::fs::write(opts.log_dir.join("estimate.txt"), &log);
+                let _ = std::fs::write(opts.folder.trace_txt(), &trace);
+                let _ = std::fs::write(opts.folder.groups_csv(), s.groups_csv());
+                let _ = std::fs::write(opts.folder.estimate_txt(), &log);
                 fill(m, &s, done, &e);
                 // The kernel's L, as a measured run says it (with the fix
                 // from z1: a cycle of L + 2 ticks is not L + 1).
@@ -106,7 +106,7 @@ pub(crate) fn early_stop(
         }
     }
     log.push_str("the next check would be past the last group: measured\n");
-    let _ = std::fs::write(opts.log_dir.join("estimate.txt"), &log);
+    let _ = std::fs::write(opts.folder.estimate_txt(), &log);
     Ok(false)
 }
 
@@ -164,15 +164,18 @@ fn wait_for_groups(
 /// The measurement of a stopped run: measured where the trace so far
 /// says, predicted where the estimate does.
 fn fill(m: &mut Measurement, s: &parse::TraceSummary, mount_done: f64, e: &Estimate) {
-    m.traced_groups = s.distinct_groups;
+    m.traced_groups = Some(s.distinct_groups);
     m.mount_s = s.mount_start.map(|a| mount_done - a);
     m.first_group_s = Some(e.first_group_s);
     m.lazyinit_s = Some(e.lazyinit_s);
     m.ms_per_group = e.ms_per_group();
-    m.median_cycle_ms = s.median_cycle_ms();
     m.z1_ms = s.z1_s().map(|z| z * 1000.0);
     m.zero_median_ms = s.median_zero_s().map(|z| z * 1000.0);
-    m.estimate = Some(*e);
+    m.estimated = true;
+    m.estimate_groups = Some(e.groups_traced);
+    m.estimate_cycle_ms = Some(e.cycle_s * 1000.0);
+    m.lazyinit_lo_s = Some(e.lo_s);
+    m.lazyinit_hi_s = Some(e.hi_s);
 }
 
 /// `key=value` lines of an estimate, for the cell's estimate.txt.

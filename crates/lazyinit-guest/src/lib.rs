@@ -1,20 +1,28 @@
 //! The guest protocol shared by every provider: verify the kernel, mkfs,
 //! mount, time ext4lazyinit from the trace, collect.
 //!
-//! The protocol is written against [`Remote`], a one-method seam over SSH,
-//! so its logic is tested without a guest; `SshRemote` is the real one.
+//! The protocol is written against [`Remote`], a small seam over SSH, and
+//! the runner reaches guests through [`Connect`], so both are tested
+//! without a guest; [`SshRemote`] and [`SshConnect`] are the real ones, and
+//! the `fake` feature adds a scripted guest ([`fake::FakeGuest`]).
 
 mod estimate;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 pub mod install;
 pub mod parse;
 pub mod protocol;
 mod ssh;
 pub mod volume;
 
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
-pub use protocol::{run, Expectation, Gate, Measurement, NoGate, ProtocolOptions};
-pub use ssh::SshRemote;
+use lazyinit_core::provider::Endpoint;
+
+pub use lazyinit_core::results::Measurement;
+pub use protocol::{run, Expectation, Gate, NoGate, ProtocolOptions};
+pub use ssh::{SshConnect, SshRemote};
 
 /// A command's outcome on the guest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,9 +32,24 @@ pub struct RemoteOutput {
     pub stderr: String,
 }
 
-/// Runs shell text on the guest (as root, POSIX sh).
+/// A shell on the guest (as root, POSIX sh).
 pub trait Remote: Send {
+    /// Runs shell text and returns its outcome, whatever its exit status.
     fn exec(&mut self, script: &str, timeout: Duration) -> Result<RemoteOutput, GuestError>;
+    /// Copies a local file to `remote` (replaced whole or not at all).
+    fn upload(&mut self, local: &Path, remote: &str, mode: u32) -> Result<(), GuestError>;
+}
+
+/// How the runner reaches a booted guest.
+pub trait Connect: Send + Sync {
+    /// Waits until the guest at `ep` answers with the pinned host key, or
+    /// fails at once when `alive` says its machine is gone.
+    fn wait_ready(
+        &self,
+        ep: &Endpoint,
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> bool,
+    ) -> Result<Box<dyn Remote>, GuestError>;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -7,24 +7,24 @@
 //! gone -> read the trace. Durations come from the trace clock, so they do
 //! not depend on the poll interval.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lazyinit_core::events::{Event, EventSink, Phase};
-use lazyinit_core::{model, Arch, Hz, Variant};
+pub use lazyinit_core::results::Measurement;
+use lazyinit_core::{model, Arch, CellFolder, Hz, Variant};
 
 use crate::parse::{self, key_values};
 use crate::{GuestError, Remote};
 
-const FACTS_SH: &str = include_str!("../scripts/facts.sh");
-const MKFS_SH: &str = include_str!("../scripts/mkfs.sh");
-const TRACE_SETUP_SH: &str = include_str!("../scripts/trace-setup.sh");
-const MOUNT_SH: &str = include_str!("../scripts/mount.sh");
+pub(crate) const FACTS_SH: &str = include_str!("../scripts/facts.sh");
+pub(crate) const MKFS_SH: &str = include_str!("../scripts/mkfs.sh");
+pub(crate) const TRACE_SETUP_SH: &str = include_str!("../scripts/trace-setup.sh");
+pub(crate) const MOUNT_SH: &str = include_str!("../scripts/mount.sh");
 pub(crate) const POLL_SH: &str = include_str!("../scripts/poll.sh");
-const WARMUP_MKFS_SH: &str = include_str!("../scripts/warmup-mkfs.sh");
-const CALIBRATE_SH: &str = include_str!("../scripts/calibrate.sh");
+pub(crate) const WARMUP_MKFS_SH: &str = include_str!("../scripts/warmup-mkfs.sh");
+pub(crate) const CALIBRATE_SH: &str = include_str!("../scripts/calibrate.sh");
 pub(crate) const WAIT_GROUPS_SH: &str = include_str!("../scripts/wait-groups.sh");
 /// The whole trace so far; reading it does not stop tracing (with
 /// `pause-on-trace` off, as trace-setup.sh leaves it).
@@ -43,7 +43,7 @@ pub const COLD_MOUNTS: usize = 2;
 pub const MAX_ATTEMPTS: u32 = 3;
 
 /// The marker calibrate.sh writes before each mount.
-const CALIBRATION_MARKER: &str = "lazyinit-cal-mount";
+pub(crate) const CALIBRATION_MARKER: &str = "lazyinit-cal-mount";
 
 /// What the booted guest must be.
 #[derive(Debug, Clone)]
@@ -107,8 +107,9 @@ pub struct ProtocolOptions {
     pub poll_interval: Duration,
     /// Give up on lazy-init after this long.
     pub lazyinit_deadline: Duration,
-    /// Where the raw trace and groups.csv go.
-    pub log_dir: PathBuf,
+    /// The cell's folder: what the guest said, the raw trace, groups.csv,
+    /// the calibration.
+    pub folder: CellFolder,
     pub cancel: Arc<AtomicBool>,
     pub events: EventSink,
     pub gate: Arc<dyn Gate>,
@@ -122,47 +123,12 @@ pub struct ProtocolOptions {
     pub estimate_after: Option<u64>,
 }
 
-/// Everything one run measured.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Measurement {
-    pub kernel_release: String,
-    pub hz: u32,
-    pub clocksource: String,
-    pub mkfs_cmd: String,
-    pub mkfs_s: Option<f64>,
-    pub groups: u64,
-    pub zeroed_at_mkfs: u64,
-    pub mount_s: Option<f64>,
-    pub lazyinit_s: Option<f64>,
-    pub lazyinit_poll_s: Option<f64>,
-    pub ms_per_group: Option<f64>,
-    pub median_cycle_ms: Option<f64>,
-    pub traced_groups: u64,
-    pub first_group_s: Option<f64>,
-    pub sleep_ticks: Option<u64>,
-    /// The measured first zeroing z1 and the median zeroing, from the trace.
-    pub z1_ms: Option<f64>,
-    pub zero_median_ms: Option<f64>,
-    /// What the calibration found and set, when it ran with a target.
-    pub calibration: Option<lazyinit_core::storage::Calibration>,
-    /// The hold the measured volume ran with, when zeroes were held.
-    pub hold: Option<Duration>,
-    /// Measured mounts it took to get a first zeroing in the target's L
-    /// interval (1 when the first was; see `MAX_ATTEMPTS`).
-    pub z1_attempts: u32,
-    /// Set when the run stopped early: `lazyinit_s`, `ms_per_group` and
-    /// `sleep_ticks` are then this estimate's, not measurements.
-    pub estimate: Option<lazyinit_core::estimate::Estimate>,
-}
-
-/// Quotes an argument for the guest's POSIX shell.
-pub fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
 /// A script with positional arguments, as one command string.
 pub fn script_with_args(script: &str, args: &[String]) -> String {
-    let quoted: Vec<String> = args.iter().map(|a| sh_quote(a)).collect();
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| lazyinit_core::shell::quote(a))
+        .collect();
     format!("set -- {}\n{}", quoted.join(" "), script)
 }
 
@@ -267,12 +233,10 @@ pub fn run(
     opts.events.phase(cell, Phase::Verify);
     let facts_text = check(remote.exec(FACTS_SH, short)?, "facts")?;
     // What the guest said it is, kept beside the row as evidence.
-    let _ = std::fs::write(opts.log_dir.join("facts.txt"), &facts_text);
+    let _ = std::fs::write(opts.folder.facts_txt(), &facts_text);
     let facts = key_values(&facts_text);
     verify_facts(&facts, exp)?;
     let mut m = Measurement {
-        kernel_release: facts["release"].clone(),
-        hz: exp.hz.get(),
         clocksource: facts["clocksource"].clone(),
         ..Default::default()
     };
@@ -290,9 +254,10 @@ pub fn run(
             "scratch disk mkfs",
         )?;
     }
-    let to_init = mkfs(remote, opts, &mut m)?;
+    let groups = mkfs(remote, opts, &mut m)?;
+    let to_init = groups.to_init;
 
-    let kb = trace_buffer_kb(m.groups).to_string();
+    let kb = trace_buffer_kb(groups.total).to_string();
     let mount_opts = if opts.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
         format!("init_itable={}", opts.wait_mult)
     } else {
@@ -306,9 +271,11 @@ pub fn run(
     if let Some(dev) = &opts.warmup_device {
         opts.events
             .note(cell, "calibrating the first zeroing on the scratch disk");
-        m.calibration = calibrate(remote, opts, dev, &mount_opts)?;
+        if let Some(c) = calibrate(remote, opts, dev, &mount_opts)? {
+            m.z1_target_ms = Some(ms(c.z1_target));
+            m.guest_part_ms = Some(ms(c.guest_part));
+        }
     }
-    m.hold = opts.hold.as_ref().map(|h| h.get());
     arm_trace(remote, &kb)?;
     // The critical span: the mount and the first zeroing(s), after the
     // random 0-5 s start delay and the bitmap prefetch, which set the sleep
@@ -369,7 +336,7 @@ pub fn run(
             tracing::info!(cell = %cell, attempt, hold_us = used.as_micros() as u64, guest_part_us = part.as_micros() as u64, next_hold_us = next.as_micros() as u64, "hold set again from the missed first zeroing");
             let _ = std::fs::OpenOptions::new()
                 .append(true)
-                .open(opts.log_dir.join("storage.txt"))
+                .open(opts.folder.storage_txt())
                 .and_then(|mut f| {
                     use std::io::Write;
                     writeln!(
@@ -390,8 +357,9 @@ pub fn run(
         arm_trace(remote, &kb)?;
         attempt += 1;
     }
-    m.z1_attempts = attempt;
-    m.hold = opts.hold.as_ref().map(|h| h.get());
+    // Recorded with the calibration that aimed the hold.
+    m.z1_attempts = m.z1_target_ms.map(|_| attempt);
+    m.zero_hold_ms = opts.hold.as_ref().map(|h| ms(h.get()));
     drop(critical);
 
     if crate::estimate::early_stop(remote, exp, opts, to_init, mounted_at, &mut m)? {
@@ -401,8 +369,19 @@ pub fn run(
     drop(measuring);
 
     opts.events.phase(cell, Phase::Collect);
-    collect(remote, exp, opts, to_init, &mut m)?;
+    collect(remote, exp, opts, groups, &mut m)?;
     Ok(m)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Block groups of the measured filesystem, and those left for lazy-init.
+#[derive(Clone, Copy)]
+pub(crate) struct Groups {
+    pub total: u64,
+    pub to_init: u64,
 }
 
 /// The sleep L the kernel chose. With the fix it is floor(W z1 HZ), the
@@ -499,12 +478,12 @@ fn wait_for_sleep(
     Ok(())
 }
 
-/// mkfs of the volume; returns the groups to initialise.
+/// mkfs of the volume.
 fn mkfs(
     remote: &mut dyn Remote,
     opts: &ProtocolOptions,
     m: &mut Measurement,
-) -> Result<u64, GuestError> {
+) -> Result<Groups, GuestError> {
     let mut mkfs_args = vec![opts.device.clone()];
     mkfs_args.extend(opts.mkfs_args.iter().cloned());
     m.mkfs_cmd = std::iter::once("mkfs.ext4 -F -q".to_string())
@@ -523,17 +502,21 @@ fn mkfs(
     m.mkfs_s = kv.get("mkfs_s").and_then(|v| v.parse().ok());
     let blocks: u64 = num(&kv, "blocks", "mkfs")?;
     let bpg: u64 = num(&kv, "blocks_per_group", "mkfs")?;
-    m.groups = blocks.div_ceil(bpg.max(1));
-    m.zeroed_at_mkfs = num(&kv, "zeroed", "mkfs")?;
+    let total = blocks.div_ceil(bpg.max(1));
+    m.groups = Some(total);
+    let zeroed: u64 = num(&kv, "zeroed", "mkfs")?;
     // DESIGN §3: if mkfs marked the tables zeroed, lazy-init has nothing to
     // do and the number would be meaningless.
-    if m.zeroed_at_mkfs * 2 >= m.groups {
+    if zeroed * 2 >= total {
         return Err(GuestError::AlreadyZeroed {
-            groups: m.groups,
-            zeroed: m.zeroed_at_mkfs,
+            groups: total,
+            zeroed,
         });
     }
-    Ok(m.groups - m.zeroed_at_mkfs)
+    Ok(Groups {
+        total,
+        to_init: total - zeroed,
+    })
 }
 
 /// Times the first zeroing of [`CALIBRATION_MOUNTS`] lazy-init requests on
@@ -576,7 +559,7 @@ fn calibrate(
             z.as_micros()
         ));
     }
-    let _ = std::fs::write(opts.log_dir.join("calibration.csv"), csv);
+    let _ = std::fs::write(opts.folder.calibration_csv(), csv);
     if zeroings.len() < CALIBRATION_MOUNTS as usize {
         return Err(GuestError::Parse {
             step: "calibration",
@@ -595,7 +578,7 @@ fn calibrate(
     let set = storage::hold_for(target, guest_part);
     handle.set(set);
     let _ = std::fs::write(
-        opts.log_dir.join("storage.txt"),
+        opts.folder.storage_txt(),
         format!(
             "z1_target_us={}\ncalibration_hold_us={}\nguest_part_us={}\nhold_us={}\nsamples_us={}\n",
             target.as_micros(),
@@ -668,42 +651,41 @@ fn collect(
     remote: &mut dyn Remote,
     exp: &Expectation,
     opts: &ProtocolOptions,
-    to_init: u64,
+    groups: Groups,
     m: &mut Measurement,
 ) -> Result<(), GuestError> {
     let trace = check(
         remote.exec(READ_TRACE, Duration::from_secs(120))?,
         "collect trace",
     )?;
-    let _ = std::fs::write(opts.log_dir.join("trace.txt"), &trace);
+    let _ = std::fs::write(opts.folder.trace_txt(), &trace);
     let s = parse::summarize(&trace);
-    let _ = std::fs::write(opts.log_dir.join("groups.csv"), s.groups_csv());
-    m.traced_groups = s.distinct_groups;
+    let _ = std::fs::write(opts.folder.groups_csv(), s.groups_csv());
+    m.traced_groups = Some(s.distinct_groups);
     m.mount_s = match (s.mount_start, s.mount_done) {
         (Some(a), Some(b)) => Some(b - a),
         _ => None,
     };
     m.lazyinit_s = s.lazyinit_s();
     m.ms_per_group = s.ms_per_group();
-    m.median_cycle_ms = s.median_cycle_ms();
     m.first_group_s = match (s.first_group(), s.mount_done) {
         (Some(f), Some(d)) => Some(f - d),
         _ => None,
     };
     m.z1_ms = s.z1_s().map(|z| z * 1000.0);
     m.zero_median_ms = s.median_zero_s().map(|z| z * 1000.0);
-    m.sleep_ticks = sleep_ticks(exp, opts.wait_mult, m.z1_ms, m.median_cycle_ms);
+    m.sleep_ticks = sleep_ticks(exp, opts.wait_mult, m.z1_ms, s.median_cycle_ms());
     if m.lazyinit_s.is_none() {
         return Err(GuestError::Parse {
             step: "collect trace",
             what: "no mount marker or no thread-exit event in the trace".into(),
         });
     }
-    if m.traced_groups != to_init {
+    if s.distinct_groups != groups.to_init {
         return Err(GuestError::GroupCount {
-            traced: m.traced_groups,
-            expected: to_init,
-            groups: m.groups,
+            traced: s.distinct_groups,
+            expected: groups.to_init,
+            groups: groups.total,
         });
     }
     Ok(())
@@ -712,6 +694,7 @@ fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake::{Answer, FakeGuest};
     use std::collections::BTreeMap;
 
     fn exp() -> Expectation {
@@ -780,11 +763,10 @@ mod tests {
     }
 
     #[test]
-    fn quoting_survives_quotes() {
-        assert_eq!(sh_quote("a'b"), "'a'\\''b'");
+    fn script_arguments_are_quoted() {
         assert_eq!(
-            script_with_args("echo $1", &["x y".into()]),
-            "set -- 'x y'\necho $1"
+            script_with_args("echo $1", &["x y".into(), String::new()]),
+            "set -- 'x y' ''\necho $1"
         );
     }
 
@@ -794,148 +776,12 @@ mod tests {
         assert!(trace_buffer_kb(24576) * 1024 >= 24576 * 200);
     }
 
-    /// A scripted guest: answers each protocol step like a real one would.
-    struct FakeGuest {
-        groups: u64,
-        traced: u64,
-        polls: u32,
-        zeroed: u64,
-        /// Set at the first poll (an interrupt while lazy-init runs).
-        cancel_at_poll: Option<Arc<AtomicBool>>,
-        /// First zeroing times (us) the calibration mounts report.
-        calibration_us: Vec<u64>,
-        /// The first zeroing (us) each measured mount's trace shows.
-        first_zeroings_us: Vec<u64>,
-        facts: Option<BTreeMap<String, String>>,
-        waits: u32,
-        reads: u32,
-        scripts: Vec<&'static str>,
-    }
-
-    impl FakeGuest {
-        fn new(groups: u64, traced: u64, zeroed: u64) -> Self {
-            FakeGuest {
-                groups,
-                traced,
-                polls: 0,
-                zeroed,
-                cancel_at_poll: None,
-                calibration_us: vec![],
-                first_zeroings_us: vec![],
-                facts: None,
-                waits: 0,
-                reads: 0,
-                scripts: vec![],
-            }
-        }
-    }
-
-    impl Remote for FakeGuest {
-        fn exec(&mut self, script: &str, _t: Duration) -> Result<crate::RemoteOutput, GuestError> {
-            let ok = |s: String| {
-                Ok(crate::RemoteOutput {
-                    status: 0,
-                    stdout: s,
-                    stderr: String::new(),
-                })
-            };
-            for (name, text) in [
-                ("facts", FACTS_SH),
-                ("warmup-mkfs", WARMUP_MKFS_SH),
-                ("mkfs", MKFS_SH),
-                ("calibrate", CALIBRATE_SH),
-                ("trace-setup", TRACE_SETUP_SH),
-                ("mount", MOUNT_SH),
-                ("wait", WAIT_GROUPS_SH),
-                ("poll", POLL_SH),
-            ] {
-                if script.ends_with(text) {
-                    self.scripts.push(name);
-                }
-            }
-            if script == FACTS_SH {
-                let f = self.facts.clone().unwrap_or_else(facts);
-                return ok(f.iter().map(|(k, v)| format!("{k}={v}\n")).collect());
-            }
-            if script.ends_with(WARMUP_MKFS_SH) {
-                return ok(String::new());
-            }
-            if script.ends_with(CALIBRATE_SH) {
-                let mut tr = String::from("# tracer: nop\n");
-                for (i, us) in self.calibration_us.iter().enumerate() {
-                    let t0 = 10.0 + i as f64;
-                    tr.push_str(&format!(
-                        "  sh-1 [000] ..... {:.6}: tracing_mark_write: lazyinit-cal-mount\n",
-                        t0 - 0.5
-                    ));
-                    tr.push_str(&format!("  ext4lazyinit-{i} [000] ..... {t0:.6}: ext4_journal_start: dev 254,16 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0x0\n"));
-                    let t1 = t0 + *us as f64 / 1e6;
-                    tr.push_str(&format!("  ext4lazyinit-{i} [000] ..... {t1:.6}: ext4_lazy_itable_init: dev 254,16 group {i}\n"));
-                }
-                return ok(tr);
-            }
-            if script.ends_with(WAIT_GROUPS_SH) {
-                self.waits += 1;
-                return ok("seen=2\ngap_us=44000\n".into());
-            }
-            if script == "umount /mnt/vol" {
-                self.scripts.push("umount");
-                return ok(String::new());
-            }
-            if script.contains("mkfs.ext4 -F") {
-                return ok(format!(
-                    "mkfs_s=1.50\nblocks={}\nblocks_per_group=32768\nzeroed={}\n",
-                    self.groups * 32768,
-                    self.zeroed
-                ));
-            }
-            if script.contains("buffer_size_kb") {
-                return ok("trace_clock=mono\n".into());
-            }
-            if script.contains("lazyinit-mount-start") {
-                return ok("pid=120\n".into());
-            }
-            if script == POLL_SH {
-                self.polls += 1;
-                if let Some(c) = &self.cancel_at_poll {
-                    c.store(true, Ordering::SeqCst);
-                }
-                return ok(if self.polls < 3 {
-                    "pid=120\ngroups=10\n".into()
-                } else {
-                    format!("pid=\ngroups={}\n", self.traced)
-                });
-            }
-            if script.starts_with("cat /sys/kernel/tracing/trace") && self.waits > self.reads {
-                // Read right after a measured mount's wait: its first zeroing.
-                self.reads += 1;
-                let us = if self.first_zeroings_us.is_empty() {
-                    3400
-                } else {
-                    self.first_zeroings_us.remove(0)
-                };
-                return ok(format!("  ext4lazyinit-120 [000] ..... 102.000000: ext4_journal_start: dev 254,0 blocks 1\n  ext4lazyinit-120 [000] ..... {:.6}: ext4_lazy_itable_init: dev 254,0 group 1\n", 102.0 + us as f64 / 1e6));
-            }
-            if script.starts_with("cat /sys/kernel/tracing/trace") {
-                let mut t = String::from("# tracer: nop\n");
-                t.push_str(
-                    "  sh-1 [000] ..... 100.000000: tracing_mark_write: lazyinit-mount-start\n",
-                );
-                t.push_str(
-                    "  sh-1 [000] ..... 100.020000: tracing_mark_write: lazyinit-mount-done\n",
-                );
-                for g in 0..self.traced {
-                    let ts = 102.0 + g as f64 * 0.044;
-                    let start = ts - 0.0034;
-                    t.push_str(&format!("  ext4lazyinit-120 [000] ..... {start:.6}: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0x0\n"));
-                    t.push_str(&format!("  ext4lazyinit-120 [000] ..... {ts:.6}: ext4_lazy_itable_init: dev 254,0 group {g}\n"));
-                }
-                let end = 102.0 + self.traced as f64 * 0.044;
-                t.push_str(&format!("  ext4lazyinit-120 [000] ..... {end:.6}: sched_process_exit: comm=ext4lazyinit pid=120 prio=120\n"));
-                return ok(t);
-            }
-            Err(GuestError::Ssh(format!("unexpected script: {script}")))
-        }
+    fn guest(groups: u64, traced: u64, zeroed: u64) -> FakeGuest {
+        let e = exp();
+        let mut g = FakeGuest::new(e.arch, e.hz, e.variant, &e.kernel_release, groups);
+        g.traced = traced;
+        g.zeroed = zeroed;
+        g
     }
 
     fn opts(dir: &std::path::Path) -> ProtocolOptions {
@@ -947,7 +793,7 @@ mod tests {
             wait_mult: 10,
             poll_interval: Duration::from_millis(1),
             lazyinit_deadline: Duration::from_secs(60),
-            log_dir: dir.to_path_buf(),
+            folder: CellFolder::at(dir),
             cancel: Arc::new(AtomicBool::new(false)),
             events: EventSink::discard(),
             gate: Arc::new(NoGate),
@@ -960,44 +806,53 @@ mod tests {
     #[test]
     fn whole_protocol_on_a_scripted_guest() {
         let dir = tempfile::tempdir().unwrap();
-        let mut g = FakeGuest::new(64, 64, 0);
+        let mut g = guest(64, 64, 0);
         let m = run(&mut g, &exp(), &opts(dir.path())).unwrap();
-        assert_eq!(m.groups, 64);
-        assert_eq!(m.traced_groups, 64);
+        assert_eq!(m.groups, Some(64));
+        assert_eq!(m.traced_groups, Some(64));
+        assert_eq!(m.clocksource, "tsc");
         assert!((m.ms_per_group.unwrap() - 44.0).abs() < 1e-6);
         assert!((m.lazyinit_s.unwrap() - (2.0 - 0.02 + 64.0 * 0.044)).abs() < 1e-6);
         assert!((m.mount_s.unwrap() - 0.02).abs() < 1e-9);
         assert_eq!(m.mkfs_cmd, "mkfs.ext4 -F -q /dev/vda");
         assert_eq!(m.sleep_ticks, Some(10), "44 ms at HZ=250 is 11 ticks");
         assert!((m.z1_ms.unwrap() - 3.4).abs() < 1e-6, "{:?}", m.z1_ms);
-        assert_eq!(m.calibration, None);
         assert_eq!(
-            g.scripts,
+            (m.z1_target_ms, m.guest_part_ms, m.zero_hold_ms),
+            (None, None, None)
+        );
+        assert_eq!(m.z1_attempts, None, "no calibration, nothing counted");
+        assert_eq!(
+            g.steps,
             [
                 "facts",
                 "mkfs",
                 "trace-setup",
                 "mount",
                 "wait",
+                "first-zeroing",
                 "poll",
                 "poll",
-                "poll"
+                "poll",
+                "collect"
             ]
         );
-        assert!(dir.path().join("trace.txt").exists());
-        assert!(
-            std::fs::read_to_string(dir.path().join("groups.csv"))
+        let folder = CellFolder::at(dir.path());
+        assert!(folder.trace_txt().exists());
+        assert!(folder.facts_txt().exists());
+        assert_eq!(
+            std::fs::read_to_string(folder.groups_csv())
                 .unwrap()
                 .lines()
-                .count()
-                == 65
+                .count(),
+            65
         );
     }
 
     #[test]
     fn lost_events_are_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let mut g = FakeGuest::new(64, 60, 0);
+        let mut g = guest(64, 60, 0);
         assert!(matches!(
             run(&mut g, &exp(), &opts(dir.path())),
             Err(GuestError::GroupCount {
@@ -1011,7 +866,7 @@ mod tests {
     #[test]
     fn zeroed_tables_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut g = FakeGuest::new(64, 0, 64);
+        let mut g = guest(64, 0, 64);
         assert!(matches!(
             run(&mut g, &exp(), &opts(dir.path())),
             Err(GuestError::AlreadyZeroed { .. })
@@ -1022,15 +877,43 @@ mod tests {
     fn cancel_stops_polling() {
         let dir = tempfile::tempdir().unwrap();
         let o = opts(dir.path());
-        let mut g = FakeGuest::new(64, 64, 0);
-        g.cancel_at_poll = Some(o.cancel.clone());
+        let mut g = guest(64, 64, 0);
+        let cancel = o.cancel.clone();
+        g.hook = Some(Arc::new(move |step| {
+            if step == "poll" {
+                cancel.store(true, Ordering::SeqCst);
+            }
+            Answer::Normal
+        }));
         assert!(matches!(
             run(&mut g, &exp(), &o),
             Err(GuestError::Interrupted)
         ));
         // The interrupt came during lazy-init: one poll, then nothing more.
-        assert_eq!(g.polls, 1);
-        assert_eq!(g.scripts.last(), Some(&"poll"));
+        assert_eq!(g.polls(), 1);
+        assert_eq!(g.steps.last(), Some(&"poll"));
+    }
+
+    #[test]
+    fn a_failing_step_names_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut g = guest(64, 64, 0);
+        g.hook = Some(Arc::new(|step| match step {
+            "mount" => Answer::Fail("mount: wrong fs type".into()),
+            _ => Answer::Normal,
+        }));
+        let e = run(&mut g, &exp(), &opts(dir.path())).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                GuestError::Command {
+                    step: "mount",
+                    status: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     /// A settable hold, as the QEMU provider's NBD server has.
@@ -1045,6 +928,10 @@ mod tests {
         }
     }
 
+    fn close(x: Option<f64>, want: f64) -> bool {
+        x.is_some_and(|x| (x - want).abs() < 1e-9)
+    }
+
     #[test]
     fn calibration_sets_the_hold_from_the_least_disturbed_zeroing() {
         let dir = tempfile::tempdir().unwrap();
@@ -1053,7 +940,7 @@ mod tests {
         let hold = Arc::new(FakeHold(std::sync::Mutex::new(Duration::from_micros(2300))));
         o.hold = Some(hold.clone());
         o.z1_target = Some(Duration::from_micros(3500));
-        let mut g = FakeGuest::new(64, 64, 0);
+        let mut g = guest(64, 64, 0);
         // Two cold mounts (left out), then four: the smallest excess over
         // the 2300 us hold is 1100 us, so the hold becomes 3500 - 1100.
         g.calibration_us = vec![5900, 3300, 3400, 3900, 8600, 3500];
@@ -1062,17 +949,18 @@ mod tests {
             lazyinit_core::provider::ZeroHold::get(&*hold),
             Duration::from_micros(2400)
         );
-        let c = m.calibration.unwrap();
-        assert_eq!(c.guest_part, Duration::from_micros(1100));
-        assert_eq!(c.hold, Duration::from_micros(2400));
-        assert_eq!(m.hold, Some(Duration::from_micros(2400)));
+        assert!(close(m.z1_target_ms, 3.5), "{:?}", m.z1_target_ms);
+        assert!(close(m.guest_part_ms, 1.1), "{:?}", m.guest_part_ms);
+        assert!(close(m.zero_hold_ms, 2.4), "{:?}", m.zero_hold_ms);
+        assert_eq!(m.z1_attempts, Some(1));
         assert_eq!(
-            &g.scripts[..5],
+            &g.steps[..5],
             ["facts", "warmup-mkfs", "mkfs", "calibrate", "trace-setup"]
         );
-        let csv = std::fs::read_to_string(dir.path().join("calibration.csv")).unwrap();
+        let folder = CellFolder::at(dir.path());
+        let csv = std::fs::read_to_string(folder.calibration_csv()).unwrap();
         assert_eq!(csv.lines().count(), 7, "{csv}");
-        let st = std::fs::read_to_string(dir.path().join("storage.txt")).unwrap();
+        let st = std::fs::read_to_string(folder.storage_txt()).unwrap();
         assert!(st.contains("guest_part_us=1100\nhold_us=2400\n"), "{st}");
     }
 
@@ -1087,45 +975,71 @@ mod tests {
             kernel_release: "6.1.158-lazyinit-hz250-fix".into(),
             ..exp()
         };
-        let mut g = FakeGuest::new(64, 64, 0);
+        let mut g = guest(64, 64, 0);
         // 3.62 ms is past [3.2, 3.6): made again; 3.45 ms is kept.
         g.first_zeroings_us = vec![3620, 3450];
-        g.facts = Some(facts_for(&fix));
+        g.facts = facts_for(&fix);
         let hold = Arc::new(FakeHold(std::sync::Mutex::new(Duration::from_micros(2300))));
         o.hold = Some(hold.clone());
         let m = run(&mut g, &fix, &o).unwrap();
-        assert_eq!(m.z1_attempts, 2);
         // The missed zeroing (3620 us at a 2300 us hold: a guest part of
         // 1320 us) set the hold for the next attempt: 3400 - 1320.
-        assert_eq!(m.hold, Some(Duration::from_micros(2080)));
+        assert!(close(m.zero_hold_ms, 2.08), "{:?}", m.zero_hold_ms);
+        // Without a calibration the row does not count the attempts.
+        assert_eq!(m.z1_attempts, None);
         o.hold = None;
         assert_eq!(
-            &g.scripts[..9],
+            &g.steps[..11],
             [
                 "facts",
                 "mkfs",
                 "trace-setup",
                 "mount",
                 "wait",
+                "first-zeroing",
                 "umount",
                 "mkfs",
                 "trace-setup",
-                "mount"
+                "mount",
+                "wait"
             ]
         );
         // Never more than MAX_ATTEMPTS: the last one is kept as it is.
-        let mut g = FakeGuest::new(64, 64, 0);
+        let mut g = guest(64, 64, 0);
         g.first_zeroings_us = vec![3100; 5];
-        g.facts = Some(facts_for(&fix));
-        let m = run(&mut g, &fix, &o).unwrap();
-        assert_eq!(m.z1_attempts, MAX_ATTEMPTS);
-        assert_eq!(g.scripts.iter().filter(|s| **s == "mount").count(), 3);
+        g.facts = facts_for(&fix);
+        run(&mut g, &fix, &o).unwrap();
+        let mounts = g.steps.iter().filter(|s| **s == "mount").count();
+        assert_eq!(mounts, MAX_ATTEMPTS as usize);
         // Without a target nothing is retried.
         o.z1_target = None;
-        let mut g = FakeGuest::new(64, 64, 0);
+        let mut g = guest(64, 64, 0);
         g.first_zeroings_us = vec![3100];
-        g.facts = Some(facts_for(&fix));
-        assert_eq!(run(&mut g, &fix, &o).unwrap().z1_attempts, 1);
+        g.facts = facts_for(&fix);
+        run(&mut g, &fix, &o).unwrap();
+        assert_eq!(g.steps.iter().filter(|s| **s == "mount").count(), 1);
+    }
+
+    /// With a calibration, the row counts the measured mounts it took.
+    #[test]
+    fn attempts_are_counted_with_a_calibration() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(dir.path());
+        o.warmup_device = Some("/dev/vdb".into());
+        o.z1_target = Some(Duration::from_micros(3400));
+        o.hold = Some(Arc::new(FakeHold(std::sync::Mutex::new(
+            Duration::from_micros(2300),
+        ))));
+        let fix = Expectation {
+            variant: Variant::Fix,
+            kernel_release: "6.1.158-lazyinit-hz250-fix".into(),
+            ..exp()
+        };
+        let mut g = guest(64, 64, 0);
+        g.first_zeroings_us = vec![3100; 5];
+        g.facts = facts_for(&fix);
+        let m = run(&mut g, &fix, &o).unwrap();
+        assert_eq!(m.z1_attempts, Some(MAX_ATTEMPTS));
     }
 
     fn facts_for(e: &Expectation) -> BTreeMap<String, String> {
@@ -1173,7 +1087,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut o = opts(dir.path());
         o.warmup_device = Some("/dev/vdb".into());
-        let mut g = FakeGuest::new(64, 64, 0);
+        let mut g = guest(64, 64, 0);
         g.calibration_us = vec![5200, 3400];
         assert!(matches!(
             run(&mut g, &exp(), &o),

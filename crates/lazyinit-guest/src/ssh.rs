@@ -1,11 +1,16 @@
 //! The real [`Remote`]: a pinned-host-key SSH session.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lazyinit_core::provider::Endpoint;
-use lazyinit_ssh::{Keys, Session};
+use lazyinit_ssh::{Keys, Session, UploadSource};
 
-use crate::{GuestError, Remote, RemoteOutput};
+use crate::{Connect, GuestError, Remote, RemoteOutput};
+
+fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
+    GuestError::Ssh(with_causes(&e))
+}
 
 pub struct SshRemote {
     session: Session,
@@ -22,7 +27,7 @@ impl SshRemote {
     ) -> Result<Self, GuestError> {
         let session =
             lazyinit_ssh::wait_until_ready(&ep.host, ep.port, &ep.user, keys, deadline, is_alive)
-                .map_err(|e| GuestError::Ssh(e.to_string()))?;
+                .map_err(ssh)?;
         Ok(Self { session })
     }
 
@@ -53,11 +58,42 @@ impl Remote for SshRemote {
         let out = self
             .session
             .exec_with_timeout(script, timeout)
-            .map_err(|e| GuestError::Ssh(with_causes(&e)))?;
+            .map_err(ssh)?;
         Ok(RemoteOutput {
             status: out.status,
             stdout: out.stdout,
             stderr: out.stderr,
         })
+    }
+
+    fn upload(&mut self, local: &Path, remote: &str, mode: u32) -> Result<(), GuestError> {
+        self.session
+            .upload(UploadSource::File(local), remote, mode)
+            .map_err(ssh)
+    }
+}
+
+/// SSH with the project's keys: how the runner reaches every provider's
+/// guests.
+pub struct SshConnect {
+    keys: Keys,
+}
+
+impl SshConnect {
+    pub fn new(keys: Keys) -> Self {
+        Self { keys }
+    }
+}
+
+impl Connect for SshConnect {
+    fn wait_ready(
+        &self,
+        ep: &Endpoint,
+        deadline: Instant,
+        alive: &mut dyn FnMut() -> bool,
+    ) -> Result<Box<dyn Remote>, GuestError> {
+        Ok(Box::new(SshRemote::wait_ready(
+            ep, &self.keys, deadline, alive,
+        )?))
     }
 }

@@ -9,7 +9,7 @@ use lazyinit_core::provider::VolumeDevice;
 use crate::protocol::script_with_args;
 use crate::{GuestError, Remote};
 
-const NVME_BY_SERIAL_SH: &str = include_str!("../scripts/nvme-by-serial.sh");
+pub(crate) const NVME_BY_SERIAL_SH: &str = include_str!("../scripts/nvme-by-serial.sh");
 /// How long the guest waits for the volume's controller to probe.
 const PROBE_WAIT_S: u64 = 60;
 
@@ -71,6 +71,10 @@ mod tests {
                 stdout: String::from_utf8_lossy(&out.stdout).into(),
                 stderr: String::from_utf8_lossy(&out.stderr).into(),
             })
+        }
+
+        fn upload(&mut self, _: &std::path::Path, remote: &str, _: u32) -> Result<(), GuestError> {
+            Err(GuestError::Ssh(format!("no uploads here ({remote})")))
         }
     }
 

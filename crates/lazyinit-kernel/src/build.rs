@@ -13,6 +13,7 @@ use crate::error::KernelError;
 use crate::fragments;
 use crate::source::{self, ResolvedSource};
 use crate::tools;
+use crate::userconfig;
 use crate::variant::{self, Detected, Method, Patch};
 use crate::{BuildEvent, BuildOptions, KernelArtifact, KernelSpec};
 
@@ -25,6 +26,8 @@ pub(crate) struct Plan {
     pub method: Method,
     pub patches: Vec<Patch>,
     pub merged: String,
+    /// A user's config as the base (`--config`), read and checked.
+    pub base: Option<userconfig::BaseConfig>,
     pub compiler: String,
     pub key: String,
     pub slug: String,
@@ -44,7 +47,36 @@ pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelEr
         variant: spec.variant.to_string(),
         detail,
     })?;
-    let merged = fragments::merged_config(spec.arch, spec.hz, spec.variant, spec.profile);
+    let base = spec
+        .config
+        .as_deref()
+        .map(userconfig::BaseConfig::read)
+        .transpose()?;
+    let merged = match &base {
+        None => fragments::merged_config(
+            spec.arch,
+            spec.hz,
+            spec.variant,
+            spec.profile,
+            &resolved.facts.version,
+        ),
+        Some(b) => {
+            // What the user's file alone shows is refused before any work.
+            let refusals = userconfig::refuse_before(&fragments::parse(&b.text), spec.arch);
+            if !refusals.is_empty() {
+                return Err(KernelError::Unmeasurable {
+                    config: b.path.display().to_string(),
+                    refusals: refusals.iter().map(|r| r.to_string()).collect(),
+                });
+            }
+            fragments::render(&userconfig::needs(
+                spec.arch,
+                spec.hz,
+                spec.variant,
+                spec.profile,
+            ))
+        }
+    };
     let compiler = tools::compiler_version(spec.arch)?;
     let material = cache::key_material(
         &resolved.facts.identity,
@@ -56,9 +88,10 @@ pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelEr
         &patches,
         &merged,
         &compiler,
+        base.as_ref().map(|b| b.sha256.as_str()),
     );
     let key = cache::cache_key(&material);
-    let slug = cache::source_slug(&spec.source, &resolved.facts.identity);
+    let slug = cache::source_slug(&spec.source);
     let final_dir = cache::builds_dir(cache_dir).join(cache::build_dir_name(
         &slug,
         spec.arch,
@@ -72,6 +105,7 @@ pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelEr
         method,
         patches,
         merged,
+        base,
         compiler,
         key,
         slug,
@@ -220,14 +254,7 @@ pub(crate) async fn build(
     opts: &BuildOptions,
 ) -> Result<KernelArtifact, KernelError> {
     tools::check(spec.arch)?;
-    if let lazyinit_core::KernelSource::Version(v) = &spec.source {
-        let fo = crate::fetch::FetchOptions {
-            mirror: opts.mirror.clone(),
-            progress: opts.progress.clone(),
-            ..Default::default()
-        };
-        crate::fetch::fetch_version(v, &opts.cache_dir, &fo).await?;
-    }
+    fetch_source(spec, opts).await?;
     let cache_dir = opts.cache_dir.clone();
     let spec_c = spec.clone();
     let plan = tokio::task::spawn_blocking(move || plan(&spec_c, &cache_dir))
@@ -243,6 +270,7 @@ pub(crate) async fn build(
         spec.arch,
         spec.hz,
         spec.profile,
+        plan.base.as_ref().map(|b| b.sha256.as_str()),
     );
     let slot_c = slot.clone();
     // Another process may be building in this slot: wait for it, then
@@ -272,7 +300,11 @@ pub(crate) async fn build(
         tree = prepare_tree(&ctx, &plan, &slot).await?;
     }
     let patch = switch_variant(&ctx, &plan, &tree).await?;
-    let (config_text, merged_opts) = configure(&ctx, &plan, &slot, &tree).await?;
+    let configured = match &plan.base {
+        None => configure(&ctx, &plan, &slot, &tree).await?,
+        Some(base) => configure_on(&ctx, &plan, base, &slot, &tree).await?,
+    };
+    let config_text = configured.text;
 
     ctx.step(format!("make {}", image_target(spec)));
     ctx.run("make", &tree, &ctx.make_argv(image_target(spec), &[]))
@@ -298,7 +330,6 @@ pub(crate) async fn build(
             tree: tree.clone(),
         });
     }
-    drop(merged_opts);
 
     ctx.step("publish");
     let image_src = tree.join(spec.arch.image_path());
@@ -315,6 +346,7 @@ pub(crate) async fn build(
         source: spec.source.clone(),
         source_identity: plan.resolved.facts.identity.clone(),
         source_version: plan.resolved.facts.version.clone(),
+        debian_package: plan.resolved.debian_package.clone(),
         kernel_release: release,
         localversion,
         variant_method: plan.method,
@@ -322,6 +354,16 @@ pub(crate) async fn build(
         patch_sha256: patch.map(|p| lazyinit_core::paths::sha256_hex(p.text)),
         released_variant: plan.resolved.facts.released.variant(),
         config_sha256: lazyinit_core::paths::sha256_hex(&config_text),
+        config_origin: plan
+            .base
+            .as_ref()
+            .map_or_else(|| cache::FRAGMENTS_ORIGIN.to_string(), |b| b.origin()),
+        config_set: configured
+            .report
+            .as_ref()
+            .map(|r| r.set.iter().map(|c| c.to_string()).collect())
+            .unwrap_or_default(),
+        config_followed: configured.report.as_ref().map_or(0, |r| r.followed.len()),
         fragment_sha256: lazyinit_core::paths::sha256_hex(&plan.merged),
         image_file: image_file.clone(),
         image_sha256: lazyinit_core::paths::sha256_hex(&image),
@@ -332,12 +374,17 @@ pub(crate) async fn build(
         cache_key: plan.key.clone(),
         recipe_version: cache::RECIPE_VERSION,
     };
+    let changes = match (&configured.report, &plan.base) {
+        (Some(r), Some(b)) => Some(r.render(&b.origin())),
+        _ => None,
+    };
     publish(
         &plan.final_dir,
         &manifest,
         &image,
         &config_text,
         &plan.merged,
+        changes.as_deref(),
         &ctx.log,
     )?;
     artifact_at(&plan.final_dir).ok_or_else(|| {
@@ -346,6 +393,34 @@ pub(crate) async fn build(
             plan.final_dir.display()
         ))
     })
+}
+
+/// Download what a source needs first: an upstream tarball by version, or
+/// a Debian package the host's apt does not carry (debian-5.10).
+async fn fetch_source(spec: &KernelSpec, opts: &BuildOptions) -> Result<(), KernelError> {
+    if let lazyinit_core::KernelSource::Version(v) = &spec.source {
+        let fo = crate::fetch::FetchOptions {
+            mirror: opts.mirror.clone(),
+            progress: opts.progress.clone(),
+            ..Default::default()
+        };
+        crate::fetch::fetch_version(v, &opts.cache_dir, &fo).await?;
+    }
+    if let Some(pkg) = crate::debian::package_for(&spec.source) {
+        if matches!(
+            source::locate(&spec.source, &opts.cache_dir),
+            Err(KernelError::NotFetched(_))
+        ) {
+            let cache_dir = opts.cache_dir.clone();
+            let progress = opts.progress.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::debian::fetch(&cache_dir, &pkg, progress.as_ref())
+            })
+            .await
+            .map_err(|e| KernelError::Step(format!("fetching {}: {e}", pkg.name)))??;
+        }
+    }
+    Ok(())
 }
 
 fn image_target(spec: &KernelSpec) -> &'static str {
@@ -380,6 +455,18 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
     tokio::task::spawn_blocking(move || source::unpack(&kind, &tmp_c))
         .await
         .map_err(|e| KernelError::Step(format!("unpacking: {e}")))??;
+    // A plain tree built in place brought its .config and objects along:
+    // clean the copy (never the user's tree) so none of them reach this
+    // build. A git tree's copy never has them (git ignores build outputs).
+    if source::was_built_in_place(&tmp) {
+        ctx.step("the tree was built in place: make mrproper in the copy");
+        ctx.run(
+            "make mrproper (the copy)",
+            &tmp,
+            &ctx.make_argv("mrproper", &[]),
+        )
+        .await?;
+    }
     std::fs::write(tmp.join(SOURCE_MARKER), format!("{identity}\n"))
         .map_err(|e| KernelError::io(&tmp, e))?;
     std::fs::rename(&tmp, &tree).map_err(|e| KernelError::io(&tree, e))?;
@@ -515,6 +602,13 @@ async fn apply_patch(
     .await
 }
 
+/// A configured tree: its resolved `.config`, and with a user's config,
+/// what differs from that file.
+struct Configured {
+    text: String,
+    report: Option<userconfig::ConfigReport>,
+}
+
 /// `make allnoconfig` with the merged fragment, then check every requested
 /// option in the resolved `.config`.
 async fn configure(
@@ -522,7 +616,7 @@ async fn configure(
     plan: &Plan,
     slot: &Path,
     tree: &Path,
-) -> Result<(String, fragments::Options), KernelError> {
+) -> Result<Configured, KernelError> {
     let frag = slot.join("lazyinit.config");
     std::fs::write(&frag, &plan.merged).map_err(|e| KernelError::io(&frag, e))?;
     ctx.step("configure");
@@ -545,7 +639,58 @@ async fn configure(
             config: config_path,
         });
     }
-    Ok((config, wanted))
+    Ok(Configured {
+        text: config,
+        report: None,
+    })
+}
+
+/// The user's config with the harness's needs on top, resolved with `make
+/// olddefconfig`; refused (before the long build) when a need did not hold
+/// or a tool the config needs is missing.
+async fn configure_on(
+    ctx: &Ctx<'_>,
+    plan: &Plan,
+    base: &userconfig::BaseConfig,
+    slot: &Path,
+    tree: &Path,
+) -> Result<Configured, KernelError> {
+    let user = fragments::parse(&base.text);
+    let needs = fragments::parse(&plan.merged);
+    let (merged, set) = userconfig::overlay(&user, &needs, |f| tree.join(f).is_file());
+    let config_path = tree.join(".config");
+    let text = fragments::render(&merged);
+    std::fs::write(&config_path, &text).map_err(|e| KernelError::io(&config_path, e))?;
+    std::fs::write(slot.join("lazyinit.config"), &plan.merged)
+        .map_err(|e| KernelError::io(slot, e))?;
+    ctx.step(format!(
+        "configure (olddefconfig on {})",
+        base.path.display()
+    ));
+    ctx.run(
+        "configure (make olddefconfig)",
+        tree,
+        &ctx.make_argv("olddefconfig", &[]),
+    )
+    .await?;
+    let config = read(&config_path)?;
+    let resolved = fragments::parse(&config);
+    let refusals = userconfig::refuse_after(&needs, &resolved, ctx.spec.arch);
+    if !refusals.is_empty() {
+        return Err(KernelError::Unmeasurable {
+            config: base.path.display().to_string(),
+            refusals: refusals.iter().map(|r| r.to_string()).collect(),
+        });
+    }
+    tools::check_config(&resolved)?;
+    let report = userconfig::ConfigReport::new(&user, &set, &resolved);
+    for c in &report.set {
+        ctx.step(format!("config: set {c}"));
+    }
+    Ok(Configured {
+        text: config,
+        report: Some(report),
+    })
 }
 
 /// Write the build's files under a temporary name, then rename it into
@@ -556,6 +701,7 @@ fn publish(
     image: &[u8],
     config: &str,
     fragment: &str,
+    config_changes: Option<&str>,
     log: &Path,
 ) -> Result<(), KernelError> {
     let parent = final_dir.parent().unwrap();
@@ -576,6 +722,9 @@ fn publish(
     w(&manifest.image_file, image)?;
     w("config", config.as_bytes())?;
     w("fragment.config", fragment.as_bytes())?;
+    if let Some(c) = config_changes {
+        w("config-changes.txt", c.as_bytes())?;
+    }
     if let Ok(l) = std::fs::read(log) {
         w("build.log", &l)?;
     }

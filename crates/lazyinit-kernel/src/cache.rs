@@ -34,6 +34,10 @@ pub struct Manifest {
     pub source_identity: String,
     /// `make kernelversion`, e.g. `6.1.192`.
     pub source_version: String,
+    /// The Debian package and its version, for a Debian source
+    /// (`linux-source-5.10 5.10.262-1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debian_package: Option<String>,
     /// Exactly what `uname -r` prints in the guest.
     pub kernel_release: String,
     pub localversion: String,
@@ -46,6 +50,18 @@ pub struct Manifest {
     pub released_variant: Option<Variant>,
     /// sha256 of the resolved `.config` (kept beside as `config`).
     pub config_sha256: String,
+    /// Where the config came from: `fragments` (allnoconfig plus
+    /// kernels/fragments) or `file:<path> sha256:<16 hex>` (`--config`).
+    #[serde(default = "fragments_origin")]
+    pub config_origin: String,
+    /// With a user's config: the options the harness set, `NAME: from -> to`
+    /// (all of them, with Kconfig's consequences, in `config-changes.txt`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_set: Vec<String>,
+    /// With a user's config: how many other options Kconfig changed as a
+    /// consequence.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub config_followed: usize,
     /// sha256 of the merged fragment that went into `allnoconfig`.
     pub fragment_sha256: String,
     /// Image file name inside the build directory (`bzImage` or `Image`).
@@ -59,6 +75,17 @@ pub struct Manifest {
     pub cache_key: String,
     pub recipe_version: u32,
 }
+
+fn fragments_origin() -> String {
+    FRAGMENTS_ORIGIN.to_string()
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// `config_origin` of a kernel configured from kernels/fragments.
+pub const FRAGMENTS_ORIGIN: &str = "fragments";
 
 /// Everything that determines a build's output, rendered as text and hashed
 /// into the cache key: the source's identity, arch, profile, HZ, variant, the
@@ -75,31 +102,56 @@ pub fn key_material(
     patches: &[Patch],
     merged_config: &str,
     compiler: &str,
+    base_config_sha256: Option<&str>,
 ) -> String {
     let patches: Vec<String> = patches
         .iter()
         .map(|p| format!("{}:{}", p.name, lazyinit_core::paths::sha256_hex(p.text)))
         .collect();
-    format!(
+    let mut m = format!(
         "lazyinit-kernel recipe {RECIPE_VERSION}\nsource {source_identity}\narch {arch}\nprofile {profile}\nhz {hz}\nvariant {variant}\nmethod {method}\npatches {}\ncompiler {compiler}\nconfig {}\n",
         patches.join(" "),
         lazyinit_core::paths::sha256_hex(merged_config)
-    )
+    );
+    // Only with a user's config, so the keys of the minimal kernels stay.
+    if let Some(sha) = base_config_sha256 {
+        m.push_str(&format!("base-config sha256:{sha}\n"));
+    }
+    m
 }
 
 pub fn cache_key(material: &str) -> String {
     lazyinit_core::paths::sha256_hex(material)
 }
 
-/// A file-name-safe short name for a source.
-pub fn source_slug(source: &KernelSource, identity: &str) -> String {
+/// A file-name-safe short name for a source. A path's name comes from the
+/// path, not its state, so one tree keeps one build slot (recopied when its
+/// state changes) instead of leaving one behind per edit.
+pub fn source_slug(source: &KernelSource) -> String {
     match source {
-        KernelSource::Debian61 | KernelSource::Debian612 | KernelSource::Version(_) => {
-            source.to_string()
-        }
-        KernelSource::Path(_) => {
-            let hex = identity.rsplit(':').next().unwrap_or(identity);
-            format!("path-{}", &hex[..hex.len().min(12)])
+        KernelSource::Debian61
+        | KernelSource::Debian612
+        | KernelSource::Debian510
+        | KernelSource::Version(_) => source.to_string(),
+        KernelSource::Path(p) => {
+            let base: String = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .take(32)
+                .collect();
+            // `/src/linux`, `/src/linux/` and a symlink to it: one slot.
+            let p = p.canonicalize().unwrap_or_else(|_| p.clone());
+            let hex = lazyinit_core::paths::sha256_hex(p.display().to_string());
+            format!("path-{base}-{}", &hex[..8])
         }
     }
 }
@@ -124,11 +176,22 @@ pub fn build_dir_name(
     format!("{slug}-{arch}-hz{hz}-{variant}-{profile}-{}", &key[..16])
 }
 
-/// The build slot shared by both variants of one source/arch/HZ/profile.
-pub fn slot_dir(cache_dir: &Path, slug: &str, arch: Arch, hz: Hz, profile: Profile) -> PathBuf {
+/// The build slot shared by both variants of one source/arch/HZ/profile
+/// (and user config, by its sha256: another config rebuilds everything).
+pub fn slot_dir(
+    cache_dir: &Path,
+    slug: &str,
+    arch: Arch,
+    hz: Hz,
+    profile: Profile,
+    base_config_sha256: Option<&str>,
+) -> PathBuf {
+    let cfg = base_config_sha256
+        .map(|s| format!("-cfg{}", &s[..s.len().min(8)]))
+        .unwrap_or_default();
     kernel_dir(cache_dir)
         .join("work")
-        .join(format!("{slug}-{arch}-hz{hz}-{profile}"))
+        .join(format!("{slug}-{arch}-hz{hz}-{profile}{cfg}"))
 }
 
 /// Read a finished build directory; `None` if it is not a complete build
@@ -170,6 +233,7 @@ mod tests {
             &PATCHES[..1],
             config,
             cc,
+            None,
         )
     }
 
@@ -211,8 +275,25 @@ mod tests {
             &PATCHES[1..2],
             "CONFIG_A=y\n",
             "gcc 12",
+            None,
         );
         assert_ne!(base, cache_key(&other_patch));
+        let with_config = |sha: &str| {
+            cache_key(&key_material(
+                "sha256:aa",
+                Arch::X86_64,
+                Profile::Qemu,
+                Hz::new(100).unwrap(),
+                Variant::NoFix,
+                Method::Reverted,
+                &PATCHES[..1],
+                "CONFIG_A=y\n",
+                "gcc 12",
+                Some(sha),
+            ))
+        };
+        assert_ne!(base, with_config("11"));
+        assert_ne!(with_config("11"), with_config("12"));
     }
 
     #[test]
@@ -227,11 +308,32 @@ mod tests {
             key,
         );
         assert_eq!(n, "debian-6.1-arm64-hz100-fix-qemu-0123456789abcdef");
-        let s = source_slug(
-            &KernelSource::Path("/src/linux 5.10".into()),
-            "tree:deadbeefcafe0011",
+        let s = source_slug(&KernelSource::Path("/src/linux 5.10".into()));
+        assert!(s.starts_with("path-linux_5.10-"), "{s}");
+        assert_eq!(s.len(), "path-linux_5.10-".len() + 8);
+        assert_ne!(
+            s,
+            source_slug(&KernelSource::Path("/other/linux 5.10".into()))
         );
-        assert_eq!(s, "path-deadbeefcafe");
+        assert_eq!(source_slug(&KernelSource::Debian510), "debian-5.10");
+        let slot = slot_dir(
+            Path::new("/c"),
+            "debian-5.10",
+            Arch::X86_64,
+            Hz::new(250).unwrap(),
+            Profile::Qemu,
+            None,
+        );
+        assert!(slot.ends_with("kernel/work/debian-5.10-x86_64-hz250-qemu"));
+        let slot = slot_dir(
+            Path::new("/c"),
+            "s",
+            Arch::X86_64,
+            Hz::new(250).unwrap(),
+            Profile::Qemu,
+            Some("0123456789abcdef"),
+        );
+        assert!(slot.ends_with("s-x86_64-hz250-qemu-cfg01234567"));
     }
 
     #[test]

@@ -36,6 +36,13 @@ pub enum KernelError {
         missing: Vec<String>,
         config: PathBuf,
     },
+    /// A user's config that the harness cannot measure, each refusal naming
+    /// its option.
+    #[error("the kernel config {config} cannot be measured:\n  {}", .refusals.join("\n  "))]
+    Unmeasurable {
+        config: String,
+        refusals: Vec<String>,
+    },
     /// A build step (unpack, patch, make) failed; the log has the details.
     #[error("{step} failed (exit {code}); log: {}\n{tail}", .log.display())]
     Build {
@@ -83,6 +90,7 @@ impl KernelError {
             KernelError::BadInput(_)
             | KernelError::NotFetched(_)
             | KernelError::Patch { .. }
+            | KernelError::Unmeasurable { .. }
             | KernelError::UnknownVersion { .. } => exit::BAD_INPUT,
             KernelError::MissingTool { .. } => exit::MISSING_TOOL,
             _ => exit::INFRASTRUCTURE,

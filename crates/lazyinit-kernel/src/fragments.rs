@@ -8,10 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use lazyinit_core::{Arch, Hz, Variant};
-use serde::{Deserialize, Serialize};
 
 const BASE: &str = include_str!("../../../kernels/fragments/base.config");
 const X86_64: &str = include_str!("../../../kernels/fragments/arch-x86_64.config");
@@ -23,61 +21,14 @@ const HZ_1000: &str = include_str!("../../../kernels/fragments/hz-1000.config");
 const CLOUD: &str = include_str!("../../../kernels/fragments/cloud.config");
 const CLOUD_X86_64: &str = include_str!("../../../kernels/fragments/cloud-x86_64.config");
 const CLOUD_ARM64: &str = include_str!("../../../kernels/fragments/cloud-arm64.config");
+const SERIES_5_10: &str = include_str!("../../../kernels/fragments/series-5.10.config");
 
-/// Which machines the kernel must boot on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum Profile {
-    /// Local QEMU guests (virtio only): small and fast to build.
-    #[default]
-    Qemu,
-    /// Also EC2 instances: NVMe (EBS), ENA, ACPI on arm64.
-    Cloud,
-}
+/// Fragments for one kernel series only (`X.Y`), applied after the others.
+const SERIES: [(&str, &str, &str); 1] = [("5.10", "series-5.10.config", SERIES_5_10)];
 
-impl Profile {
-    /// The profile a provider's guests need: EC2 instances boot `cloud`
-    /// kernels, local guests `qemu` ones.
-    pub fn for_provider(provider: &str) -> Profile {
-        if provider == "ec2" {
-            Profile::Cloud
-        } else {
-            Profile::Qemu
-        }
-    }
-}
-
-impl fmt::Display for Profile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Profile::Qemu => "qemu",
-            Profile::Cloud => "cloud",
-        })
-    }
-}
-
-impl FromStr for Profile {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "qemu" => Ok(Profile::Qemu),
-            "cloud" | "ec2" => Ok(Profile::Cloud),
-            _ => Err(format!("unknown kernel profile `{s}`: use qemu or cloud")),
-        }
-    }
-}
-
-impl Serialize for Profile {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-impl<'de> Deserialize<'de> for Profile {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
+/// Which machines the kernel must boot on: the provider says
+/// (`Provider::kernel_profile`).
+pub use lazyinit_core::KernelProfile as Profile;
 
 /// `CONFIG_LOCALVERSION`: what `uname -r` appends to the kernel version, so
 /// a booted guest names its HZ and variant.
@@ -85,8 +36,14 @@ pub fn localversion(hz: Hz, variant: Variant) -> String {
     format!("-lazyinit-hz{hz}-{variant}")
 }
 
-/// The fragments for one build, in merge order, with their file names.
-pub fn fragments_for(arch: Arch, hz: Hz, profile: Profile) -> Vec<(&'static str, &'static str)> {
+/// The fragments for one build of a tree of `version`, in merge order, with
+/// their file names.
+pub fn fragments_for(
+    arch: Arch,
+    hz: Hz,
+    profile: Profile,
+    version: &str,
+) -> Vec<(&'static str, &'static str)> {
     let mut v = vec![("base.config", BASE)];
     v.push(match arch {
         Arch::X86_64 => ("arch-x86_64.config", X86_64),
@@ -105,6 +62,13 @@ pub fn fragments_for(arch: Arch, hz: Hz, profile: Profile) -> Vec<(&'static str,
             Arch::Arm64 => ("cloud-arm64.config", CLOUD_ARM64),
         });
     }
+    let series = crate::variant::series_of(version);
+    v.extend(
+        SERIES
+            .iter()
+            .filter(|(s, _, _)| *s == series)
+            .map(|&(_, name, text)| (name, text)),
+    );
     v
 }
 
@@ -160,9 +124,15 @@ pub fn render(opts: &Options) -> String {
     s
 }
 
-/// The merged fragment for a build request, rendered.
-pub fn merged_config(arch: Arch, hz: Hz, variant: Variant, profile: Profile) -> String {
-    let texts: Vec<&str> = fragments_for(arch, hz, profile)
+/// The merged fragment for a build request on a tree of `version`, rendered.
+pub fn merged_config(
+    arch: Arch,
+    hz: Hz,
+    variant: Variant,
+    profile: Profile,
+    version: &str,
+) -> String {
+    let texts: Vec<&str> = fragments_for(arch, hz, profile, version)
         .into_iter()
         .map(|(_, t)| t)
         .collect();
@@ -244,12 +214,17 @@ mod tests {
 
     #[test]
     fn hz_fragment_sets_exactly_one_choice() {
-        for (n, arch, profile) in Hz::SUPPORTED.into_iter().flat_map(|n| {
-            [Arch::X86_64, Arch::Arm64]
-                .into_iter()
-                .flat_map(move |a| [(n, a, Profile::Qemu), (n, a, Profile::Cloud)])
+        // Every HZ, arch and profile, on a 6.1 and a 5.10 tree (whose series
+        // fragment comes last).
+        let versions = ["6.1.192", "5.10.218"];
+        for (n, arch, profile, version) in Hz::SUPPORTED.into_iter().flat_map(|n| {
+            [Arch::X86_64, Arch::Arm64].into_iter().flat_map(move |a| {
+                versions
+                    .into_iter()
+                    .flat_map(move |v| [(n, a, Profile::Qemu, v), (n, a, Profile::Cloud, v)])
+            })
         }) {
-            let text = merged_config(arch, hz(n), Variant::Fix, profile);
+            let text = merged_config(arch, hz(n), Variant::Fix, profile, version);
             let p = parse(&text);
             assert_eq!(p["CONFIG_HZ"].as_deref(), Some(n.to_string().as_str()));
             for other in Hz::SUPPORTED {
@@ -258,7 +233,7 @@ mod tests {
             }
             if profile == Profile::Cloud {
                 for o in ["CONFIG_BLK_DEV_NVME", "CONFIG_ENA_ETHERNET", "CONFIG_KEXEC"] {
-                    assert_eq!(p[o].as_deref(), Some("y"), "{arch} HZ {n}: {o}");
+                    assert_eq!(p[o].as_deref(), Some("y"), "{arch} HZ {n} {version}: {o}");
                 }
             }
         }
@@ -271,12 +246,14 @@ mod tests {
             hz(250),
             Variant::NoFix,
             Profile::Qemu,
+            "6.1.192",
         ));
         let a = parse(&merged_config(
             Arch::Arm64,
             hz(100),
             Variant::Fix,
             Profile::Qemu,
+            "6.1.192",
         ));
         assert_eq!(x["CONFIG_SERIAL_8250_CONSOLE"].as_deref(), Some("y"));
         assert!(!x.contains_key("CONFIG_SERIAL_AMBA_PL011_CONSOLE"));
@@ -304,12 +281,14 @@ mod tests {
             hz(100),
             Variant::Fix,
             Profile::Qemu,
+            "6.1.192",
         ));
         let c = parse(&merged_config(
             Arch::Arm64,
             hz(100),
             Variant::Fix,
             Profile::Cloud,
+            "6.1.192",
         ));
         assert!(!q.contains_key("CONFIG_BLK_DEV_NVME"));
         assert_eq!(c["CONFIG_BLK_DEV_NVME"].as_deref(), Some("y"));
@@ -321,11 +300,50 @@ mod tests {
 
     #[test]
     fn rendering_is_stable_and_round_trips() {
-        let a = merged_config(Arch::Arm64, hz(300), Variant::Fix, Profile::Qemu);
-        let b = merged_config(Arch::Arm64, hz(300), Variant::Fix, Profile::Qemu);
+        let a = merged_config(Arch::Arm64, hz(300), Variant::Fix, Profile::Qemu, "6.1.192");
+        let b = merged_config(Arch::Arm64, hz(300), Variant::Fix, Profile::Qemu, "6.1.192");
         assert_eq!(a, b);
         let opts = parse(&a);
         assert_eq!(render(&opts), a);
+    }
+
+    #[test]
+    fn only_5_10_trees_get_the_series_fragment() {
+        for arch in Arch::ALL {
+            for profile in [Profile::Qemu, Profile::Cloud] {
+                let names = |v: &str| -> Vec<&str> {
+                    fragments_for(arch, hz(250), profile, v)
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect()
+                };
+                assert_eq!(names("5.10.262").last(), Some(&"series-5.10.config"));
+                assert_eq!(names("5.10.79").last(), Some(&"series-5.10.config"));
+                for other in ["6.1.192", "6.12.117", "5.4.160", "5.1.10"] {
+                    assert!(!names(other).contains(&"series-5.10.config"), "{other}");
+                }
+            }
+        }
+        let p = parse(&merged_config(
+            Arch::X86_64,
+            hz(250),
+            Variant::Fix,
+            Profile::Qemu,
+            "5.10.262",
+        ));
+        assert_eq!(p["CONFIG_EMBEDDED"], None);
+        assert_eq!(p["CONFIG_EXPERT"], None);
+        assert_eq!(p["CONFIG_EXT4_FS"].as_deref(), Some("y"));
+        // 6.1's merged fragment is what it was before 5.10 existed (its
+        // cache keys do not move).
+        assert!(!merged_config(
+            Arch::X86_64,
+            hz(250),
+            Variant::Fix,
+            Profile::Qemu,
+            "6.1.192"
+        )
+        .contains("CONFIG_EMBEDDED"));
     }
 
     #[test]

@@ -24,11 +24,14 @@ pub use lazyinit_core::{Arch, Hz, KernelSource, Variant};
 
 mod build;
 pub mod cache;
+pub mod debian;
 pub mod error;
 pub mod fetch;
 pub mod fragments;
+pub mod gittree;
 pub mod source;
 pub mod tools;
+pub mod userconfig;
 pub mod variant;
 
 pub use cache::Manifest;
@@ -44,10 +47,13 @@ pub struct KernelSpec {
     pub variant: Variant,
     pub source: KernelSource,
     pub profile: Profile,
+    /// A user's own config as the base (`--config FILE`, see
+    /// [`userconfig`]); None: `allnoconfig` plus kernels/fragments.
+    pub config: Option<PathBuf>,
 }
 
 impl KernelSpec {
-    /// Debian's 6.1 source, QEMU profile.
+    /// Debian's 6.1 source, QEMU profile, the minimal config.
     pub fn new(arch: Arch, hz: Hz, variant: Variant) -> Self {
         KernelSpec {
             arch,
@@ -55,6 +61,7 @@ impl KernelSpec {
             variant,
             source: KernelSource::default(),
             profile: Profile::default(),
+            config: None,
         }
     }
 }

@@ -14,6 +14,7 @@ use std::time::UNIX_EPOCH;
 use lazyinit_core::KernelSource;
 use serde::{Deserialize, Serialize};
 
+use crate::debian;
 use crate::error::KernelError;
 use crate::variant::{self, Detected};
 
@@ -24,6 +25,9 @@ pub enum SourceKind {
     Tarball(PathBuf),
     /// An unpacked kernel tree (copied into the build slot, never modified).
     Tree(PathBuf),
+    /// A git work tree: identified by commit plus differences, and copied
+    /// as git lists its files (see [`crate::gittree`]).
+    GitTree(PathBuf),
 }
 
 /// What a source is, as far as a build needs to know before unpacking it.
@@ -42,34 +46,27 @@ pub struct ResolvedSource {
     pub source: KernelSource,
     pub kind: SourceKind,
     pub facts: SourceFacts,
-}
-
-/// The Debian package that provides a Debian source, and its tarball.
-pub fn debian_tarball(source: &KernelSource) -> Option<(&'static str, PathBuf)> {
-    match source {
-        KernelSource::Debian61 => Some((
-            "linux-source-6.1",
-            PathBuf::from("/usr/src/linux-source-6.1.tar.xz"),
-        )),
-        KernelSource::Debian612 => Some((
-            "linux-source-6.12",
-            PathBuf::from("/usr/src/linux-source-6.12.tar.xz"),
-        )),
-        _ => None,
-    }
+    /// `<package> <version>` of a Debian source (`linux-source-5.10
+    /// 5.10.262-1`), when known.
+    pub debian_package: Option<String>,
 }
 
 /// Find the source on disk (without reading it).
 pub fn locate(source: &KernelSource, cache_dir: &Path) -> Result<SourceKind, KernelError> {
-    if let Some((pkg, path)) = debian_tarball(source) {
-        return if path.is_file() {
-            Ok(SourceKind::Tarball(path))
-        } else {
-            Err(KernelError::MissingTool {
-                tool: format!("Debian's kernel source ({})", path.display()),
-                install: format!("apt-get install {pkg}"),
-            })
-        };
+    if let Some(pkg) = debian::package_for(source) {
+        let installed = pkg.installed_tarball();
+        if installed.is_file() {
+            return Ok(SourceKind::Tarball(installed));
+        }
+        if pkg.download_from.is_some() {
+            return debian::downloaded_tarball(cache_dir, &pkg)
+                .map(|(p, _)| SourceKind::Tarball(p))
+                .ok_or_else(|| KernelError::NotFetched(source.to_string()));
+        }
+        return Err(KernelError::MissingTool {
+            tool: format!("Debian's kernel source ({})", installed.display()),
+            install: format!("apt-get install {}", pkg.name),
+        });
     }
     match source {
         KernelSource::Path(p) => {
@@ -83,7 +80,11 @@ pub fn locate(source: &KernelSource, cache_dir: &Path) -> Result<SourceKind, Ker
                         p.display()
                     )));
                 }
-                Ok(SourceKind::Tree(p.clone()))
+                if crate::gittree::is_work_tree(p) {
+                    Ok(SourceKind::GitTree(p.clone()))
+                } else {
+                    Ok(SourceKind::Tree(p.clone()))
+                }
             } else {
                 Ok(SourceKind::Tarball(p.clone()))
             }
@@ -93,7 +94,7 @@ pub fn locate(source: &KernelSource, cache_dir: &Path) -> Result<SourceKind, Ker
                 .ok_or_else(|| KernelError::NotFetched(v.clone()))?;
             Ok(SourceKind::Tarball(path))
         }
-        _ => unreachable!("Debian sources handled above"),
+        _ => unreachable!("Debian sources are handled above"),
     }
 }
 
@@ -323,16 +324,30 @@ pub fn resolve(source: &KernelSource, cache_dir: &Path) -> Result<ResolvedSource
             let id = format!("tree:{}", tree_fingerprint(p)?);
             tree_text_facts(p, id, p)?
         }
+        SourceKind::GitTree(p) => {
+            let id = crate::gittree::state(p)?.identity();
+            tree_text_facts(p, id, p)?
+        }
     };
+    let debian_package = debian::package_for(source).and_then(|pkg| {
+        let version = match &kind {
+            SourceKind::Tarball(p) if *p == pkg.installed_tarball() => {
+                debian::installed_version(&pkg)
+            }
+            _ => debian::downloaded_tarball(cache_dir, &pkg).map(|(_, v)| v),
+        }?;
+        Some(format!("{} {version}", pkg.name))
+    });
     Ok(ResolvedSource {
         source: source.clone(),
         kind,
         facts,
+        debian_package,
     })
 }
 
 /// Put a copy of the source into `dest` (which must not exist): unpack a
-/// tarball, or copy a tree without `.git`.
+/// tarball, copy a tree without `.git`, or copy a git work tree's files.
 pub fn unpack(kind: &SourceKind, dest: &Path) -> Result<(), KernelError> {
     std::fs::create_dir_all(dest).map_err(|e| KernelError::io(dest, e))?;
     match kind {
@@ -356,7 +371,32 @@ pub fn unpack(kind: &SourceKind, dest: &Path) -> Result<(), KernelError> {
             &format!("copying {}", src.display()),
         )
         .map(|_| ()),
+        SourceKind::GitTree(src) => {
+            let list = crate::gittree::file_list(src)?;
+            let list_file = dest.with_extension("files");
+            std::fs::write(&list_file, list).map_err(|e| KernelError::io(&list_file, e))?;
+            let r = run(
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(
+                        "tar -C \"$1\" --null --no-recursion -T \"$3\" -cf - | tar -C \"$2\" -xf -",
+                    )
+                    .args(["sh"])
+                    .arg(src)
+                    .arg(dest)
+                    .arg(&list_file),
+                &format!("copying the files of {}", src.display()),
+            );
+            let _ = std::fs::remove_file(&list_file);
+            r.map(|_| ())
+        }
     }
+}
+
+/// Whether a copied tree carries the outputs of an in-place build (its
+/// own `.config` or generated headers), which must not reach our build.
+pub fn was_built_in_place(tree: &Path) -> bool {
+    tree.join(".config").exists() || tree.join("include/config").exists()
 }
 
 #[cfg(test)]

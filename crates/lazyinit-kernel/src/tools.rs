@@ -77,6 +77,51 @@ pub fn check(arch: Arch) -> Result<(), KernelError> {
     })
 }
 
+/// Tools a resolved config needs beyond the compiler (option, program,
+/// Debian package): a distro config's BTF needs pahole, its module signing
+/// generates a key with openssl while building the image.
+const CONFIG_TOOLS: [(&str, &str, &str); 2] = [
+    ("CONFIG_DEBUG_INFO_BTF", "pahole", "dwarves"),
+    ("CONFIG_MODULE_SIG", "openssl", "openssl"),
+];
+
+/// The tools `config` needs that are missing, before the long build that
+/// would fail on them at the end.
+pub fn missing_for_config(
+    config: &crate::fragments::Options,
+    have: impl Fn(&str) -> bool,
+) -> Vec<(String, String)> {
+    CONFIG_TOOLS
+        .iter()
+        .filter(|(opt, prog, _)| {
+            config.get(*opt).and_then(|v| v.as_deref()) == Some("y") && !have(prog)
+        })
+        .map(|(opt, prog, pkg)| (format!("{prog} (for {opt}=y)"), pkg.to_string()))
+        .collect()
+}
+
+pub fn check_config(config: &crate::fragments::Options) -> Result<(), KernelError> {
+    let missing = missing_for_config(config, |p| find_in_path(p).is_some());
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(KernelError::MissingTool {
+        tool: missing
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        install: format!(
+            "apt-get install {}",
+            missing
+                .iter()
+                .map(|(_, p)| p.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    })
+}
+
 /// First line of `<cc> --version`, recorded and part of the cache key.
 pub fn compiler_version(arch: Arch) -> Result<String, KernelError> {
     let cc = compiler(arch);
@@ -112,5 +157,21 @@ mod tests {
         if let Some(h) = Arch::host() {
             assert_eq!(compiler(h), "gcc");
         }
+    }
+
+    #[test]
+    fn a_btf_config_needs_pahole() {
+        let cfg = crate::fragments::parse("CONFIG_DEBUG_INFO_BTF=y\nCONFIG_MODULE_SIG=y\n");
+        let m = missing_for_config(&cfg, |p| p == "openssl");
+        assert_eq!(
+            m,
+            [(
+                "pahole (for CONFIG_DEBUG_INFO_BTF=y)".to_string(),
+                "dwarves".to_string()
+            )]
+        );
+        assert!(missing_for_config(&cfg, |_| true).is_empty());
+        let off = crate::fragments::parse("# CONFIG_DEBUG_INFO_BTF is not set\n");
+        assert!(missing_for_config(&off, |_| false).is_empty());
     }
 }

@@ -98,7 +98,7 @@ pub struct Patch {
     pub text: &'static str,
 }
 
-pub const PATCHES: [Patch; 4] = [
+pub const PATCHES: [Patch; 5] = [
     Patch {
         name: "debian-6.1-revert-fix.patch",
         series: "6.1",
@@ -110,6 +110,12 @@ pub const PATCHES: [Patch; 4] = [
         series: "6.12",
         method: Method::Reverted,
         text: include_str!("../../../kernels/patches/debian-6.12-revert-fix.patch"),
+    },
+    Patch {
+        name: "debian-5.10-revert-fix.patch",
+        series: "5.10",
+        method: Method::Reverted,
+        text: include_str!("../../../kernels/patches/debian-5.10-revert-fix.patch"),
     },
     Patch {
         name: "5.10-apply-fix.patch",
@@ -170,11 +176,36 @@ mod tests {
     const D612: &str = include_str!("../fixtures/run_li_request-debian-6.12.c");
     const D612_REV: &str = include_str!("../fixtures/run_li_request-debian-6.12-reverted.c");
     const V54: &str = include_str!("../fixtures/run_li_request-5.4-before-fix.c");
+    const D510: &str = include_str!("../fixtures/run_li_request-debian-5.10.c");
 
     #[test]
     fn released_debian_trees_carry_the_fix() {
         assert_eq!(detect(D61), Detected::Fix);
         assert_eq!(detect(D612), Detected::Fix);
+        assert_eq!(detect(D510), Detected::Fix);
+    }
+
+    #[test]
+    fn debian_5_10_function_reads_as_6_1() {
+        // Debian's 5.10.262 carries the 5.10.80 backport: the same text as
+        // 6.1, so the 5.10 revert's hunks are 6.1's at 5.10's lines.
+        assert_eq!(D510, D61);
+        let hunks = |name: &str| -> Vec<String> {
+            PATCHES
+                .iter()
+                .find(|p| p.name == name)
+                .unwrap()
+                .text
+                .lines()
+                .skip_while(|l| !l.starts_with("--- "))
+                .filter(|l| !l.starts_with("@@"))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(
+            hunks("debian-5.10-revert-fix.patch"),
+            hunks("debian-6.1-revert-fix.patch")
+        );
     }
 
     #[test]
@@ -225,6 +256,12 @@ mod tests {
         let (m, p) = plan(Detected::NoFix, Variant::Fix, "5.4.160").unwrap();
         assert_eq!(m, Method::AppliedForward);
         assert_eq!(p[0].name, "5.4-apply-fix.patch");
+        let (m, p) = plan(Detected::Fix, Variant::NoFix, "5.10.262").unwrap();
+        assert_eq!(m, Method::Reverted);
+        assert_eq!(p[0].name, "debian-5.10-revert-fix.patch");
+        let (m, p) = plan(Detected::NoFix, Variant::Fix, "5.10.79").unwrap();
+        assert_eq!(m, Method::AppliedForward);
+        assert_eq!(p[0].name, "5.10-apply-fix.patch");
         let (m, p) = plan(Detected::NoFix, Variant::NoFix, "5.10.79").unwrap();
         assert_eq!(m, Method::AsReleased);
         assert!(p.is_empty());

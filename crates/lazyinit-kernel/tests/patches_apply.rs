@@ -130,3 +130,34 @@ fn forward_fix_applies_to_the_5_4_form() {
     assert!(patch(d.path(), name, text_of(name), &[]));
     assert_eq!(detect_file(&read(d.path())), Detected::Fix);
 }
+
+#[test]
+fn debian_5_10_revert_applies_at_its_own_lines() {
+    // Debian's 5.10.262 has ext4_run_li_request at line 3437 of super.c;
+    // the fixture is its text, placed there.
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("fs/ext4")).unwrap();
+    let body = format!(
+        "{}{}static void ext4_clear_request_list(void)\n{{\n}}\n",
+        "\n".repeat(3436),
+        include_str!("../fixtures/run_li_request-debian-5.10.c")
+    );
+    std::fs::write(d.path().join("fs/ext4/super.c"), body).unwrap();
+    assert_eq!(detect_file(&read(d.path())), Detected::Fix);
+    let name = "debian-5.10-revert-fix.patch";
+    let p = d.path().join(name);
+    std::fs::write(&p, text_of(name)).unwrap();
+    let out = Command::new("patch")
+        .args(["-p1", "-F0", "--no-backup-if-mismatch", "-r", "-", "-i"])
+        .arg(&p)
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(!said.contains("offset"), "hunks moved: {said}");
+    assert_eq!(detect_file(&read(d.path())), Detected::NoFix);
+    // And back: the fix variant of the same tree is the released text.
+    assert!(patch(d.path(), name, text_of(name), &["-R"]));
+    assert_eq!(detect_file(&read(d.path())), Detected::Fix);
+}

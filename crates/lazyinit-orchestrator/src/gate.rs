@@ -256,6 +256,17 @@ mod tests {
         fn name(&self) -> &str {
             "recorder"
         }
+        fn kernel_profile(&self) -> lazyinit_core::KernelProfile {
+            lazyinit_core::KernelProfile::Qemu
+        }
+        fn cost(
+            &self,
+            _: &[lazyinit_core::provider::CellEstimate<'_>],
+            _: &lazyinit_core::StorageProfile,
+            _: usize,
+        ) -> Result<lazyinit_core::provider::Cost, ProviderError> {
+            Err(ProviderError::infra("not in this test"))
+        }
         async fn preflight(
             &self,
             _: &[lazyinit_core::Cell],

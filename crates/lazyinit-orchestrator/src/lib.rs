@@ -1,14 +1,21 @@
 //! Experiment specs, plans and the concurrent matrix runner.
 //!
-//! spec (TOML) -> plan (cells, kernels, estimates) -> runner (build, launch,
-//! guest protocol, one CSV row per cell as it ends).
+//! spec (TOML) -> plan (cells, kernels, estimates, the provider's price)
+//! -> runner (build what the cells boot, launch, guest protocol, one CSV
+//! row per cell as it ends). Providers come in as `dyn Provider`: the
+//! orchestrator names none.
 
 pub mod artifacts;
+mod cell;
+pub mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 pub mod gate;
 pub mod plan;
 pub mod runner;
 pub mod spec;
 
+pub use error::{CellError, RunError};
 pub use plan::{plan, Plan};
 pub use runner::{run, RunOptions, RunSummary};
-pub use spec::Spec;
+pub use spec::{ProviderConfigs, Spec};

@@ -1,18 +1,21 @@
 //! From a spec to the matrix of cells, what must be built, and what the run
-//! will cost in time, memory and disk. Pure: `plan` launches nothing.
+//! will cost in time and, as the provider prices it, in host memory and
+//! disk or money. Pure: `plan` launches nothing.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use lazyinit_core::model::{self, Prediction};
-use lazyinit_core::{Arch, Cell, Hz, KernelSource, Variant};
+use lazyinit_core::provider::{CellEstimate, Cost, Provider, ProviderError};
+use lazyinit_core::{Arch, Cell, Hz, KernelProfile, KernelSource, StorageProfile, Variant};
 use serde::Serialize;
 
-use crate::spec::{Concurrency, Spec};
+use crate::spec::{Concurrency, ProviderConfigs, Spec};
 
 /// Boot, SSH, mkfs and teardown around lazy-init, per cell, under TCG.
 pub const OVERHEAD_S: f64 = 30.0;
-/// Host memory per guest: guest RAM plus QEMU's own (TCG code cache).
-pub const QEMU_OVERHEAD_MIB: u64 = 300;
+/// Host memory kept free of guests for everything else.
+pub const HOST_RESERVE_MIB: u64 = 2048;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct KernelNeed {
@@ -40,6 +43,10 @@ pub struct PlannedCell {
     pub id: String,
     pub groups: u64,
     pub predicted: Prediction,
+    /// The model's lazy-init plus the mean start delay: what a provider
+    /// prices a cell by, adding its own overhead.
+    #[serde(skip)]
+    pub lazyinit: Duration,
     /// Lazy-init plus mean start delay plus overhead.
     pub predicted_wall_s: f64,
     pub reported_s: Option<f64>,
@@ -48,8 +55,13 @@ pub struct PlannedCell {
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     pub run_id: String,
+    pub provider: String,
     pub cells: Vec<PlannedCell>,
     pub kernels: Vec<KernelNeed>,
+    /// The configuration the provider's machines boot.
+    pub kernel_profile: KernelProfile,
+    /// What a zeroing costs on the volumes (part of what a run costs).
+    pub storage_profile: StorageProfile,
     pub arches: Vec<Arch>,
     pub concurrency: usize,
     /// Slowest cell alone (the floor for the whole run).
@@ -58,13 +70,14 @@ pub struct Plan {
     pub serial_s: f64,
     /// Estimate with `concurrency` cells at once (longest first).
     pub parallel_s: f64,
-    pub memory_mib: u64,
-    pub disk_bytes: u64,
+    /// What the run costs, as the provider prices it ([`Plan::priced`]).
+    #[serde(flatten)]
+    pub cost: Option<Cost>,
     /// Cells stop early, estimating the rest (`estimate-after`).
     pub estimate_after: Option<u64>,
 }
 
-pub fn cells(spec: &Spec) -> Vec<Cell> {
+pub fn cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<Cell> {
     let mut out = Vec::new();
     for &arch in &spec.arches {
         for source in &spec.sources {
@@ -91,11 +104,18 @@ pub fn cells(spec: &Spec) -> Vec<Cell> {
     out
 }
 
-/// Cells this host can hold at once: memory is the limit (guests mostly
-/// sleep, so CPU is not), and never more than there are cells.
-pub fn auto_concurrency(n_cells: usize, guest_mib: u64, host_available_mib: u64) -> usize {
-    let per = guest_mib + QEMU_OVERHEAD_MIB;
-    let fit = (host_available_mib.saturating_sub(2048) / per.max(1)) as usize;
+/// Cells that can run at once: for guests on this host, as many as its
+/// memory holds (guests mostly sleep, so CPU is not the limit); for
+/// machines elsewhere (`None`), all. Never more than there are cells.
+pub fn auto_concurrency(
+    n_cells: usize,
+    host_mib_per_machine: Option<u64>,
+    host_available_mib: u64,
+) -> usize {
+    let fit = match host_mib_per_machine {
+        Some(per) => (host_available_mib.saturating_sub(HOST_RESERVE_MIB) / per.max(1)) as usize,
+        None => n_cells,
+    };
     fit.clamp(1, n_cells.max(1))
 }
 
@@ -127,14 +147,19 @@ pub fn host_available_mib() -> u64 {
 
 /// Lazy-init the cell waits for: every group, or with `estimate-after`
 /// the groups before the first check (a cycle that locks later costs more).
-fn traced_s(p: &Prediction, groups: u64, spec: &Spec) -> f64 {
+fn traced_s<C: ProviderConfigs>(p: &Prediction, groups: u64, spec: &Spec<C>) -> f64 {
     match spec.estimate_after {
         Some(n) if n < groups => n as f64 * p.per_group_s,
         _ => p.lazyinit_s,
     }
 }
 
-pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
+/// The plan of `spec` on `provider`, unpriced.
+pub fn plan<C: ProviderConfigs>(
+    spec: &Spec<C>,
+    provider: &dyn Provider,
+    host_available_mib: u64,
+) -> Plan {
     let cells = cells(spec);
     let planned: Vec<PlannedCell> = cells
         .into_iter()
@@ -143,9 +168,11 @@ pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
             let reported_s =
                 lazyinit_core::reported::lookup(cell.arch, cell.hz, cell.variant, cell.volume.0)
                     .map(|r| r.seconds);
+            let lazyinit = predicted.lazyinit_s + model::MEAN_START_DELAY_S;
             PlannedCell {
                 id: cell.id(),
                 groups: model::groups(cell.volume),
+                lazyinit: Duration::from_secs_f64(lazyinit),
                 predicted_wall_s: traced_s(&predicted, model::groups(cell.volume), spec)
                     + model::MEAN_START_DELAY_S
                     + OVERHEAD_S,
@@ -159,29 +186,44 @@ pub fn plan(spec: &Spec, guest_mib: u64, host_available_mib: u64) -> Plan {
     let arches: BTreeSet<Arch> = planned.iter().map(|p| p.cell.arch).collect();
     let concurrency = match spec.concurrency {
         Concurrency::Fixed(n) => (n as usize).min(planned.len().max(1)),
-        Concurrency::Named(_) => auto_concurrency(planned.len(), guest_mib, host_available_mib),
+        Concurrency::Named(_) => auto_concurrency(
+            planned.len(),
+            provider.host_mib_per_machine(),
+            host_available_mib,
+        ),
     };
     let durations: Vec<f64> = planned.iter().map(|p| p.predicted_wall_s).collect();
     Plan {
         run_id: spec.run_id(),
+        provider: provider.name().to_string(),
+        kernel_profile: provider.kernel_profile(),
+        storage_profile: spec.storage_profile,
         slowest_cell_s: durations.iter().cloned().fold(0.0, f64::max),
         serial_s: durations.iter().sum(),
         parallel_s: makespan(durations, concurrency),
-        memory_mib: concurrency as u64 * (guest_mib + QEMU_OVERHEAD_MIB),
-        disk_bytes: planned
-            .iter()
-            .map(|p| {
-                lazyinit_qemu::volume::expected_host_bytes(
-                    p.cell.volume,
-                    spec.storage_profile.holds_zeroes(),
-                )
-            })
-            .sum(),
+        cost: None,
         cells: planned,
         estimate_after: spec.estimate_after,
         kernels: kernels.into_iter().collect(),
         arches: arches.into_iter().collect(),
         concurrency,
+    }
+}
+
+impl Plan {
+    /// The plan with what `provider` says it costs.
+    pub fn priced(mut self, provider: &dyn Provider) -> Result<Plan, ProviderError> {
+        let cells: Vec<CellEstimate<'_>> = self
+            .cells
+            .iter()
+            .map(|c| CellEstimate {
+                cell: &c.cell,
+                lazyinit: c.lazyinit,
+            })
+            .collect();
+        let cost = provider.cost(&cells, &self.storage_profile, self.concurrency)?;
+        self.cost = Some(cost);
+        Ok(self)
     }
 }
 
@@ -233,15 +275,9 @@ pub fn render(p: &Plan) -> String {
         hms(p.slowest_cell_s),
         hms(p.serial_s)
     ));
-    // Guests on this host only for the local provider; EC2 prints its
-    // instance-hours and cost instead (the CLI adds them).
-    if p.cells.iter().any(|c| c.cell.provider == "qemu") {
-        s.push_str(&format!(
-            "host memory: ~{} MiB for {} guests; host disk: ~{:.1} GiB of sparse volumes\n",
-            p.memory_mib,
-            p.concurrency,
-            p.disk_bytes as f64 / (1u64 << 30) as f64
-        ));
+    if let Some(cost) = &p.cost {
+        s.push_str(&cost.render(&p.provider, p.concurrency));
+        s.push('\n');
     }
     s
 }
@@ -249,12 +285,17 @@ pub fn render(p: &Plan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{preset, Spec};
+    use crate::fake::Lab;
+    use crate::spec::{preset, RawSpec};
+
+    fn lab() -> Lab {
+        Lab::new(std::env::temp_dir().join("lazyinit-plan-tests-unused"))
+    }
 
     #[test]
     fn quick_preset_is_four_cells() {
-        let spec = Spec::parse(preset("quick").unwrap(), "quick").unwrap();
-        let p = plan(&spec, 512, 20_000);
+        let spec = RawSpec::parse(preset("quick").unwrap(), "quick").unwrap();
+        let p = plan(&spec, &lab().provider(), 20_000);
         assert_eq!(p.cells.len(), 4);
         assert_eq!(p.kernels.len(), 4);
         assert_eq!(p.concurrency, 4);
@@ -264,9 +305,10 @@ mod tests {
 
     #[test]
     fn nightly_runs_the_reported_cells_in_minutes() {
-        let full = Spec::parse(preset("reported").unwrap(), "reported").unwrap();
-        let nightly = Spec::parse(preset("nightly").unwrap(), "nightly").unwrap();
-        let (a, b) = (plan(&full, 512, 20_000), plan(&nightly, 512, 20_000));
+        let full = RawSpec::parse(preset("reported").unwrap(), "reported").unwrap();
+        let nightly = RawSpec::parse(preset("nightly").unwrap(), "nightly").unwrap();
+        let local = lab().provider();
+        let (a, b) = (plan(&full, &local, 20_000), plan(&nightly, &local, 20_000));
         assert_eq!(a.cells.len(), b.cells.len());
         assert!(a.slowest_cell_s > 2500.0, "{}", a.slowest_cell_s);
         // 50 groups of at most 110 ms, plus the start delay and overhead.
@@ -277,8 +319,8 @@ mod tests {
 
     #[test]
     fn reported_preset_matches_report_cells() {
-        let spec = Spec::parse(preset("reported").unwrap(), "reported").unwrap();
-        let p = plan(&spec, 512, 20_000);
+        let spec = RawSpec::parse(preset("reported").unwrap(), "reported").unwrap();
+        let p = plan(&spec, &lab().provider(), 20_000);
         assert_eq!(p.cells.len(), 8);
         assert!(p.cells.iter().all(|c| c.reported_s.is_some()));
         let arm_nofix_2t = p
@@ -289,22 +331,42 @@ mod tests {
         assert_eq!(arm_nofix_2t.groups, 16384);
     }
 
+    /// What the provider says is what the plan shows: its kernel profile,
+    /// and host memory and disk for local guests, money for machines
+    /// elsewhere.
     #[test]
-    fn host_lines_only_for_local_guests() {
-        let q = Spec::parse(preset("quick").unwrap(), "quick").unwrap();
-        assert!(render(&plan(&q, 512, 20_000)).contains("host memory"));
-        let text = preset("quick")
-            .unwrap()
-            .replace("provider = \"qemu\"", "provider = \"ec2\"");
-        let e = Spec::parse(&text, "ec2").unwrap();
-        assert!(!render(&plan(&e, 512, 20_000)).contains("host memory"));
+    fn the_provider_prices_the_plan() {
+        let q = RawSpec::parse(preset("quick").unwrap(), "quick").unwrap();
+        let local = lab().provider();
+        let p = plan(&q, &local, 20_000).priced(&local).unwrap();
+        assert_eq!(p.kernel_profile, KernelProfile::Qemu);
+        let text = render(&p);
+        assert!(
+            text.ends_with(
+                "host memory: ~3248 MiB for 4 guests; host disk: ~0.3 GiB of sparse volumes\n"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["memory_mib"], 3248);
+
+        let cloud = lab().kexec_provider();
+        let p = plan(&q, &cloud, 20_000).priced(&cloud).unwrap();
+        assert_eq!(p.kernel_profile, KernelProfile::Cloud);
+        let text = render(&p);
+        assert!(!text.contains("host memory"), "{text}");
+        assert!(text.contains("fake: "), "{text}");
+        // Unpriced, the plan says nothing of cost.
+        assert!(!render(&plan(&q, &cloud, 20_000)).contains("fake: "));
     }
 
     #[test]
     fn concurrency_bounded_by_memory_and_cells() {
-        assert_eq!(auto_concurrency(8, 512, 3000), 1);
-        assert_eq!(auto_concurrency(8, 512, 24_000), 8);
-        assert_eq!(auto_concurrency(100, 512, 24_000), 27);
+        assert_eq!(auto_concurrency(8, Some(812), 3000), 1);
+        assert_eq!(auto_concurrency(8, Some(812), 24_000), 8);
+        assert_eq!(auto_concurrency(100, Some(812), 24_000), 27);
+        // Machines elsewhere take nothing from this host.
+        assert_eq!(auto_concurrency(100, None, 3000), 100);
     }
 
     #[test]
@@ -315,7 +377,7 @@ mod tests {
 
     #[test]
     fn cell_ids_are_unique() {
-        let spec = Spec::parse(preset("reported").unwrap(), "r").unwrap();
+        let spec = RawSpec::parse(preset("reported").unwrap(), "r").unwrap();
         let ids: BTreeSet<String> = cells(&spec).iter().map(|c| c.id()).collect();
         assert_eq!(ids.len(), 8);
     }

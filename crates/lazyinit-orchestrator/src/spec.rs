@@ -1,10 +1,16 @@
 //! Experiment specs (TOML): the axes of the matrix and per-provider settings.
+//!
+//! A spec is generic over its `[provider-config]` table, `C`: the
+//! orchestrator never reads it, and the CLI, which knows the providers,
+//! types it (so the spec's hash, which names its results folder, covers
+//! each provider's settings with their defaults filled in).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use lazyinit_core::{Arch, ByteSize, Hz, KernelSource, Variant};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// HZ values: one list for every arch, or a list per arch.
@@ -72,16 +78,32 @@ impl Default for Concurrency {
     }
 }
 
+/// The `[provider-config]` table of a spec, as whoever knows the
+/// providers types it: one optional table per provider, and the provider
+/// of a spec that names none.
+pub trait ProviderConfigs:
+    Serialize + DeserializeOwned + Default + Clone + std::fmt::Debug + PartialEq + Send + Sync
+{
+    fn default_provider() -> String;
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct Spec {
+#[serde(bound = "C: ProviderConfigs")]
+pub struct Spec<C> {
     /// Names the results folder: `results/<name>-<hash of the spec>`.
     pub name: String,
-    #[serde(default = "default_provider")]
+    #[serde(default = "C::default_provider")]
     pub provider: String,
     pub arches: Vec<Arch>,
     #[serde(default = "default_sources")]
     pub sources: Vec<KernelSource>,
+    /// A kernel config file as the base of every kernel (a distro's
+    /// `/boot/config-*`): the harness sets only what its guest needs on top
+    /// (kernels/README.md, "A user's own config"). Default: the minimal
+    /// config from kernels/fragments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_config: Option<std::path::PathBuf>,
     pub hz: HzAxis,
     #[serde(default = "default_variants")]
     pub variants: Vec<Variant>,
@@ -112,24 +134,12 @@ pub struct Spec {
     /// the hash (and results folder) of every spec without it is unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate_after: Option<u64>,
-    /// Per-provider settings, `[provider-config.qemu]` / `[provider-config.ec2]`.
+    /// Per-provider settings, `[provider-config.<provider>]`, each read by
+    /// its provider (the CLI's `providers` module).
     #[serde(default)]
-    pub provider_config: ProviderConfigs,
+    pub provider_config: C,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct ProviderConfigs {
-    #[serde(default)]
-    pub qemu: Option<lazyinit_qemu::QemuConfig>,
-    /// Passed to the EC2 provider, which validates it.
-    #[serde(default)]
-    pub ec2: Option<toml::Value>,
-}
-
-fn default_provider() -> String {
-    "qemu".into()
-}
 fn default_sources() -> Vec<KernelSource> {
     vec![KernelSource::Debian61]
 }
@@ -160,9 +170,9 @@ pub enum SpecError {
     Invalid { path: String, message: String },
 }
 
-impl Spec {
-    pub fn parse(text: &str, origin: &str) -> Result<Spec, SpecError> {
-        let spec: Spec = toml::from_str(text).map_err(|e| SpecError::Invalid {
+impl<C: ProviderConfigs> Spec<C> {
+    pub fn parse(text: &str, origin: &str) -> Result<Self, SpecError> {
+        let spec: Self = toml::from_str(text).map_err(|e| SpecError::Invalid {
             path: origin.into(),
             // toml's message names the key and shows the offending line.
             message: e.to_string().trim_end().to_string(),
@@ -174,12 +184,12 @@ impl Spec {
         Ok(spec)
     }
 
-    pub fn load(path: &Path) -> Result<Spec, SpecError> {
+    pub fn load(path: &Path) -> Result<Self, SpecError> {
         let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Spec::parse(&text, &path.display().to_string())
+        Self::parse(&text, &path.display().to_string())
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -193,9 +203,6 @@ impl Spec {
                 "name `{}`: use letters, digits, - and _",
                 self.name
             ));
-        }
-        if !["qemu", "ec2"].contains(&self.provider.as_str()) {
-            return Err(format!("provider `{}`: use qemu or ec2", self.provider));
         }
         for (what, empty) in [
             ("arches", self.arches.is_empty()),
@@ -234,13 +241,24 @@ impl Spec {
         if let Some(n) = self.estimate_after {
             check_estimate_after(n)?;
         }
+        if let Some(c) = &self.kernel_config {
+            if !c.is_file() {
+                return Err(format!("kernel-config: {} is not a file", c.display()));
+            }
+        }
         Ok(())
     }
 
     /// Short content hash: a spec names its results folder, so rerunning the
     /// same spec resumes it, and a changed spec gets a new folder.
     pub fn hash(&self) -> String {
-        let text = toml::to_string(self).unwrap_or_default();
+        let mut text = toml::to_string(self).unwrap_or_default();
+        // The config's content, not just its path: an edited config is
+        // another kernel, so another results folder.
+        if let Some(c) = &self.kernel_config {
+            let content = std::fs::read(c).unwrap_or_default();
+            text.push_str(&lazyinit_core::paths::sha256_hex(content));
+        }
         lazyinit_core::paths::sha256_hex(text)[..8].to_string()
     }
 
@@ -276,6 +294,17 @@ pub fn preset(name: &str) -> Option<&'static str> {
 
 pub const PRESETS: &[&str] = &["quick", "reported", "smoke", "calibrate-z1", "nightly"];
 
+/// A spec with its provider tables untyped: the orchestrator's own tests.
+#[cfg(test)]
+pub(crate) type RawSpec = Spec<toml::Table>;
+
+#[cfg(test)]
+impl ProviderConfigs for toml::Table {
+    fn default_provider() -> String {
+        "qemu".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,20 +312,20 @@ mod tests {
     #[test]
     fn presets_parse() {
         for p in PRESETS {
-            Spec::parse(preset(p).unwrap(), p).unwrap();
+            RawSpec::parse(preset(p).unwrap(), p).unwrap();
         }
     }
 
     #[test]
     fn per_arch_hz() {
-        let s = Spec::parse(preset("quick").unwrap(), "quick").unwrap();
+        let s = RawSpec::parse(preset("quick").unwrap(), "quick").unwrap();
         assert_eq!(s.hz.for_arch(Arch::Arm64), vec![Hz::new(100).unwrap()]);
         assert_eq!(s.hz.for_arch(Arch::X86_64), vec![Hz::new(250).unwrap()]);
     }
 
     #[test]
     fn unknown_key_names_the_key() {
-        let e = Spec::parse(
+        let e = RawSpec::parse(
             "name='x'\narches=['x86_64']\nhz=[100]\nsizes=['8GiB']\nsizez=1\n",
             "t.toml",
         )
@@ -312,15 +341,14 @@ mod tests {
             ("hz=[100]\nvariants=['maybe']", "variant"),
             ("hz=[100]\nrepetitions=0", "repetitions"),
             ("hz={arm64=[100]}", "no value for arch x86_64"),
-            ("hz=[100]\nprovider='gcp'", "provider"),
             ("hz=[100]\nconcurrency=0", "concurrency"),
         ] {
-            let e = Spec::parse(&format!("{base}{extra}\n"), "t.toml")
+            let e = RawSpec::parse(&format!("{base}{extra}\n"), "t.toml")
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(needle), "{extra}: {e}");
         }
-        let e = Spec::parse(
+        let e = RawSpec::parse(
             "name='x'\narches=['x86_64']\nhz=[100]\nsizes=['2TB']\n",
             "t",
         )
@@ -331,14 +359,14 @@ mod tests {
     #[test]
     fn estimate_after_is_checked_and_changes_the_hash_only_when_set() {
         let base = "name='x'\narches=['x86_64']\nhz=[100]\nsizes=['8GiB']\n";
-        let plain = Spec::parse(base, "t").unwrap();
+        let plain = RawSpec::parse(base, "t").unwrap();
         assert_eq!(plain.estimate_after, None);
         // Specs written before the key existed keep their results folder.
         assert!(!toml::to_string(&plain).unwrap().contains("estimate"));
-        let est = Spec::parse(&format!("{base}estimate-after = 50\n"), "t").unwrap();
+        let est = RawSpec::parse(&format!("{base}estimate-after = 50\n"), "t").unwrap();
         assert_eq!(est.estimate_after, Some(50));
         assert_ne!(plain.hash(), est.hash());
-        let e = Spec::parse(&format!("{base}estimate-after = 10\n"), "t").unwrap_err();
+        let e = RawSpec::parse(&format!("{base}estimate-after = 10\n"), "t").unwrap_err();
         assert!(
             e.to_string().contains("estimate-after: use at least 25"),
             "{e}"
@@ -347,11 +375,11 @@ mod tests {
 
     #[test]
     fn nightly_is_the_reported_matrix_with_estimates() {
-        let r = Spec::parse(preset("reported").unwrap(), "reported").unwrap();
-        let n = Spec::parse(preset("nightly").unwrap(), "nightly").unwrap();
+        let r = RawSpec::parse(preset("reported").unwrap(), "reported").unwrap();
+        let n = RawSpec::parse(preset("nightly").unwrap(), "nightly").unwrap();
         assert_eq!(n.estimate_after, Some(50));
         assert_eq!(r.estimate_after, None);
-        let same = Spec {
+        let same = RawSpec {
             name: r.name.clone(),
             estimate_after: None,
             ..n
@@ -361,10 +389,32 @@ mod tests {
 
     #[test]
     fn hash_is_stable_and_sensitive() {
-        let a = Spec::parse(preset("quick").unwrap(), "q").unwrap();
+        let a = RawSpec::parse(preset("quick").unwrap(), "q").unwrap();
         let mut b = a.clone();
         assert_eq!(a.hash(), b.hash());
         b.repetitions += 1;
         assert_ne!(a.hash(), b.hash());
+    }
+
+    #[test]
+    fn kernel_config_must_exist_and_its_content_is_hashed() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = d.path().join("config-6.1");
+        let text = |p: &std::path::Path| {
+            format!(
+                "name = \"c\"\narches = [\"x86_64\"]\nhz = [250]\nsizes = [\"64GiB\"]\nkernel-config = \"{}\"\n",
+                p.display()
+            )
+        };
+        let e = RawSpec::parse(&text(&cfg), "s").unwrap_err();
+        assert!(e.to_string().contains("kernel-config"), "{e}");
+        std::fs::write(&cfg, "CONFIG_EXT4_FS=m\n").unwrap();
+        let s = RawSpec::parse(&text(&cfg), "s").unwrap();
+        let before = s.hash();
+        std::fs::write(&cfg, "CONFIG_EXT4_FS=y\n").unwrap();
+        assert_ne!(s.hash(), before);
+        // Without one, the hash is what it was before the key existed.
+        let q = RawSpec::parse(preset("quick").unwrap(), "q").unwrap();
+        assert!(!toml::to_string(&q).unwrap().contains("kernel-config"));
     }
 }

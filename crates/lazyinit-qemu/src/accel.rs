@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lazyinit_core::Arch;
+use lazyinit_core::{Arch, CellFolder};
 use serde::{Deserialize, Serialize};
 
 use crate::args::{self, Accel};
@@ -52,15 +52,15 @@ pub fn kvm_possible(arch: Arch) -> bool {
 pub async fn probe_kvm(
     arch: Arch,
     kernel: &Path,
-    work: &Path,
+    work: &CellFolder,
     deadline: Duration,
 ) -> Result<(), String> {
     if !kvm_possible(arch) {
         return Err("no usable /dev/kvm for this arch".into());
     }
-    std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
-    let console = work.join("kvm-probe.console");
-    let qmp = work.join("kvm-probe.qmp");
+    work.create().map_err(|e| e.to_string())?;
+    let console = work.kvm_probe_console();
+    let qmp = work.kvm_probe_qmp();
     let cmdline = args::kernel_cmdline(arch, None, &["rdinit=/nonexistent".into()]);
     let g = args::GuestArgs {
         arch,
@@ -80,7 +80,7 @@ pub async fn probe_kvm(
     let mut p = QemuProcess::spawn(
         arch.qemu_binary(),
         &args::guest_args(&g),
-        &work.join("kvm-probe.stderr"),
+        &work.kvm_probe_stderr(),
     )
     .map_err(|e| e.to_string())?;
     let exited = p.wait_exit(deadline).await;

@@ -22,8 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lazyinit_core::provider::{LaunchRequest, Machine, Priority, Provider, ProviderError};
-use lazyinit_core::{Arch, Cell, StorageProfile};
+use lazyinit_core::provider::{
+    CellEstimate, Cost, LaunchRequest, Machine, Priority, Provider, ProviderError,
+};
+use lazyinit_core::{Arch, Cell, CellFolder, KernelProfile, StorageProfile};
 use serde::{Deserialize, Serialize};
 
 /// `[provider.qemu]` in an experiment spec.
@@ -57,6 +59,9 @@ impl Default for QemuConfig {
         }
     }
 }
+
+/// Host memory per guest beyond its RAM: QEMU's own (TCG code cache).
+pub const QEMU_OVERHEAD_MIB: u64 = 300;
 
 /// SCHED_FIFO priority of the NBD server's threads: above a measured
 /// guest's (1-2), so a guest never delays the hold that times its zeroing.
@@ -107,7 +112,8 @@ pub const SCRATCH_BYTES: u64 = 4 << 30;
 pub struct QemuProvider {
     config: QemuConfig,
     volume_dir: PathBuf,
-    tsc_khz: Option<u64>,
+    /// The host's TSC rate, read at the first launch (see [`tsc`]).
+    tsc_khz: std::sync::OnceLock<Option<u64>>,
     accel: Arc<tokio::sync::Mutex<HashMap<Arch, Accel>>>,
     ports: Arc<Mutex<HashSet<u16>>>,
     /// QEMU pids of live machines by cell id, for `prioritize`.
@@ -122,11 +128,10 @@ impl QemuProvider {
             .volume_dir
             .clone()
             .unwrap_or_else(|| lazyinit_core::paths::cache_dir().join("volumes"));
-        let tsc_khz = config.tsc_khz.or_else(tsc::host_tsc_khz);
         Self {
             config,
             volume_dir,
-            tsc_khz,
+            tsc_khz: std::sync::OnceLock::new(),
             accel: Default::default(),
             ports: Default::default(),
             live: Default::default(),
@@ -143,7 +148,7 @@ impl QemuProvider {
         &self,
         arch: Arch,
         kernel: &std::path::Path,
-        work: &std::path::Path,
+        work: &CellFolder,
     ) -> Result<Accel, ProviderError> {
         let mut cache = self.accel.lock().await;
         if let Some(a) = cache.get(&arch) {
@@ -198,6 +203,33 @@ fn which(binary: &str) -> bool {
 impl Provider for QemuProvider {
     fn name(&self) -> &str {
         "qemu"
+    }
+
+    /// Virtio guests: the small `qemu` kernel.
+    fn kernel_profile(&self) -> KernelProfile {
+        KernelProfile::Qemu
+    }
+
+    fn host_mib_per_machine(&self) -> Option<u64> {
+        Some(self.config.memory_mib as u64 + QEMU_OVERHEAD_MIB)
+    }
+
+    /// Memory for the guests that run at once; disk for every volume,
+    /// whose files stay sparse (see [`volume::expected_host_bytes`]).
+    fn cost(
+        &self,
+        cells: &[CellEstimate<'_>],
+        storage: &StorageProfile,
+        concurrency: usize,
+    ) -> Result<Cost, ProviderError> {
+        let per = self.host_mib_per_machine().unwrap_or_default();
+        Ok(Cost::Host {
+            memory_mib: concurrency as u64 * per,
+            disk_bytes: cells
+                .iter()
+                .map(|c| volume::expected_host_bytes(c.cell.volume, storage.holds_zeroes()))
+                .sum(),
+        })
     }
 
     fn check_storage(&self, _: &StorageProfile) -> Result<(), ProviderError> {
@@ -298,11 +330,14 @@ impl Provider for QemuProvider {
 
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
         let storage = storage_for(&req.storage_profile, &req.cell);
-        std::fs::create_dir_all(&req.log_dir).map_err(|e| {
-            ProviderError::infra(format!("cannot create {}: {e}", req.log_dir.display()))
+        req.folder.create().map_err(|e| {
+            ProviderError::infra(format!(
+                "cannot create {}: {e}",
+                req.folder.path().display()
+            ))
         })?;
         let accel = self
-            .accel_for(req.cell.arch, &req.kernel_image, &req.log_dir)
+            .accel_for(req.cell.arch, &req.kernel_image, &req.folder)
             .await?;
         let volume_path = self
             .volume_dir
@@ -342,7 +377,9 @@ impl Provider for QemuProvider {
                 req,
                 accel,
                 config: &self.config,
-                tsc_khz: self.tsc_khz,
+                tsc_khz: *self
+                    .tsc_khz
+                    .get_or_init(|| self.config.tsc_khz.or_else(tsc::host_tsc_khz)),
                 port,
                 volume: vol.path(),
                 warmup: warm.as_ref().map(|w| w.path()),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lazyinit_core::provider::{Endpoint, LaunchRequest, Machine, MachineInfo, ProviderError};
+use lazyinit_core::shell::quote;
 use lazyinit_core::Arch;
 
 use crate::args::{self, Accel, Storage};
@@ -48,8 +49,9 @@ pub struct QemuMachine {
 impl QemuMachine {
     pub(crate) async fn start(a: StartArgs<'_>) -> Result<Self, ProviderError> {
         let arch = a.req.cell.arch;
-        let console_log = a.req.log_dir.join("console.log");
-        let qmp_socket = a.req.log_dir.join("qmp.sock");
+        let folder = &a.req.folder;
+        let console_log = folder.console_log();
+        let qmp_socket = folder.qmp_sock();
         let _ = std::fs::remove_file(&qmp_socket);
         let mut extra = vec!["lazyinit.net=static".to_string()];
         extra.extend(a.req.extra_cmdline.iter().cloned());
@@ -62,22 +64,18 @@ impl QemuMachine {
                 let hold = Hold::new(profile.initial_hold(arch, a.accel));
                 // Rewritten by the calibration with what it found and set.
                 let _ = std::fs::write(
-                    a.req.log_dir.join("storage.txt"),
+                    folder.storage_txt(),
                     format!(
                         "profile={}\ninitial_hold_us={}\n",
                         a.req.storage_profile,
                         hold.get().as_micros(),
                     ),
                 );
-                let vol = NbdServer::start(
-                    a.volume,
-                    &a.req.log_dir.join("volume.nbd.sock"),
-                    hold.clone(),
-                )?;
+                let vol = NbdServer::start(a.volume, &folder.volume_nbd_sock(), hold.clone())?;
                 let warm = match a.warmup {
                     Some(w) => Some(NbdServer::start(
                         w,
-                        &a.req.log_dir.join("warmup.nbd.sock"),
+                        &folder.warmup_nbd_sock(),
                         hold.clone(),
                     )?),
                     None => None,
@@ -111,15 +109,12 @@ impl QemuMachine {
             warmup,
         });
         let command_line = std::iter::once(arch.qemu_binary().to_string())
-            .chain(argv.iter().map(|s| shell_quote(&s.to_string_lossy())))
+            .chain(argv.iter().map(|s| quote(&s.to_string_lossy())))
             .collect::<Vec<_>>()
             .join(" ");
         // Kept so a failing guest can be rerun by hand.
-        let _ = std::fs::write(
-            a.req.log_dir.join("qemu.cmdline"),
-            format!("{command_line}\n"),
-        );
-        let stderr_log = a.req.log_dir.join("qemu.stderr");
+        let _ = std::fs::write(folder.qemu_cmdline(), format!("{command_line}\n"));
+        let stderr_log = folder.qemu_stderr();
         let mut process =
             QemuProcess::spawn(arch.qemu_binary(), &argv, &stderr_log).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
@@ -181,16 +176,6 @@ impl QemuMachine {
 
     pub fn volume_path(&self) -> Option<&Path> {
         self.volume.as_ref().map(|v| v.path())
-    }
-}
-
-fn shell_quote(s: &str) -> String {
-    if s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 

@@ -200,7 +200,7 @@ impl NbdServer {
                 (blocks == 0).then(|| Mutex::new(Extents::default()))
             },
             trace: std::env::var_os("LAZYINIT_NBD_TRACE").and_then(|_| {
-                let f = File::create(socket.with_extension("trace.csv")).ok()?;
+                let f = File::create(lazyinit_core::CellFolder::nbd_trace_csv(socket)).ok()?;
                 Some(Mutex::new(std::io::BufWriter::new(f)))
             }),
             epoch: Instant::now(),

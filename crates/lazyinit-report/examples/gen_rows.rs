@@ -8,7 +8,7 @@
 //! arches, HZ, variants and volumes; about 3% of runs fail. Deterministic.
 
 use lazyinit_core::model;
-use lazyinit_core::results::{ResultRow, Status, COLUMNS};
+use lazyinit_core::results::{Measurement, ResultRow, Status, COLUMNS};
 use lazyinit_core::{Arch, ByteSize, Hz, Variant};
 
 /// xorshift64*: enough randomness for noise, no dependency.
@@ -84,13 +84,6 @@ fn main() {
             variant,
             wait_mult: 10,
             volume_bytes: vol.0,
-            groups: Some(groups),
-            mkfs_s: Some(1.0 + rng.unit()),
-            mount_s: Some(0.04),
-            lazyinit_s: (!failed).then_some(lazy),
-            lazyinit_poll_s: (!failed).then_some(lazy + 0.5),
-            ms_per_group: (!failed).then_some(p.per_group_s * 1000.0 * noise),
-            traced_groups: (!failed).then_some(groups),
             repetition: rep,
             started_at: format!(
                 "2026-11-29T{:02}:{:02}:{:02}Z",
@@ -105,25 +98,34 @@ fn main() {
             } else {
                 String::new()
             },
-            clocksource: "tsc".into(),
-            sleep_ticks: (!failed).then_some(p.sleep_ticks),
             boot_s: Some(1.1),
-            first_group_s: Some(2.5),
             storage_profile: "none".into(),
             concurrency: 4,
-            mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
-            z1_ms: None,
-            z1_target_ms: None,
-            guest_part_ms: None,
-            zero_hold_ms: None,
-            zero_median_ms: None,
-            z1_attempts: None,
-            estimated: false,
             estimate_after: None,
-            estimate_groups: None,
-            estimate_cycle_ms: None,
-            lazyinit_lo_s: None,
-            lazyinit_hi_s: None,
+            measured: Measurement {
+                groups: Some(groups),
+                mkfs_s: Some(1.0 + rng.unit()),
+                mount_s: Some(0.04),
+                lazyinit_s: (!failed).then_some(lazy),
+                lazyinit_poll_s: (!failed).then_some(lazy + 0.5),
+                ms_per_group: (!failed).then_some(p.per_group_s * 1000.0 * noise),
+                traced_groups: (!failed).then_some(groups),
+                clocksource: "tsc".into(),
+                sleep_ticks: (!failed).then_some(p.sleep_ticks),
+                first_group_s: Some(2.5),
+                mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
+                z1_ms: None,
+                z1_target_ms: None,
+                guest_part_ms: None,
+                zero_hold_ms: None,
+                zero_median_ms: None,
+                z1_attempts: None,
+                estimated: false,
+                estimate_groups: None,
+                estimate_cycle_ms: None,
+                lazyinit_lo_s: None,
+                lazyinit_hi_s: None,
+            },
         };
         w.serialize(&row).expect("writing a row");
     }

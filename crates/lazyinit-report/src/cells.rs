@@ -31,9 +31,9 @@ pub enum Metric {
 impl Metric {
     pub fn of(self, row: &ResultRow) -> Option<f64> {
         match self {
-            Metric::LazyinitS => row.lazyinit_s,
-            Metric::MsPerGroup => row.ms_per_group,
-            Metric::FromFirstGroupS => Some(row.lazyinit_s? - row.first_group_s?),
+            Metric::LazyinitS => row.measured.lazyinit_s,
+            Metric::MsPerGroup => row.measured.ms_per_group,
+            Metric::FromFirstGroupS => Some(row.measured.lazyinit_s? - row.measured.first_group_s?),
         }
     }
     pub fn name(self) -> &'static str {
@@ -84,6 +84,36 @@ pub struct CellKey {
 }
 
 impl CellKey {
+    /// The key's columns in CSV outputs, in field order.
+    pub const COLUMNS: [&'static str; 10] = [
+        "provider",
+        "machine",
+        "accel",
+        "arch",
+        "kernel_source",
+        "hz",
+        "variant",
+        "wait_mult",
+        "volume_bytes",
+        "storage_profile",
+    ];
+
+    /// The key's values as CSV outputs write them, in [`CellKey::COLUMNS`] order.
+    pub fn values(&self) -> [String; 10] {
+        [
+            self.provider.clone(),
+            self.machine.clone(),
+            self.accel.clone(),
+            self.arch.to_string(),
+            self.kernel_source.clone(),
+            self.hz.to_string(),
+            self.variant.to_string(),
+            self.wait_mult.to_string(),
+            self.volume_bytes.to_string(),
+            self.storage_profile.clone(),
+        ]
+    }
+
     pub fn of(row: &ResultRow) -> CellKey {
         CellKey {
             provider: row.provider.clone(),
@@ -96,7 +126,7 @@ impl CellKey {
             wait_mult: row.wait_mult,
             volume_bytes: row.volume_bytes,
             storage_profile: row.storage_profile.clone(),
-            estimated: row.estimated,
+            estimated: row.measured.estimated,
         }
     }
 
@@ -264,7 +294,7 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
             let values: Vec<f64> = ok.iter().filter_map(|r| metric.of(r)).collect();
             let sleep_ticks: Vec<u64> = ok
                 .iter()
-                .filter_map(|r| r.sleep_ticks)
+                .filter_map(|r| r.measured.sleep_ticks)
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
@@ -276,16 +306,17 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 .collect();
             let estimate_groups: Vec<u64> = ok
                 .iter()
-                .filter_map(|r| r.estimate_groups)
+                .filter_map(|r| r.measured.estimate_groups)
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
             let prediction = match (ok.as_slice(), metric) {
-                ([r], Metric::LazyinitS) if r.estimated => match (r.lazyinit_lo_s, r.lazyinit_hi_s)
-                {
-                    (Some(lo), Some(hi)) => Some(Interval { lo, hi }),
-                    _ => None,
-                },
+                ([r], Metric::LazyinitS) if r.measured.estimated => {
+                    match (r.measured.lazyinit_lo_s, r.measured.lazyinit_hi_s) {
+                        (Some(lo), Some(hi)) => Some(Interval { lo, hi }),
+                        _ => None,
+                    }
+                }
                 _ => None,
             };
             let summary = summarize(&values);
@@ -310,7 +341,7 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
 /// A realistic ok row for unit tests elsewhere in the crate.
 #[cfg(test)]
 pub(crate) mod tests_support {
-    use lazyinit_core::results::{ResultRow, Status};
+    use lazyinit_core::results::{Measurement, ResultRow, Status};
     use lazyinit_core::{Arch, Hz, Variant};
 
     pub fn row(kernel_source: &str, lazyinit_s: f64) -> ResultRow {
@@ -327,37 +358,39 @@ pub(crate) mod tests_support {
             variant: Variant::NoFix,
             wait_mult: 10,
             volume_bytes: 64 << 30,
-            groups: Some(512),
-            mkfs_s: Some(1.3),
-            mount_s: Some(0.04),
-            lazyinit_s: Some(lazyinit_s),
-            lazyinit_poll_s: Some(lazyinit_s + 0.5),
-            ms_per_group: Some(109.5),
-            traced_groups: Some(512),
             repetition: 1,
             started_at: "2026-11-29T19:00:00Z".into(),
             harness_version: "0.1.0".into(),
             status: Status::Ok,
             error: String::new(),
-            clocksource: "tsc".into(),
-            sleep_ticks: Some(10),
             boot_s: Some(1.1),
-            first_group_s: Some(2.9),
             storage_profile: "none".into(),
             concurrency: 1,
-            mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
-            z1_ms: None,
-            z1_target_ms: None,
-            guest_part_ms: None,
-            zero_hold_ms: None,
-            zero_median_ms: None,
-            z1_attempts: None,
-            estimated: false,
             estimate_after: None,
-            estimate_groups: None,
-            estimate_cycle_ms: None,
-            lazyinit_lo_s: None,
-            lazyinit_hi_s: None,
+            measured: Measurement {
+                groups: Some(512),
+                mkfs_s: Some(1.3),
+                mount_s: Some(0.04),
+                lazyinit_s: Some(lazyinit_s),
+                lazyinit_poll_s: Some(lazyinit_s + 0.5),
+                ms_per_group: Some(109.5),
+                traced_groups: Some(512),
+                clocksource: "tsc".into(),
+                sleep_ticks: Some(10),
+                first_group_s: Some(2.9),
+                mkfs_cmd: "mkfs.ext4 -F /dev/vda".into(),
+                z1_ms: None,
+                z1_target_ms: None,
+                guest_part_ms: None,
+                zero_hold_ms: None,
+                zero_median_ms: None,
+                z1_attempts: None,
+                estimated: false,
+                estimate_groups: None,
+                estimate_cycle_ms: None,
+                lazyinit_lo_s: None,
+                lazyinit_hi_s: None,
+            },
         }
     }
 }

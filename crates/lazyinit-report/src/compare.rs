@@ -418,7 +418,7 @@ mod tests {
         base.run_id = "a".into();
         let mut cand = base.clone();
         cand.kernel_source = "debian-6.12".into();
-        cand.lazyinit_s = Some(60.1);
+        cand.measured.lazyinit_s = Some(60.1);
         let strict = compare(&[base.clone()], &[cand.clone()], &CompareOptions::default()).unwrap();
         assert_eq!((strict.cells.len(), strict.missing.len()), (0, 2));
         let o = CompareOptions {
@@ -448,9 +448,9 @@ mod tests {
         let base = crate::cells::tests_support::row("debian-6.1", 60.0);
         let mut est = base.clone();
         est.run_id = "nightly".into();
-        est.estimated = true;
-        est.estimate_groups = Some(50);
-        est.lazyinit_s = Some(60.2);
+        est.measured.estimated = true;
+        est.measured.estimate_groups = Some(50);
+        est.measured.lazyinit_s = Some(60.2);
         let err = compare(
             std::slice::from_ref(&base),
             std::slice::from_ref(&est),

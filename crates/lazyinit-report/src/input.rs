@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use lazyinit_core::results::{read_rows, ResultRow, ResultsError};
+use lazyinit_core::{CellFolder, RunFolder};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
@@ -31,22 +32,27 @@ pub struct LoadedRow {
 }
 
 impl LoadedRow {
-    /// `<results dir>/<cell_id>/groups.csv`: trace timestamps per group
-    /// (or `groups.csv.gz` beside it; see [`LoadedRow::groups`]).
+    /// The folder of the row's cell, beside its CSV: its raw files (a
+    /// rerun cell's folder holds its latest run).
+    pub fn cell_folder(&self) -> CellFolder {
+        RunFolder::new(&self.results_dir).cell(&self.row.cell_id)
+    }
+
+    /// Trace timestamps per group (or `groups.csv.gz` beside it; see
+    /// [`LoadedRow::groups`]).
     pub fn groups_csv(&self) -> PathBuf {
-        self.results_dir.join(&self.row.cell_id).join("groups.csv")
+        self.cell_folder().groups_csv()
     }
 
     /// The run's per-group trace ([`read_groups`]). `Ok(None)` when it
     /// kept none.
     pub fn groups(&self) -> Result<Option<Groups>, String> {
-        let path = self.groups_csv();
-        let text = read_groups(&path);
+        let cell = self.cell_folder();
+        let text = read_groups(&cell);
         // Name the file that was read.
-        let read = if path.exists() {
-            path
-        } else {
-            path.with_extension("csv.gz")
+        let read = match cell.groups_csv().exists() {
+            true => cell.groups_csv(),
+            false => cell.groups_csv_gz(),
         };
         match text {
             None => Ok(None),
@@ -155,13 +161,14 @@ pub fn parse_groups(text: &str) -> Result<Groups, String> {
     Ok(g)
 }
 
-/// The text of a run's `groups.csv`, or of `groups.csv.gz` where a
+/// The text of a cell's `groups.csv`, or of `groups.csv.gz` where a
 /// published run keeps it compressed; None when neither exists.
-pub fn read_groups(csv: &Path) -> Option<std::io::Result<String>> {
+pub fn read_groups(cell: &CellFolder) -> Option<std::io::Result<String>> {
+    let csv = cell.groups_csv();
     if csv.exists() {
         return Some(std::fs::read_to_string(csv));
     }
-    let gz = csv.with_extension("csv.gz");
+    let gz = cell.groups_csv_gz();
     if !gz.exists() {
         return None;
     }
@@ -181,7 +188,7 @@ pub fn load_cycles(rows: &[LoadedRow]) -> (Vec<Cycles>, Vec<String>) {
         match r.groups() {
             Ok(None) => {}
             Ok(Some(g)) => series.push(Cycles {
-                cell_id: if r.row.estimated {
+                cell_id: if r.row.measured.estimated {
                     format!(
                         "{} (estimate: first {} groups traced)",
                         r.row.cell_id,
@@ -206,18 +213,19 @@ mod tests {
     fn compressed_groups_read_like_plain_ones() {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
-        let plain = dir.path().join("groups.csv");
-        assert!(read_groups(&plain).is_none());
+        let cell = CellFolder::at(dir.path());
+        let plain = cell.groups_csv();
+        assert!(read_groups(&cell).is_none());
         let text = "group,t_s,zero_ms\n0,1.0,3.4\n1,1.04,3.3\n";
         let mut gz = flate2::write::GzEncoder::new(
-            std::fs::File::create(dir.path().join("groups.csv.gz")).unwrap(),
+            std::fs::File::create(cell.groups_csv_gz()).unwrap(),
             flate2::Compression::default(),
         );
         gz.write_all(text.as_bytes()).unwrap();
         gz.finish().unwrap();
-        assert_eq!(read_groups(&plain).unwrap().unwrap(), text);
+        assert_eq!(read_groups(&cell).unwrap().unwrap(), text);
         std::fs::write(&plain, "group,t_s\n").unwrap();
-        assert_eq!(read_groups(&plain).unwrap().unwrap(), "group,t_s\n");
+        assert_eq!(read_groups(&cell).unwrap().unwrap(), "group,t_s\n");
     }
 
     #[test]

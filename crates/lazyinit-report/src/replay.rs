@@ -79,7 +79,7 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
         let name = format!("{}/{}", r.run_id, r.cell_id);
         let why = if r.status != Status::Ok {
             Some(format!("status {}", r.status))
-        } else if r.estimated {
+        } else if r.measured.estimated {
             Some("an estimate, not a full run".into())
         } else {
             None
@@ -99,17 +99,19 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
                 continue;
             }
         };
-        let (Some(measured_s), Some(first_group_s)) = (r.lazyinit_s, r.first_group_s) else {
+        let (Some(measured_s), Some(first_group_s)) =
+            (r.measured.lazyinit_s, r.measured.first_group_s)
+        else {
             skipped.push((name, "no lazyinit_s or first_group_s".into()));
             continue;
         };
         let n = g.t_s.len() as u64;
-        if r.traced_groups.is_some_and(|t| t != n) {
+        if r.measured.traced_groups.is_some_and(|t| t != n) {
             skipped.push((
                 name,
                 format!(
                     "groups.csv has {n} groups, the row traced {}",
-                    r.traced_groups.unwrap_or(0)
+                    r.measured.traced_groups.unwrap_or(0)
                 ),
             ));
             continue;

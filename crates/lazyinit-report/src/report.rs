@@ -45,7 +45,9 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
         .collect();
     let mut notes = Vec::new();
     let ok = || rows.iter().filter(|r| r.status == Status::Ok);
-    let jiffies = ok().filter(|r| r.clocksource.contains("jiffies")).count();
+    let jiffies = ok()
+        .filter(|r| r.measured.clocksource.contains("jiffies"))
+        .count();
     if jiffies > 0 {
         notes.push(format!(
             "{jiffies} ok run(s) on a jiffies clocksource: the fix measures zeroing with tick \
@@ -128,7 +130,7 @@ mod tests {
         let mut b = a.clone();
         b.run_id = "other".into();
         b.concurrency = 4;
-        b.clocksource = "refined-jiffies".into();
+        b.measured.clocksource = "refined-jiffies".into();
         let r = build(&[a.clone(), b], Metric::LazyinitS);
         assert_eq!(r.notes.len(), 2, "{:?}", r.notes);
         assert!(r.notes[0].starts_with("1 ok run(s) on a jiffies clocksource"));
@@ -145,10 +147,10 @@ mod tests {
         let a = row("debian-6.1", 60.6);
         let mut e = a.clone();
         e.run_id = "nightly".into();
-        e.estimated = true;
-        e.estimate_groups = Some(50);
-        e.lazyinit_lo_s = Some(60.0);
-        e.lazyinit_hi_s = Some(61.5);
+        e.measured.estimated = true;
+        e.measured.estimate_groups = Some(50);
+        e.measured.lazyinit_lo_s = Some(60.0);
+        e.measured.lazyinit_hi_s = Some(61.5);
         let r = build(&[a, e], Metric::LazyinitS);
         assert_eq!(r.cells.len(), 2, "never pooled with the measurement");
         let est = r.cells.iter().find(|c| c.key.estimated).unwrap();
@@ -164,16 +166,16 @@ mod tests {
 
     fn est_row_for_ms() -> ResultRow {
         let mut e = row("debian-6.1", 60.6);
-        e.estimated = true;
-        e.lazyinit_lo_s = Some(60.0);
-        e.lazyinit_hi_s = Some(61.5);
+        e.measured.estimated = true;
+        e.measured.lazyinit_lo_s = Some(60.0);
+        e.measured.lazyinit_hi_s = Some(61.5);
         e
     }
 
     #[test]
     fn notes_flag_a_nofix_sleep_other_than_w() {
         let mut a = row("debian-6.1", 16.5);
-        a.sleep_ticks = Some(30);
+        a.measured.sleep_ticks = Some(30);
         let r = build(&[a], Metric::LazyinitS);
         assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
         assert!(r.notes[0].contains("L = 30 ticks") && r.notes[0].contains("took 3 ticks"));

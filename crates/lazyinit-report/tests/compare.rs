@@ -96,7 +96,7 @@ fn single_runs_use_the_threshold_only() {
     let mut cand = base.clone();
     for r in &mut cand {
         r.run_id = "later".into();
-        r.lazyinit_s = r.lazyinit_s.map(|s| s * 1.08);
+        r.measured.lazyinit_s = r.measured.lazyinit_s.map(|s| s * 1.08);
     }
     let c = compare(&base, &cand, &CompareOptions::default()).unwrap();
     assert!(c

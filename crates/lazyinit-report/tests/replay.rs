@@ -36,14 +36,14 @@ fn full_runs(dir: &Path) {
             } else {
                 vec![]
             },
-            ..Run::noisy(hz, l, row.groups.unwrap(), i as u64 + 1)
+            ..Run::noisy(hz, l, row.measured.groups.unwrap(), i as u64 + 1)
         };
         let t = generate(&spec);
         row.run_id = "reported-synth".into();
-        row.sleep_ticks = Some(l);
-        row.lazyinit_s = Some(t.lazyinit_s());
-        row.first_group_s = Some(t.first_group_s());
-        row.traced_groups = Some(t.t_s.len() as u64);
+        row.measured.sleep_ticks = Some(l);
+        row.measured.lazyinit_s = Some(t.lazyinit_s());
+        row.measured.first_group_s = Some(t.first_group_s());
+        row.measured.traced_groups = Some(t.t_s.len() as u64);
         w.append(&row).unwrap();
         let cell = dir.join(&row.cell_id);
         std::fs::create_dir_all(&cell).unwrap();
@@ -113,7 +113,7 @@ fn estimates_and_runs_without_groups_are_left_out() {
     let dir = tempfile::tempdir().unwrap();
     full_runs(dir.path());
     let mut rows = load(&[dir.path().join("results.csv")]).unwrap();
-    rows[0].row.estimated = true;
+    rows[0].row.measured.estimated = true;
     std::fs::remove_file(dir.path().join(&rows[2].row.cell_id).join("groups.csv")).unwrap();
     let r = replay(&rows, &[50], 0.5);
     assert_eq!(r.runs.len(), 6);

@@ -13,8 +13,12 @@ use std::process::Command;
 
 use lazyinit_core::exit;
 
-use crate::b64;
 use crate::error::SshError;
+use base64::engine::general_purpose::{
+    GeneralPurpose, GeneralPurposeConfig, STANDARD, STANDARD_NO_PAD,
+};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
 
 const CLIENT_KEY: &str = "client_ed25519";
 const HOST_KEY: &str = "guest_host_ed25519.dropbear";
@@ -22,6 +26,12 @@ const HOST_PUB: &str = "guest_host_ed25519.pub";
 const KNOWN_HOSTS: &str = "known_hosts";
 /// Subdirectory of the state directory that holds the keys.
 const KEYS_DIR: &str = "ssh";
+
+/// Key blobs in .pub and known_hosts lines: standard base64, padded or not.
+const KEY_BLOB: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// A public host key as pinned: algorithm and key blob.
 #[derive(Clone, PartialEq, Eq)]
@@ -45,7 +55,7 @@ impl HostKeyPin {
         if !algorithm.starts_with("ssh-") && !algorithm.starts_with("ecdsa-") {
             return None;
         }
-        let blob = b64::decode(words.next()?)?;
+        let blob = KEY_BLOB.decode(words.next()?).ok()?;
         Some(HostKeyPin {
             algorithm: algorithm.to_string(),
             blob,
@@ -54,7 +64,7 @@ impl HostKeyPin {
 
     /// The OpenSSH public-key line, without comment.
     pub fn public_line(&self) -> String {
-        format!("{} {}", self.algorithm, b64::encode(&self.blob, true))
+        format!("{} {}", self.algorithm, STANDARD.encode(&self.blob))
     }
 
     pub fn fingerprint(&self) -> String {
@@ -83,7 +93,7 @@ impl HostKeyPin {
 /// OpenSSH-style fingerprint of a key blob: `SHA256:` and unpadded base64.
 pub fn fingerprint(blob: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    format!("SHA256:{}", b64::encode(&Sha256::digest(blob), false))
+    format!("SHA256:{}", STANDARD_NO_PAD.encode(Sha256::digest(blob)))
 }
 
 /// Paths of the project's keys and the pinned host key. Holds no secret in

@@ -5,13 +5,10 @@
 //! generated once into the state directory; every connection checks the
 //! guest's host key against the pin and refuses any other key.
 
-mod b64;
 mod error;
 mod keys;
-mod quote;
 mod session;
 
 pub use error::SshError;
 pub use keys::{fingerprint, HostKeyPin, Keys, RunKeys};
-pub use quote::shell_quote;
 pub use session::{wait_until_ready, Output, Session, UploadSource};

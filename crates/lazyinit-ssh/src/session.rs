@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::SshError;
 use crate::keys::{fingerprint, Keys};
-use crate::quote::shell_quote;
+use lazyinit_core::shell::quote as shell_quote;
 
 /// What a command printed and how it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

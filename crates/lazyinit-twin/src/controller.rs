@@ -26,7 +26,7 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{ArchitectureValues, Filter, InstanceAttributeName, ShutdownBehavior};
 use aws_sdk_ec2::Client;
 use chrono::{DateTime, Utc};
-use lazyinit_core::{Arch, ByteSize};
+use lazyinit_core::{Arch, ByteSize, CellFolder};
 use lazyinit_qemu::process::QemuProcess;
 use lazyinit_qemu::volume::SparseVolume;
 
@@ -181,7 +181,7 @@ impl Controller {
     /// The console of an instance's guest, live or gone.
     pub fn console(&self, instance: &str) -> String {
         let dir = self.shared.lock().unwrap().dirs.get(instance).cloned();
-        dir.map(|d| std::fs::read_to_string(d.join("console.log")).unwrap_or_default())
+        dir.map(|d| std::fs::read_to_string(CellFolder::at(d).console_log()).unwrap_or_default())
             .unwrap_or_default()
     }
 
@@ -190,7 +190,8 @@ impl Controller {
         let dirs = self.shared.lock().unwrap().dirs.clone();
         dirs.iter()
             .map(|(id, d)| {
-                let text = std::fs::read_to_string(d.join("console.log")).unwrap_or_default();
+                let text = std::fs::read_to_string(CellFolder::at(d.as_path()).console_log())
+                    .unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(40).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
                 format!("--- {id} console (tail) ---\n{}\n", tail.join("\n"))
@@ -424,8 +425,11 @@ impl Ctx {
             .stand_ins
             .get(&arch)
             .ok_or_else(|| anyhow::anyhow!("the twin has no {arch} stand-in AMI"))?;
-        let dir = self.opts.dir.join("guests").join(id);
-        std::fs::create_dir_all(&dir)?;
+        // A guest's folder holds what a QEMU cell's does (console, QMP
+        // socket, command line), under the same names.
+        let folder = CellFolder::at(self.opts.dir.join("guests").join(id));
+        folder.create()?;
+        let dir = folder.path().to_path_buf();
         self.shared
             .lock()
             .unwrap()
@@ -444,7 +448,10 @@ impl Ctx {
             .user_data()
             .and_then(|u| u.value())
             .ok_or_else(|| anyhow::anyhow!("instance {id} has no user data"))?;
-        let ud = String::from_utf8(aws_smithy_types::base64::decode(ud)?)?;
+        let ud = {
+            use base64::Engine;
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(ud)?)?
+        };
         let installed = userdata::keys(&ud).map_err(anyhow::Error::msg)?;
         let initrd = keyed_initramfs(&stand_in.image, &installed, &dir)?;
 
@@ -464,8 +471,8 @@ impl Ctx {
         }
         let port = free_port()?;
         let cmdline = guest::cmdline(arch, self.opts.tsc_khz, id);
-        let console_log = dir.join("console.log");
-        let qmp = dir.join("qmp.sock");
+        let console_log = folder.console_log();
+        let qmp = folder.qmp_sock();
         let argv = guest::qemu_args(&guest::GuestArgs {
             arch,
             memory_mib: self.opts.memory_mib,
@@ -480,8 +487,8 @@ impl Ctx {
         let line: Vec<String> = std::iter::once(arch.qemu_binary().to_string())
             .chain(argv.iter().map(|a| a.to_string_lossy().into_owned()))
             .collect();
-        std::fs::write(dir.join("qemu.cmdline"), line.join(" ") + "\n")?;
-        let mut process = QemuProcess::spawn(arch.qemu_binary(), &argv, &dir.join("qemu.stderr"))?;
+        std::fs::write(folder.qemu_cmdline(), line.join(" ") + "\n")?;
+        let mut process = QemuProcess::spawn(arch.qemu_binary(), &argv, &folder.qemu_stderr())?;
         tokio::time::sleep(Duration::from_millis(300)).await;
         if let Some(st) = process.try_exited() {
             anyhow::bail!(

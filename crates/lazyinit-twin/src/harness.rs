@@ -11,10 +11,28 @@ use std::time::Duration;
 
 use lazyinit_core::events::EventSink;
 use lazyinit_core::results::ResultRow;
-use lazyinit_orchestrator::{RunSummary, Spec};
+use lazyinit_orchestrator::{ProviderConfigs, RunSummary};
 use serde::{Deserialize, Serialize};
 
 use crate::endpoints::TwinEndpoints;
+
+/// `[provider-config]` of a twin spec: the EC2 table, which the harness
+/// replaces with [`ec2_config`] (the emulator's endpoint and AMIs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Configs {
+    #[serde(default)]
+    pub ec2: Option<toml::Value>,
+}
+
+impl ProviderConfigs for Configs {
+    fn default_provider() -> String {
+        "ec2".into()
+    }
+}
+
+/// An experiment spec as the twin's harness reads it.
+pub type Spec = lazyinit_orchestrator::Spec<Configs>;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HarnessConfig {
@@ -58,7 +76,8 @@ pub fn ec2_config(
 }
 
 /// Runs the spec's cells to their rows, as `lazyinit-bench run` does: its
-/// own keys for the run (in a folder that goes with it), cloud kernels.
+/// own keys for the run (in a folder that goes with it, the initramfs
+/// copies that hold them too), cloud kernels from the cache.
 pub async fn run(
     h: &HarnessConfig,
     events: EventSink,
@@ -81,24 +100,24 @@ pub async fn run(
         ec2_config(&h.api_url, &h.owner, &h.expiry)?,
         guest_keys,
         crate::dummy_credentials(),
-    )
-    .await?
+    )?
     .with_instance_resolver(Arc::new(TwinEndpoints {
         dir: h.endpoints_dir.clone(),
         wait: Duration::from_secs(120),
     }));
     let provider = Arc::new(provider);
-    let plan = lazyinit_orchestrator::plan(&spec, 512, u64::MAX / 2);
+    let plan = lazyinit_orchestrator::plan(&spec, &*provider, u64::MAX / 2);
     let opts = lazyinit_orchestrator::RunOptions {
-        out_dir: h.out_dir.clone(),
-        cache_dir: lazyinit_core::paths::cache_dir(),
-        state_dir: run_keys.state_dir().to_path_buf(),
+        folder: lazyinit_core::RunFolder::new(&h.out_dir),
         events,
         cancel,
-        jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
         prioritize_sensitive: false,
-        kernel_profile: lazyinit_kernel::Profile::Cloud,
         boot_timeout: Duration::from_secs(900),
+        artifacts: Arc::new(lazyinit_orchestrator::artifacts::Built::new(
+            lazyinit_core::paths::cache_dir(),
+            run_keys.state_dir().to_path_buf(),
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
+        )),
     };
     let summary = lazyinit_orchestrator::run(&spec, &plan, provider.clone(), opts).await?;
     let rows = if summary.results_csv.exists() {

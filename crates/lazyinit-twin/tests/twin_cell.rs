@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use lazyinit_core::events::Phase;
 use lazyinit_core::results::{is_twin, Status};
-use lazyinit_core::{Arch, Variant};
+use lazyinit_core::{Arch, RunFolder, Variant};
 use lazyinit_twin::Happening;
 
 async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str) {
@@ -50,17 +50,21 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
         row.kernel_release
     );
     assert_eq!(row.volume_bytes, 64 << 30);
-    assert_eq!(row.groups, Some(512));
-    assert_eq!(row.traced_groups, Some(512));
-    assert!(row.lazyinit_s.unwrap() > 0.0);
-    assert!(!row.clocksource.contains("jiffies"), "{}", row.clocksource);
+    assert_eq!(row.measured.groups, Some(512));
+    assert_eq!(row.measured.traced_groups, Some(512));
+    assert!(row.measured.lazyinit_s.unwrap() > 0.0);
+    assert!(
+        !row.measured.clocksource.contains("jiffies"),
+        "{}",
+        row.measured.clocksource
+    );
     // The data volume, found by serial: nvme0 is the root volume (probed
     // first, as on Nitro), the measured one is nvme1. The stand-in kernel
     // has no NVMe driver, so this is the kexec'd cloud kernel's doing.
     assert!(
-        row.mkfs_cmd.ends_with(" /dev/nvme1n1"),
+        row.measured.mkfs_cmd.ends_with(" /dev/nvme1n1"),
         "mkfs ran on {}",
-        row.mkfs_cmd
+        row.measured.mkfs_cmd
     );
     assert!(o.summary.leaks.is_empty(), "{:?}", o.summary.leaks);
     assert_eq!(o.summary.exit_code(false), 0);
@@ -68,7 +72,7 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
     // The guest: the stand-in booted, then the kernel under test, which
     // carries the expiry; its console is the one the stand-in had.
     let rec: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join(&row.cell_id).join("ec2.json")).unwrap(),
+        &std::fs::read_to_string(RunFolder::new(&out).cell(&row.cell_id).ec2_json()).unwrap(),
     )
     .unwrap();
     let iid = rec["instance_id"].as_str().unwrap();
@@ -127,9 +131,9 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
     );
     println!(
         "row: status={} machine={} accel={} kernel={} hz={} variant={} groups={:?} lazyinit_s={:?} ms_per_group={:?} sleep_ticks={:?} z1_ms={:?} mkfs_s={:?} boot_s={:?} clocksource={} mkfs_cmd={}",
-        row.status, row.machine, row.accel, row.kernel_release, row.hz, row.variant, row.groups,
-        row.lazyinit_s, row.ms_per_group, row.sleep_ticks, row.z1_ms, row.mkfs_s, row.boot_s,
-        row.clocksource, row.mkfs_cmd
+        row.status, row.machine, row.accel, row.kernel_release, row.hz, row.variant, row.measured.groups,
+        row.measured.lazyinit_s, row.measured.ms_per_group, row.measured.sleep_ticks, row.measured.z1_ms, row.measured.mkfs_s, row.boot_s,
+        row.measured.clocksource, row.measured.mkfs_cmd
     );
     nothing_left(&twin, tmp.path()).await;
     let ev = twin.controller.events_of(iid);

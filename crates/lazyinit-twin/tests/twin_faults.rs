@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use common::*;
 use lazyinit_core::events::{Event, Phase};
 use lazyinit_core::results::Status;
-use lazyinit_core::Arch;
+use lazyinit_core::{Arch, RunFolder};
 use lazyinit_ec2::cleanup::{cleanup, project_instances, Sweep};
 use lazyinit_ec2::ops::Pace;
 use lazyinit_twin::harness::HarnessConfig;
@@ -389,11 +389,12 @@ async fn a_failed_teardown_exits_3_with_ids_and_the_cleanup_command() {
     let st = harness.child.wait().unwrap();
     let stderr = harness.stderr();
     assert_eq!(st.code(), Some(3), "{stderr}");
-    let rows = lazyinit_core::results::read_rows(out.join("results.csv")).unwrap();
+    let folder = RunFolder::new(&out);
+    let rows = lazyinit_core::results::read_rows(folder.results_csv()).unwrap();
     assert_eq!(rows[0].status, Status::Ok, "the measurement itself worked");
     let (iid, _) = the_instance(&twin).await;
     let rec: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join(&rows[0].cell_id).join("ec2.json")).unwrap(),
+        &std::fs::read_to_string(folder.cell(&rows[0].cell_id).ec2_json()).unwrap(),
     )
     .unwrap();
     let vid = rec["volume_id"].as_str().unwrap();

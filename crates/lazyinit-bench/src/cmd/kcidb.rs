@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use lazyinit_core::CellFolder;
 use lazyinit_kernel::cache::{self, Manifest};
-use lazyinit_kernel::Profile;
 use lazyinit_report::input::LoadedRow;
 use lazyinit_report::kcidb::types::ManifestMisc;
 use lazyinit_report::kcidb::{
@@ -107,7 +107,7 @@ fn find<'a>(
                 && m.arch == key.arch
                 && m.hz == key.hz
                 && m.variant == key.variant
-                && m.profile == Profile::for_provider(&key.provider)
+                && Some(m.profile) == super::providers::kernel_profile(&key.provider)
                 && m.built_at < before
         })
         .max_by_key(|(m, _)| m.built_at)
@@ -122,11 +122,11 @@ pub fn kernel_facts(rows: &[LoadedRow], cache_dir: &Path) -> BTreeMap<BuildKey, 
         .map(|(key, first_start)| {
             let source: Option<lazyinit_core::KernelSource> = key.kernel_source.parse().ok();
             let facts = KernelFacts {
-                profile: Some(Profile::for_provider(&key.provider).to_string()),
+                profile: super::providers::kernel_profile(&key.provider).map(|p| p.to_string()),
                 debian_package: source
                     .as_ref()
-                    .and_then(lazyinit_kernel::source::debian_tarball)
-                    .map(|(pkg, _)| pkg.to_string()),
+                    .and_then(lazyinit_kernel::debian::package_for)
+                    .map(|pkg| pkg.name.to_string()),
                 manifest: find(&builds, &key, &first_start).map(|(m, d)| manifest_facts(m, d)),
             };
             (key, facts)
@@ -139,7 +139,7 @@ pub fn kernel_facts(rows: &[LoadedRow], cache_dir: &Path) -> BTreeMap<BuildKey, 
 pub fn run_files(rows: &[LoadedRow]) -> HashMap<RowKey, Vec<Resource>> {
     let mut latest: HashMap<PathBuf, &LoadedRow> = HashMap::new();
     for l in rows {
-        let dir = l.results_dir.join(&l.row.cell_id);
+        let dir = l.cell_folder().path().to_path_buf();
         let newer = latest
             .get(&dir)
             .is_none_or(|prev| l.row.started_at >= prev.row.started_at);
@@ -157,7 +157,7 @@ pub fn run_files(rows: &[LoadedRow]) -> HashMap<RowKey, Vec<Resource>> {
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect();
             // console.log first: it is the test's log.
-            names.sort_by_key(|n| (n != "console.log", n.clone()));
+            names.sort_by_key(|n| (n != CellFolder::CONSOLE_LOG, n.clone()));
             let files: Vec<Resource> = names.iter().filter_map(|n| resource(&dir, n)).collect();
             (!files.is_empty()).then(|| (row_key(&l.row), files))
         })

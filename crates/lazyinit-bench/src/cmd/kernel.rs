@@ -29,10 +29,18 @@ pub struct BuildArgs {
     /// fix or nofix (the ext4 lazy-init fix, upstream 39fec6889d15).
     #[arg(long)]
     variant: Variant,
-    /// debian-6.1 (default), debian-6.12, an upstream version (5.10.79,
-    /// downloaded and verified), or a path to a kernel tree or tarball.
+    /// debian-6.1 (default), debian-6.12, debian-5.10 (Debian 11's, from
+    /// bullseye-security, downloaded into the cache), an upstream version
+    /// (5.10.79, downloaded and verified), or a path to a kernel tree (a git
+    /// work tree is keyed by commit plus changes) or tarball.
     #[arg(long, default_value = "debian-6.1")]
     source: KernelSource,
+    /// Your own kernel config as the base (e.g. /boot/config-6.1.0-28-amd64)
+    /// instead of the minimal one: the harness sets only what its guest
+    /// needs on top, reports every option it changed, and refuses a config
+    /// it cannot measure. Only the kernel image is built (no modules).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Mirror for `--source X.Y.Z` (laid out like cdn.kernel.org/pub/linux/kernel).
     #[arg(long, env = "LAZYINIT_KERNEL_MIRROR")]
     mirror: Option<String>,
@@ -109,6 +117,29 @@ fn progress() -> lazyinit_kernel::ProgressFn {
     }
 }
 
+/// Left-aligned columns as wide as their widest cell.
+fn render_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
+    let mut width = header.map(|h| h.len());
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let s: Vec<String> = cells
+            .iter()
+            .zip(width)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("{}\n", s.join("  ").trim_end())
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
 #[derive(serde::Serialize)]
 struct ArtifactJson<'a> {
     image: &'a std::path::Path,
@@ -123,6 +154,7 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
         variant: a.variant,
         source: a.source,
         profile: a.profile,
+        config: a.config,
     };
     let mut opts = BuildOptions::default();
     if let Some(d) = a.cache_dir {
@@ -146,13 +178,51 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
     } else {
         let m = &k.manifest;
         println!(
-            "kernel   {} ({}, {} as {})",
+            "kernel   {} ({}, {}: {})",
             m.kernel_release, m.arch, m.variant, m.variant_method
         );
-        println!("image    {}", k.image.display());
+        println!("source   {}", source_line(m));
+        println!("config   {}", m.config_origin);
+        if !m.config_set.is_empty() || m.config_followed > 0 {
+            println!("         set by the harness: {}", m.config_set.join(", "));
+            println!(
+                "         changed by Kconfig as a consequence: {} (see {})",
+                m.config_followed,
+                k.dir().join("config-changes.txt").display()
+            );
+        }
+        println!("image    {} ({} bytes)", k.image.display(), m.image_bytes);
         println!("manifest {}", k.manifest_path.display());
     }
     Ok(exit::OK)
+}
+
+/// The source as asked, with what it was: `debian-5.10 (linux-source-5.10
+/// 5.10.262-1)`, `/src/linux (git:<commit>+<changes>)`.
+fn source_line(m: &Manifest) -> String {
+    match (&m.debian_package, &m.source) {
+        (Some(p), _) => format!("{} {} ({p})", m.source, m.source_version),
+        (None, KernelSource::Path(_)) => {
+            format!("{} {} ({})", m.source, m.source_version, m.source_identity)
+        }
+        (None, _) => format!("{} {}", m.source, m.source_version),
+    }
+}
+
+/// `kernel list`'s config column: `fragments`, or the file's name and how
+/// many options the harness set on it.
+fn config_cell(m: &Manifest) -> String {
+    match m.config_origin.strip_prefix("file:") {
+        None => m.config_origin.clone(),
+        Some(rest) => {
+            let path = rest.split(" sha256:").next().unwrap_or(rest);
+            let name = std::path::Path::new(path)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.to_string());
+            format!("{name} (+{})", m.config_set.len())
+        }
+    }
 }
 
 fn list(a: ListArgs) -> anyhow::Result<u8> {
@@ -166,23 +236,26 @@ fn list(a: ListArgs) -> anyhow::Result<u8> {
         println!("no kernels cached under {}", dir.join("kernel").display());
         return Ok(exit::OK);
     }
-    println!(
-        "{:<7} {:>4} {:<6} {:<6} {:<12} {:<36} {:>9} {:>7}  built",
-        "arch", "hz", "var", "prof", "source", "release", "image", "build"
-    );
-    for m in all {
-        println!(
-            "{:<7} {:>4} {:<6} {:<6} {:<12} {:<36} {:>8}K {:>6.0}s  {}",
-            m.arch.to_string(),
-            m.hz.get(),
-            m.variant.to_string(),
-            m.profile.to_string(),
-            m.source.to_string(),
-            m.kernel_release,
-            m.image_bytes / 1024,
-            m.build_seconds,
-            m.built_at.format("%Y-%m-%d %H:%M")
-        );
-    }
+    let rows: Vec<[String; 10]> = all
+        .iter()
+        .map(|m| {
+            [
+                m.arch.to_string(),
+                m.hz.get().to_string(),
+                m.variant.to_string(),
+                m.variant_method.to_string(),
+                m.profile.to_string(),
+                source_line(m),
+                config_cell(m),
+                format!("{}K", m.image_bytes / 1024),
+                format!("{:.0}s", m.build_seconds),
+                m.built_at.format("%Y-%m-%d %H:%M").to_string(),
+            ]
+        })
+        .collect();
+    let header = [
+        "arch", "hz", "var", "method", "prof", "source", "config", "image", "build", "built",
+    ];
+    print!("{}", render_table(&header, &rows));
     Ok(exit::OK)
 }

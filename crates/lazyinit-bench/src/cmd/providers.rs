@@ -1,18 +1,207 @@
-//! Glue from the CLI to the providers and to the report, kept apart from the
-//! subcommand modules so each of those stays about one thing.
+//! The one place that names concrete providers. A spec's `provider` and
+//! its `[provider-config.<name>]` table become a `dyn Provider` here; the
+//! orchestrator, `run` and `plan` only ever see the trait.
+//!
+//! A new provider is a crate implementing `lazyinit_core::provider`'s
+//! `Provider` and `Machine`, and here one entry in [`PROVIDERS`] (and, if
+//! it has settings, its table in [`Configs`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lazyinit_core::exit::bad_input;
 use lazyinit_core::provider::Provider;
-use lazyinit_orchestrator::{Plan, Spec};
+use lazyinit_core::KernelProfile;
+use lazyinit_orchestrator::ProviderConfigs;
+use serde::{Deserialize, Serialize};
 
-/// The `[provider-config.ec2]` table of a spec, validated.
+/// Makes a provider from the spec's tables, its machines reached with the
+/// SSH keys in the given folder (see [`RunKeys`]). No network call, no key
+/// read: those wait for its `preflight` (so `plan` makes one too).
+type Make = fn(&Configs, &Path) -> anyhow::Result<Arc<dyn Provider>>;
+
+/// A provider this binary knows.
+struct Known {
+    /// The name a spec gives it.
+    name: &'static str,
+    make: Make,
+    /// Its machines carry the SSH host key's private half off this host
+    /// (EC2: in every instance's user data), so each run gets keys of its
+    /// own rather than one key for every machine forever.
+    keys_per_run: bool,
+}
+
+/// Every provider this binary knows.
+const PROVIDERS: &[Known] = &[
+    Known {
+        name: "qemu",
+        make: |c, _keys| {
+            Ok(Arc::new(lazyinit_qemu::QemuProvider::new(
+                c.qemu.clone().unwrap_or_default(),
+            )))
+        },
+        keys_per_run: false,
+    },
+    Known {
+        name: "ec2",
+        make: ec2,
+        keys_per_run: true,
+    },
+];
+
+/// The providers a spec may name.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    PROVIDERS.iter().map(|k| k.name)
+}
+
+/// `[provider-config]`: one table per provider, typed by it where this
+/// binary can (so the spec's hash covers the defaults filled in).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Configs {
+    #[serde(default)]
+    pub qemu: Option<lazyinit_qemu::QemuConfig>,
+    /// Checked by the EC2 provider (its crate is an optional feature).
+    #[serde(default)]
+    pub ec2: Option<toml::Value>,
+}
+
+impl ProviderConfigs for Configs {
+    fn default_provider() -> String {
+        "qemu".into()
+    }
+}
+
+/// An experiment spec as this binary reads it.
+pub type Spec = lazyinit_orchestrator::Spec<Configs>;
+
+/// Flags of `run` and `plan` that set a provider's table.
+#[derive(clap::Args, Debug, Default)]
+pub struct ProviderFlags {
+    /// QEMU accelerator: auto (KVM if it works, else TCG), kvm, tcg.
+    #[arg(long)]
+    pub accel: Option<lazyinit_qemu::AccelChoice>,
+}
+
+impl ProviderFlags {
+    pub fn apply(&self, spec: &mut Spec) {
+        if let Some(accel) = self.accel {
+            spec.provider_config
+                .qemu
+                .get_or_insert_with(Default::default)
+                .accel = accel;
+        }
+    }
+}
+
+/// Refuses a spec that names a provider this binary does not know.
+pub fn check_name(spec: &Spec, origin: &str) -> anyhow::Result<()> {
+    if names().any(|n| n == spec.provider) {
+        return Ok(());
+    }
+    Err(bad_input(format!(
+        "{origin}: provider `{}`: use {}",
+        spec.provider,
+        names().collect::<Vec<_>>().join(" or ")
+    ))
+    .into())
+}
+
+/// The spec's provider (see [`Make`]), its machines reached with the keys
+/// in `keys_dir` ([`RunKeys::dir`] for a run; `plan` reads no keys).
+pub fn provider(spec: &Spec, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
+    named(&spec.provider, &spec.provider_config, keys_dir)
+}
+
+fn known(name: &str) -> anyhow::Result<&'static Known> {
+    PROVIDERS
+        .iter()
+        .find(|k| k.name == name)
+        .ok_or_else(|| bad_input(format!("unknown provider `{name}`")).into())
+}
+
+fn named(name: &str, configs: &Configs, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
+    (known(name)?.make)(configs, keys_dir)
+}
+
+/// The SSH keys of one run: the project's own (made once, in the state
+/// folder), or, for a provider whose machines carry the host key off this
+/// host, keys made for this run alone, in a private folder that goes (keys
+/// and keyed guest images) when this is dropped.
+pub struct RunKeys {
+    dir: PathBuf,
+    _own: Option<lazyinit_ssh::RunKeys>,
+}
+
+impl RunKeys {
+    /// The folder of the keys, and of the guest images that hold them.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// The keys a run of `spec` uses (see [`RunKeys`]).
+pub fn run_keys(spec: &Spec) -> anyhow::Result<RunKeys> {
+    let state = lazyinit_core::paths::state_dir();
+    if !known(&spec.provider)?.keys_per_run {
+        return Ok(RunKeys {
+            dir: state,
+            _own: None,
+        });
+    }
+    let own = lazyinit_ssh::RunKeys::create(&state, &format!("{}-run-", spec.provider))?;
+    Ok(RunKeys {
+        dir: own.state_dir().to_path_buf(),
+        _own: Some(own),
+    })
+}
+
+/// The kernel profile rows of `provider` ran (their machines' kind), for
+/// the KCIDB export; `None` for a provider this binary cannot make.
+pub fn kernel_profile(provider: &str) -> Option<KernelProfile> {
+    named(
+        provider,
+        &Configs::default(),
+        &lazyinit_core::paths::state_dir(),
+    )
+    .ok()
+    .map(|p| p.kernel_profile())
+}
+
+/// The EC2 provider from the spec's `[provider-config.ec2]` table; the
+/// run's keys (in `keys_dir`), converted for cloud-init, are read in its
+/// preflight.
 #[cfg(feature = "ec2")]
-fn ec2_config(spec: &Spec) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
-    let table = spec
-        .provider_config
+fn ec2(configs: &Configs, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
+    use lazyinit_ec2::userdata::KeyError;
+    let cfg = ec2_config(configs)?;
+    let keys_dir = keys_dir.to_path_buf();
+    let load_keys: lazyinit_ec2::KeyLoader = Box::new(move || {
+        let keys = lazyinit_ssh::Keys::load_or_create(&keys_dir)
+            .map_err(|e| KeyError::Load(e.to_string()))?;
+        lazyinit_ec2::GuestKeys::from_dropbear(
+            &keys.host_private,
+            &keys.host_public.public_line(),
+            &keys.client_public,
+        )
+    });
+    let p = lazyinit_ec2::Ec2Provider::new(cfg, load_keys)
+        .map_err(|e| bad_input(format!("[provider-config.ec2]: {e}")))?;
+    Ok(Arc::new(p))
+}
+
+#[cfg(not(feature = "ec2"))]
+fn ec2(_configs: &Configs, _keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
+    Err(bad_input(
+        "this lazyinit-bench was built without the `ec2` feature: rebuild with default features",
+    )
+    .into())
+}
+
+/// The `[provider-config.ec2]` table, validated.
+#[cfg(feature = "ec2")]
+fn ec2_config(configs: &Configs) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
+    let table = configs
         .ec2
         .clone()
         .unwrap_or_else(|| toml::Value::Table(Default::default()));
@@ -24,58 +213,89 @@ fn ec2_config(spec: &Spec) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
     Ok(cfg)
 }
 
-/// The run's keys (in `state_dir`) as the EC2 user data needs them: the
-/// pinned host key converted to OpenSSH format by the EC2 crate (never
-/// logged).
+/// `cleanup`: EC2's sweep of tagged instances and volumes, the caller's
+/// own (Owner tag) unless `--all-owners`.
 #[cfg(feature = "ec2")]
-fn guest_keys(state_dir: &Path) -> anyhow::Result<lazyinit_ec2::GuestKeys> {
-    let keys = lazyinit_ssh::Keys::load_or_create(state_dir)?;
-    Ok(lazyinit_ec2::GuestKeys::from_dropbear(
-        &keys.host_private,
-        &keys.host_public.public_line(),
-        &keys.client_public,
-    )?)
-}
+pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
+    use anyhow::Context;
+    use lazyinit_core::exit;
+    use lazyinit_ec2::{client, config, ops::Pace, Ec2Error, Sweep};
 
-/// The EC2 provider from the spec's `[provider-config.ec2]` table, with the
-/// keys of `state_dir` (the run's own: see `run`).
-#[cfg(feature = "ec2")]
-pub async fn ec2_provider(spec: &Spec, state_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
-    let cfg = ec2_config(spec)?;
-    let p = lazyinit_ec2::Ec2Provider::new(cfg, guest_keys(state_dir)?).await?;
-    Ok(Arc::new(p))
+    if a.run_id.is_none() && !a.expired {
+        return Err(
+            exit::bad_input("say what to clean up: --run-id ID, --expired, or both").into(),
+        );
+    }
+    let mut cfg = match &a.config {
+        Some(p) => config::from_spec_file(p).map_err(|e| exit::bad_input(e.to_string()))?,
+        None => config::Ec2Config::default(),
+    };
+    if a.endpoint_url.is_some() {
+        cfg.endpoint_url = a.endpoint_url.clone();
+    }
+    if a.region.is_some() {
+        cfg.region = a.region.clone();
+    }
+    if a.profile.is_some() {
+        cfg.profile = a.profile.clone();
+    }
+    let counter = client::ApiCounter::default();
+    let c = client::build(&cfg, None, counter.clone()).await;
+    let owner = match a.all_owners {
+        true => None,
+        false => Some(a.owner.clone().unwrap_or_else(|| cfg.owner_tag())),
+    };
+    let sweep = Sweep::new(a.run_id.clone(), a.expired, owner, a.dry_run);
+    let report = match lazyinit_ec2::cleanup(&c, &sweep, Pace::of(&cfg)).await {
+        Ok(r) => r,
+        Err(e @ Ec2Error::BadInput(_)) => return Err(exit::bad_input(e.to_string()).into()),
+        Err(e) => return Err(e).context("cleanup could not list or remove resources"),
+    };
+    print!("{}", report.render());
+    tracing::info!("cleanup used {}", counter.snapshot());
+    if report.failed.is_empty() {
+        Ok(exit::OK)
+    } else {
+        anyhow::bail!(
+            "{} resource(s) could not be removed (listed above); rerun the same command",
+            report.failed.len()
+        )
+    }
 }
 
 #[cfg(not(feature = "ec2"))]
-pub async fn ec2_provider(_spec: &Spec, _state_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
-    Err(bad_input(
-        "this lazyinit-bench was built without the `ec2` feature: rebuild with default features",
+pub async fn cleanup(_a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
+    Err(lazyinit_core::exit::bad_input(
+        "this lazyinit-bench was built without the `ec2` feature: rebuild with default features to use cleanup",
     )
     .into())
 }
 
-/// The EC2 cost estimate for `plan`.
-#[cfg(feature = "ec2")]
-pub fn plan_cost(spec: &Spec, plan: &Plan) -> anyhow::Result<String> {
-    let cfg = ec2_config(spec)?;
-    let cells: Vec<lazyinit_core::Cell> = plan.cells.iter().map(|c| c.cell.clone()).collect();
-    let durations: Vec<_> = cells.iter().map(lazyinit_ec2::predicted_lazyinit).collect();
-    let est =
-        lazyinit_ec2::estimate(&cells, &durations, &cfg).map_err(|e| bad_input(e.to_string()))?;
-    Ok(format!(
-        "ec2: {:.1} instance-hours, {:.0} GB-hours of volumes, about ${:.2} on demand",
-        est.instance_hours, est.volume_gb_hours, est.usd
-    ))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[cfg(not(feature = "ec2"))]
-pub fn plan_cost(_spec: &Spec, _plan: &Plan) -> anyhow::Result<String> {
-    Ok("ec2: cost estimate unavailable (built without the `ec2` feature)".into())
-}
+    #[test]
+    fn every_named_provider_can_be_made_without_io() {
+        for name in names() {
+            let p = named(name, &Configs::default(), Path::new("/nonexistent"));
+            if cfg!(feature = "ec2") || name != "ec2" {
+                assert_eq!(p.unwrap().name(), name);
+            }
+        }
+        assert_eq!(kernel_profile("qemu"), Some(KernelProfile::Qemu));
+        if cfg!(feature = "ec2") {
+            assert_eq!(kernel_profile("ec2"), Some(KernelProfile::Cloud));
+        }
+        assert_eq!(kernel_profile("gce"), None);
+    }
 
-/// The table printed at the end of `run`: the same markdown as `report`.
-pub fn table_for(csv: &Path) -> anyhow::Result<String> {
-    let rows = lazyinit_core::results::read_rows(csv)?;
-    let rep = lazyinit_report::build(&rows, lazyinit_report::Metric::default());
-    Ok(lazyinit_report::render::markdown::render(&rep))
+    /// Only a provider whose machines take the host key off this host
+    /// (EC2's user data) makes keys for each run.
+    #[test]
+    fn keys_of_their_own_for_cloud_runs_only() {
+        assert!(known("ec2").unwrap().keys_per_run);
+        assert!(!known("qemu").unwrap().keys_per_run);
+        assert!(known("gce").is_err());
+    }
 }

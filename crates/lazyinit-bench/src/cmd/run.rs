@@ -1,15 +1,16 @@
 //! `lazyinit-bench run` and `plan`.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lazyinit_core::exit::{self, bad_input};
-use lazyinit_core::provider::Provider;
-use lazyinit_core::{Arch, ByteSize, Hz, KernelSource, Variant};
-use lazyinit_orchestrator::spec::{self, Spec};
+use lazyinit_core::{Arch, ByteSize, Hz, KernelSource, RunFolder, StorageProfile, Variant};
+use lazyinit_orchestrator::spec;
+
+use super::providers::{self, ProviderFlags, Spec};
 
 #[derive(clap::Args, Debug)]
 pub struct SpecArgs {
@@ -29,22 +30,27 @@ pub struct SpecArgs {
     /// One cell: volume size, e.g. 64GiB, 2TiB.
     #[arg(long)]
     pub size: Option<ByteSize>,
-    /// One cell: kernel source (debian-6.1, debian-6.12, a version, a path).
+    /// One cell: kernel source (debian-6.1, debian-6.12, debian-5.10, a
+    /// version, a path).
     #[arg(long)]
     pub source: Option<KernelSource>,
+    /// A kernel config file as the base of every kernel (`kernel-config` in
+    /// a spec): the harness sets only what its guest needs on top.
+    #[arg(long, value_name = "FILE")]
+    pub kernel_config: Option<PathBuf>,
     /// Override the spec's repetitions.
     #[arg(long)]
     pub repetitions: Option<u32>,
     /// Override how many cells run at once (default: what the host holds).
     #[arg(long)]
     pub concurrency: Option<u32>,
-    /// QEMU accelerator: auto (KVM if it works, else TCG), kvm, tcg.
+    #[command(flatten)]
+    pub provider: ProviderFlags,
+    /// What a zeroing costs on the volume: ebs, ebs:D, latency:D, none,
+    /// unsafe, iops:N (README, "Storage profiles"; the provider says which
+    /// it serves).
     #[arg(long)]
-    pub accel: Option<lazyinit_qemu::AccelChoice>,
-    /// Storage profile for the volume (qemu): none (host cache, flushes reach
-    /// the host disk), unsafe (flushes dropped), or iops:N (throttled).
-    #[arg(long)]
-    pub storage_profile: Option<String>,
+    pub storage_profile: Option<StorageProfile>,
     /// Stop each cell once its cycle has locked, checking from N groups on,
     /// and record a predicted lazyinit_s with a 95% interval instead of a
     /// measurement (the spec's `estimate-after`; README, "Estimates").
@@ -91,7 +97,7 @@ pub struct PlanArgs {
 /// The spec to run: a file, a preset, or one cell from flags.
 pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
     let one_cell = a.arch.is_some() || a.hz.is_some() || a.variant.is_some() || a.size.is_some();
-    let mut spec = match (&a.spec, one_cell) {
+    let (mut spec, origin) = match (&a.spec, one_cell) {
         (Some(_), true) => {
             return Err(bad_input(
                 "give either a spec/preset or --arch/--hz/--variant/--size, not both",
@@ -110,14 +116,18 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
                 "name = \"cell\"\narches = [\"{arch}\"]\nhz = [{hz}]\nvariants = [\"{variant}\"]\nsizes = [\"{size}\"]\nsources = [\"{}\"]\n",
                 a.source.clone().unwrap_or_default()
             );
-            Spec::parse(&text, "command line").map_err(|e| bad_input(e.to_string()))?
+            let spec = Spec::parse(&text, "command line").map_err(|e| bad_input(e.to_string()))?;
+            (spec, "command line".to_string())
         }
         (spec_arg, false) => {
             let name = spec_arg.as_deref().unwrap_or("quick");
             if let Some(text) = spec::preset(name) {
-                Spec::parse(text, name).map_err(|e| bad_input(e.to_string()))?
+                let spec = Spec::parse(text, name).map_err(|e| bad_input(e.to_string()))?;
+                (spec, name.to_string())
             } else if std::path::Path::new(name).exists() {
-                Spec::load(std::path::Path::new(name)).map_err(|e| bad_input(e.to_string()))?
+                let spec =
+                    Spec::load(std::path::Path::new(name)).map_err(|e| bad_input(e.to_string()))?;
+                (spec, name.to_string())
             } else {
                 return Err(bad_input(format!(
                     "`{name}` is neither a spec file nor a preset ({})",
@@ -130,61 +140,52 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
     if let Some(r) = a.repetitions {
         spec.repetitions = r;
     }
+    if let Some(c) = &a.kernel_config {
+        if !c.is_file() {
+            return Err(
+                bad_input(format!("--kernel-config: {} is not a file", c.display())).into(),
+            );
+        }
+        spec.kernel_config = Some(c.clone());
+    }
     if let Some(c) = a.concurrency {
         if c == 0 {
             return Err(bad_input("--concurrency must be at least 1").into());
         }
         spec.concurrency = spec::Concurrency::Fixed(c);
     }
-    if let Some(p) = &a.storage_profile {
-        spec.storage_profile = p
-            .parse()
-            .map_err(|e: lazyinit_core::storage::BadStorageProfile| bad_input(e.to_string()))?;
+    if let Some(p) = a.storage_profile {
+        spec.storage_profile = p;
     }
     if let Some(n) = a.estimate_after {
         spec::check_estimate_after(n).map_err(bad_input)?;
         spec.estimate_after = Some(n);
     }
-    if let Some(accel) = a.accel {
-        spec.provider_config
-            .qemu
-            .get_or_insert_with(Default::default)
-            .accel = accel;
-    }
+    a.provider.apply(&mut spec);
+    providers::check_name(&spec, &origin)?;
     Ok(spec)
-}
-
-fn qemu_config(spec: &Spec) -> lazyinit_qemu::QemuConfig {
-    spec.provider_config.qemu.clone().unwrap_or_default()
 }
 
 pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
     let spec = resolve_spec(&a.spec)?;
-    let qc = qemu_config(&spec);
+    // Reads no keys: the state folder is only named.
+    let provider = providers::provider(&spec, &lazyinit_core::paths::state_dir())?;
     let p = lazyinit_orchestrator::plan(
         &spec,
-        qc.memory_mib as u64,
+        &*provider,
         lazyinit_orchestrator::plan::host_available_mib(),
     );
+    // The plan is shown even when its price is not known (a price
+    // missing from the config is then the error).
+    let priced = p.clone().priced(&*provider);
+    let shown = priced.as_ref().unwrap_or(&p);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&p)?);
+        println!("{}", serde_json::to_string_pretty(shown)?);
     } else {
-        print!("{}", lazyinit_orchestrator::plan::render(&p));
-        if spec.provider == "ec2" {
-            println!("{}", super::providers::plan_cost(&spec, &p)?);
-        }
+        print!("{}", lazyinit_orchestrator::plan::render(shown));
     }
+    priced.map_err(|e| bad_input(e.to_string()))?;
     Ok(exit::OK)
-}
-
-async fn provider_for(spec: &Spec, state_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
-    match spec.provider.as_str() {
-        "qemu" => Ok(Arc::new(lazyinit_qemu::QemuProvider::new(qemu_config(
-            spec,
-        )))),
-        "ec2" => super::providers::ec2_provider(spec, state_dir).await,
-        other => Err(bad_input(format!("unknown provider `{other}`")).into()),
-    }
 }
 
 /// SIGINT/SIGTERM set the cancel flag; the runner stops guests and records
@@ -217,10 +218,12 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     if a.alone {
         spec.concurrency = spec::Concurrency::Fixed(1);
     }
-    let qc = qemu_config(&spec);
+    // The run's SSH keys: its own for a cloud provider (they go with it).
+    let keys = providers::run_keys(&spec)?;
+    let provider = providers::provider(&spec, keys.dir())?;
     let plan = lazyinit_orchestrator::plan(
         &spec,
-        qc.memory_mib as u64,
+        &*provider,
         lazyinit_orchestrator::plan::host_available_mib(),
     );
     let mut out = a
@@ -234,28 +237,12 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             .unwrap_or_default();
         out.set_file_name(format!("{name}-alone"));
     }
-    // A cloud run gets its own SSH keys: the host key's private half goes
-    // into every instance's user data, so it must not be one key for every
-    // instance forever. The folder (keys, keyed initramfs copies) goes when
-    // the run does.
-    let run_keys = if spec.provider == "ec2" {
-        Some(lazyinit_ssh::RunKeys::create(
-            &lazyinit_core::paths::state_dir(),
-            "ec2-run-",
-        )?)
-    } else {
-        None
-    };
-    let state_dir = run_keys
-        .as_ref()
-        .map(|k| k.state_dir().to_path_buf())
-        .unwrap_or_else(lazyinit_core::paths::state_dir);
-    let provider = provider_for(&spec, &state_dir).await?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone());
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let ui = super::ui::spawn(rx, &plan, out.join("events.jsonl"), show_bars());
+    let folder = RunFolder::new(&out);
+    let ui = super::ui::spawn(rx, &plan, &folder, show_bars());
     eprintln!(
         "run {}: {} cells, {} at once, results in {}",
         plan.run_id,
@@ -264,21 +251,29 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         out.display()
     );
     let opts = lazyinit_orchestrator::RunOptions {
-        out_dir: out.clone(),
-        cache_dir: lazyinit_core::paths::cache_dir(),
-        state_dir,
+        folder,
         events: lazyinit_core::events::EventSink::new(tx),
         cancel: cancel.clone(),
-        jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
         prioritize_sensitive: !a.no_isolate,
-        kernel_profile: lazyinit_kernel::Profile::for_provider(&spec.provider),
         boot_timeout: Duration::from_secs(a.boot_timeout),
+        artifacts: Arc::new(
+            lazyinit_orchestrator::artifacts::Built::new(
+                lazyinit_core::paths::cache_dir(),
+                keys.dir().to_path_buf(),
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )
+            .with_kernel_config(spec.kernel_config.clone()),
+        ),
     };
     let result = lazyinit_orchestrator::run(&spec, &plan, provider, opts).await;
     let _ = ui.await;
     let summary = result?;
+    let not_started = match summary.not_started {
+        0 => String::new(),
+        n => format!(", {n} not started"),
+    };
     eprintln!(
-        "{} ok, {} failed, {} interrupted, {} already done; rows in {}",
+        "{} ok, {} failed, {} interrupted{not_started}, {} already done; rows in {}",
         summary.ok,
         summary.failed,
         summary.interrupted,
@@ -286,7 +281,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         summary.results_csv.display()
     );
     if !a.no_report && summary.results_csv.exists() {
-        match super::providers::table_for(&summary.results_csv) {
+        match table_for(&summary.results_csv) {
             Ok(t) => println!("{t}"),
             Err(e) => eprintln!("(no table: {e:#})"),
         }
@@ -302,7 +297,15 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     } else if code == exit::INTERRUPTED {
         eprintln!("interrupted: rerun the same command to resume");
     }
+    drop(keys);
     Ok(code)
+}
+
+/// The table printed at the end of `run`: the same markdown as `report`.
+fn table_for(csv: &std::path::Path) -> anyhow::Result<String> {
+    let rows = lazyinit_core::results::read_rows(csv)?;
+    let rep = lazyinit_report::build(&rows, lazyinit_report::Metric::default());
+    Ok(lazyinit_report::render::markdown::render(&rep))
 }
 
 fn show_bars() -> bool {

@@ -3,19 +3,20 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lazyinit_core::events::{Event, Phase};
+use lazyinit_core::RunFolder;
 use lazyinit_orchestrator::Plan;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub fn spawn(
     mut rx: UnboundedReceiver<Event>,
     plan: &Plan,
-    log: PathBuf,
+    folder: &RunFolder,
     bars: bool,
 ) -> tokio::task::JoinHandle<()> {
+    let (log, run_log) = (folder.events_jsonl(), folder.run_log());
     let ids: Vec<String> = plan.cells.iter().map(|c| c.id.clone()).collect();
     let width = ids.iter().map(|s| s.len()).max().unwrap_or(10);
     tokio::spawn(async move {
@@ -49,9 +50,7 @@ pub fn spawn(
                     .append(true)
                     .open(&log)
                     .ok();
-                if let Some(dir) = log.parent() {
-                    super::log_to_file(&dir.join("run.log"));
-                }
+                super::log_to_file(&run_log);
             }
             if let Some(f) = file.as_mut() {
                 let mut v = serde_json::to_value(&e).unwrap_or_default();

@@ -100,9 +100,7 @@ impl Moto {
     }
 
     pub async fn provider(&self, cfg: Ec2Config) -> Ec2Provider {
-        Ec2Provider::with_credentials(cfg, keys(), creds())
-            .await
-            .unwrap()
+        Ec2Provider::with_credentials(cfg, keys(), creds()).unwrap()
     }
 }
 
@@ -151,7 +149,7 @@ pub fn request(run_id: &str, cell: Cell, log_dir: PathBuf) -> LaunchRequest {
         kernel_image: "/nonexistent/bzImage".into(),
         kernel_release: "6.1.0-test".into(),
         initramfs: "/nonexistent/initramfs.cpio.gz".into(),
-        log_dir,
+        folder: lazyinit_core::CellFolder::at(log_dir),
         extra_cmdline: vec![],
         storage_profile: lazyinit_core::StorageProfile::None,
     }
@@ -159,8 +157,8 @@ pub fn request(run_id: &str, cell: Cell, log_dir: PathBuf) -> LaunchRequest {
 
 /// Reads the launch record the provider wrote into the cell's log folder.
 pub fn record(log_dir: &std::path::Path) -> serde_json::Value {
-    let text =
-        std::fs::read_to_string(log_dir.join("ec2.json")).expect("ec2.json written at launch");
+    let path = lazyinit_core::CellFolder::at(log_dir).ec2_json();
+    let text = std::fs::read_to_string(path).expect("ec2.json written at launch");
     serde_json::from_str(&text).unwrap()
 }
 

@@ -85,8 +85,14 @@ impl Remote for Lazyinit {
             return ok(format!("pid={pid}\ngroups={}\n", self.done()));
         }
         if script.ends_with(WAIT_GROUPS_SH) {
-            // `set -- 'K' 'T'`: wait until K groups in all were zeroed.
-            let upto: usize = script.split('\'').nth(1).unwrap().parse().unwrap();
+            // `set -- K T`: wait until K groups in all were zeroed.
+            let args = script
+                .lines()
+                .next()
+                .unwrap()
+                .strip_prefix("set -- ")
+                .unwrap();
+            let upto: usize = args.split_whitespace().next().unwrap().parse().unwrap();
             let k = upto.saturating_sub(self.done());
             self.scripts.push(format!("wait {k}"));
             if let Some(c) = &self.cancel_at_wait {
@@ -103,6 +109,10 @@ impl Remote for Lazyinit {
             return ok(self.trace());
         }
         Err(GuestError::Ssh(format!("unexpected script: {script}")))
+    }
+
+    fn upload(&mut self, _local: &Path, remote: &str, _mode: u32) -> Result<(), GuestError> {
+        Err(GuestError::Ssh(format!("unexpected upload to {remote}")))
     }
 }
 
@@ -124,7 +134,7 @@ fn opts(dir: &Path, after: Option<u64>) -> ProtocolOptions {
         wait_mult: 10,
         poll_interval: Duration::from_millis(1),
         lazyinit_deadline: Duration::from_secs(60),
-        log_dir: dir.to_path_buf(),
+        folder: lazyinit_core::CellFolder::at(dir),
         cancel: Arc::new(AtomicBool::new(false)),
         events: EventSink::discard(),
         gate: Arc::new(NoGate),
@@ -152,8 +162,11 @@ fn stops_once_n_groups_are_traced_and_the_cycle_locked() {
         g.scripts,
         ["poll", "wait 32", "poll", "wait 18", "poll", "trace 50"]
     );
-    let e = m.estimate.unwrap();
-    assert_eq!((e.groups_traced, m.traced_groups), (50, 50));
+    assert!(m.estimated);
+    assert_eq!((m.estimate_groups, m.traced_groups), (Some(50), Some(50)));
+    let (lo, hi) = (m.lazyinit_lo_s.unwrap(), m.lazyinit_hi_s.unwrap());
+    assert!(lo <= m.lazyinit_s.unwrap() && m.lazyinit_s.unwrap() <= hi);
+    assert!((m.estimate_cycle_ms.unwrap() - 110.0).abs() < 1.0);
     assert_eq!(m.sleep_ticks, Some(10));
     let truth = g.run.lazyinit_s();
     assert!((m.lazyinit_s.unwrap() / truth - 1.0).abs() < 0.005);
@@ -189,7 +202,7 @@ fn goes_on_while_the_cycles_disagree() {
         .filter(|s| s.starts_with("trace"))
         .collect();
     assert_eq!(reads, ["trace 50", "trace 75", "trace 112"]);
-    assert_eq!(m.estimate.unwrap().groups_traced, 112);
+    assert_eq!(m.estimate_groups, Some(112));
     let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
     assert!(log.contains("check at 50: group 40's cycle"), "{log}");
     assert!(log.contains("ran back to back"), "{log}");
@@ -207,7 +220,8 @@ fn a_cycle_that_never_locks_is_measured() {
     }));
     let (stopped, m) = stop(&mut g, 250, &opts(dir.path(), Some(25))).unwrap();
     assert!(!stopped);
-    assert_eq!(m.estimate, None);
+    assert!(!m.estimated);
+    assert_eq!(m.estimate_groups, None);
     let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
     assert!(log.ends_with("past the last group: measured\n"), "{log}");
 }

@@ -104,7 +104,7 @@ pub fn test_path(row: &ResultRow, metric: &str) -> String {
     if row.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
         size.push_str(&format!("-init_itable-{}", row.wait_mult));
     }
-    if row.estimated {
+    if row.measured.estimated {
         size.push_str("-estimate");
     }
     format!("ext4.lazyinit.{size}.{}", path_part(metric))

@@ -53,9 +53,9 @@ impl TestMetric {
     }
     fn of(self, row: &ResultRow) -> Option<f64> {
         match self {
-            TestMetric::LazyinitS => row.lazyinit_s,
-            TestMetric::MsPerGroup => row.ms_per_group,
-            TestMetric::SleepTicks => row.sleep_ticks.map(|l| l as f64),
+            TestMetric::LazyinitS => row.measured.lazyinit_s,
+            TestMetric::MsPerGroup => row.measured.ms_per_group,
+            TestMetric::SleepTicks => row.measured.sleep_ticks.map(|l| l as f64),
         }
         .filter(|v| v.is_finite())
     }
@@ -93,7 +93,7 @@ fn reported(row: &ResultRow, m: TestMetric, measured: Option<f64>) -> Option<Rep
 /// whose runs agree), and at the default zeroing time for L itself.
 fn modelled(row: &ResultRow, m: TestMetric, measured: Option<f64>) -> ModelFigure {
     let key = CellKey::of(row);
-    let measured_l: Vec<u64> = row.sleep_ticks.into_iter().collect();
+    let measured_l: Vec<u64> = row.measured.sleep_ticks.into_iter().collect();
     let (value, mv) = match m {
         TestMetric::LazyinitS => {
             let mv = model_for(&key, &measured_l, Metric::LazyinitS);
@@ -131,7 +131,7 @@ fn environment(row: &ResultRow) -> Environment {
             accel: row.accel.clone(),
             storage_profile: row.storage_profile.clone(),
             concurrency: row.concurrency,
-            clocksource: row.clocksource.clone(),
+            clocksource: row.measured.clocksource.clone(),
         },
     }
 }
@@ -153,15 +153,15 @@ fn clip(s: &str, max: usize) -> &str {
 }
 
 fn estimate(row: &ResultRow, m: TestMetric) -> Option<EstimateMisc> {
-    if !row.estimated {
+    if !row.measured.estimated {
         return None;
     }
     let lazyinit = m == TestMetric::LazyinitS;
     Some(EstimateMisc {
-        groups_traced: row.estimate_groups.unwrap_or(0),
-        cycle_ms: row.estimate_cycle_ms,
-        lo: row.lazyinit_lo_s.filter(|_| lazyinit),
-        hi: row.lazyinit_hi_s.filter(|_| lazyinit),
+        groups_traced: row.measured.estimate_groups.unwrap_or(0),
+        cycle_ms: row.measured.estimate_cycle_ms,
+        lo: row.measured.lazyinit_lo_s.filter(|_| lazyinit),
+        hi: row.measured.lazyinit_hi_s.filter(|_| lazyinit),
     })
 }
 
@@ -176,11 +176,11 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                 _ => None,
             };
             let (status, note) = match (row.status, value) {
-                (Status::Ok, Some(_)) if row.estimated => (
+                (Status::Ok, Some(_)) if row.measured.estimated => (
                     "DONE",
                     format!(
                         "estimated from the first {} groups, not measured to the thread's exit",
-                        row.estimate_groups.unwrap_or(0)
+                        row.measured.estimate_groups.unwrap_or(0)
                     ),
                 ),
                 (Status::Ok, Some(_)) => ("DONE", "measured".to_string()),
@@ -215,7 +215,7 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                 ),
                 log_url: files
                     .iter()
-                    .find(|f| f.name == "console.log")
+                    .find(|f| f.name == lazyinit_core::CellFolder::CONSOLE_LOG)
                     .map(|f| f.url.clone()),
                 log_excerpt: (!row.error.is_empty()).then(|| clip(&row.error, 16384).to_string()),
                 output_files: files.to_vec(),
@@ -229,9 +229,9 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                     variant: row.variant.to_string(),
                     wait_mult: row.wait_mult,
                     volume_bytes: row.volume_bytes,
-                    groups: row.groups,
-                    traced_groups: row.traced_groups,
-                    mkfs_cmd: row.mkfs_cmd.clone(),
+                    groups: row.measured.groups,
+                    traced_groups: row.measured.traced_groups,
+                    mkfs_cmd: row.measured.mkfs_cmd.clone(),
                     harness_version: row.harness_version.clone(),
                     reported_2021: reported(row, m, value),
                     model: Some(modelled(row, m, value)),
@@ -252,7 +252,7 @@ mod tests {
         let mut r = row("debian-6.1", 726.8);
         r.hz = Hz::new(250).unwrap();
         r.volume_bytes = 2 << 40;
-        r.ms_per_group = Some(44.04);
+        r.measured.ms_per_group = Some(44.04);
         r
     }
 
@@ -275,12 +275,12 @@ mod tests {
     #[test]
     fn an_estimated_row_says_so() {
         let mut r = reported_cell();
-        r.estimated = true;
+        r.measured.estimated = true;
         r.estimate_after = Some(50);
-        r.estimate_groups = Some(50);
-        r.estimate_cycle_ms = Some(44.0);
-        r.lazyinit_lo_s = Some(725.0);
-        r.lazyinit_hi_s = Some(730.0);
+        r.measured.estimate_groups = Some(50);
+        r.measured.estimate_cycle_ms = Some(44.0);
+        r.measured.lazyinit_lo_s = Some(725.0);
+        r.measured.lazyinit_hi_s = Some(730.0);
         let t = tests_of("o", "o:b", &r, &[]);
         assert!(
             t[0].comment
@@ -323,8 +323,8 @@ mod tests {
         let mut r = row("debian-6.1", 60.0);
         r.arch = Arch::Arm64;
         r.variant = Variant::Fix;
-        r.ms_per_group = None;
-        r.lazyinit_s = Some(f64::INFINITY);
+        r.measured.ms_per_group = None;
+        r.measured.lazyinit_s = Some(f64::INFINITY);
         let t = tests_of("o", "o:b", &r, &[]);
         assert_eq!(t[0].status, "ERROR", "a non-finite value is no measurement");
         assert_eq!(t[1].status, "ERROR");

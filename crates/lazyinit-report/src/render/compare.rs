@@ -159,18 +159,9 @@ pub fn csv(c: &Comparison) -> String {
     }));
     let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record([
-        "cell",
-        "provider",
-        "machine",
-        "accel",
-        "arch",
-        "kernel_source",
-        "hz",
-        "variant",
-        "wait_mult",
-        "volume_bytes",
-        "storage_profile",
+    let mut header = vec!["cell"];
+    header.extend(CellKey::COLUMNS);
+    header.extend([
         "metric",
         "baseline_n",
         "baseline_mean",
@@ -182,22 +173,13 @@ pub fn csv(c: &Comparison) -> String {
         "verdict",
         "baseline_estimated",
         "candidate_estimated",
-    ])
-    .expect("writing to memory");
+    ]);
+    w.write_record(header).expect("writing to memory");
     for l in lines {
         let k = l.key;
-        w.write_record([
-            k.label(),
-            k.provider.clone(),
-            k.machine.clone(),
-            k.accel.clone(),
-            k.arch.to_string(),
-            k.kernel_source.clone(),
-            k.hz.to_string(),
-            k.variant.to_string(),
-            k.wait_mult.to_string(),
-            k.volume_bytes.to_string(),
-            k.storage_profile.clone(),
+        let mut rec = vec![k.label()];
+        rec.extend(k.values());
+        rec.extend([
             c.metric.name().into(),
             l.baseline.map_or(0, |s| s.n).to_string(),
             f(l.baseline.map(|s| s.mean)),
@@ -209,8 +191,8 @@ pub fn csv(c: &Comparison) -> String {
             l.verdict,
             l.estimated.0.to_string(),
             l.estimated.1.to_string(),
-        ])
-        .expect("writing to memory");
+        ]);
+        w.write_record(rec).expect("writing to memory");
     }
     String::from_utf8(w.into_inner().expect("flushing memory")).expect("CSV of UTF-8 fields")
 }

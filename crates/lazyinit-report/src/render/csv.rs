@@ -1,20 +1,12 @@
 //! CSV: one row per cell, for spreadsheets and scripts. Ratios and failures
 //! are in the JSON and markdown outputs.
 
+use crate::cells::CellKey;
 use crate::report::Report;
 
-pub const HEADER: &[&str] = &[
-    "provider",
-    "machine",
-    "accel",
-    "arch",
-    "kernel_source",
-    "hz",
-    "variant",
-    "wait_mult",
-    "volume_bytes",
-    "volume",
-    "storage_profile",
+/// After the cell key's columns (with `volume`, the size in words, after
+/// `volume_bytes`).
+const STATS: &[&str] = &[
     "metric",
     "n",
     "failed",
@@ -37,29 +29,37 @@ pub const HEADER: &[&str] = &[
     "pi95_hi",
 ];
 
+/// Every column, in order.
+pub fn header() -> Vec<&'static str> {
+    let mut h = with_volume(CellKey::COLUMNS.to_vec(), "volume");
+    h.extend_from_slice(STATS);
+    h
+}
+
+/// `volume` right after `volume_bytes`.
+fn with_volume<T>(mut key: Vec<T>, volume: T) -> Vec<T> {
+    let at = CellKey::COLUMNS
+        .iter()
+        .position(|c| *c == "volume_bytes")
+        .expect("the key has volume_bytes")
+        + 1;
+    key.insert(at, volume);
+    key
+}
+
 fn opt(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.6}")).unwrap_or_default()
 }
 
 pub fn render(report: &Report) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(HEADER).expect("writing to memory");
+    w.write_record(header()).expect("writing to memory");
     for c in &report.cells {
         let k = &c.key;
         let s = c.summary.as_ref();
         let ticks: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
-        let rec: Vec<String> = vec![
-            k.provider.clone(),
-            k.machine.clone(),
-            k.accel.clone(),
-            k.arch.to_string(),
-            k.kernel_source.clone(),
-            k.hz.to_string(),
-            k.variant.to_string(),
-            k.wait_mult.to_string(),
-            k.volume_bytes.to_string(),
-            k.volume().to_string(),
-            k.storage_profile.clone(),
+        let mut rec = with_volume(k.values().to_vec(), k.volume().to_string());
+        rec.extend([
             report.metric.name().to_string(),
             s.map_or(0, |s| s.n).to_string(),
             c.failed.to_string(),
@@ -84,7 +84,7 @@ pub fn render(report: &Report) -> String {
                 .join(";"),
             opt(c.prediction.map(|p| p.lo)),
             opt(c.prediction.map(|p| p.hi)),
-        ];
+        ]);
         w.write_record(&rec).expect("writing to memory");
     }
     String::from_utf8(w.into_inner().expect("flushing memory")).expect("CSV of UTF-8 fields")

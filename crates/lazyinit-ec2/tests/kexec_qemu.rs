@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use lazyinit_core::provider::{LaunchRequest, Provider};
-use lazyinit_core::{Arch, ByteSize, Cell, Hz, KernelSource, Variant};
-use lazyinit_guest::SshRemote;
+use lazyinit_core::{Arch, ByteSize, Cell, CellFolder, Hz, KernelSource, Variant};
+use lazyinit_guest::Connect;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kexec_into_the_kernel_under_test() {
@@ -53,44 +53,40 @@ async fn kexec_into_the_kernel_under_test() {
         kernel_image: first.image.clone(),
         kernel_release: first.manifest.kernel_release.clone(),
         initramfs: initrd.clone(),
-        log_dir: tmp.path().join("log"),
+        folder: CellFolder::at(tmp.path().join("log")),
         extra_cmdline: vec![],
         storage_profile: lazyinit_core::StorageProfile::None,
     };
     let mut machine = provider.launch(&req).await.unwrap();
     let ep = machine.endpoint();
     let result = {
-        let keys = keys.clone();
+        let connect = lazyinit_guest::SshConnect::new(keys.clone());
         let kernel = second.image.clone();
         let release = second.manifest.kernel_release.clone();
         tokio::task::spawn_blocking(move || {
-            let remote = SshRemote::wait_ready(
-                &ep,
-                &keys,
-                Instant::now() + Duration::from_secs(120),
-                || true,
+            let deadline = Instant::now() + Duration::from_secs(180);
+            let mut before = connect.wait_ready(&ep, deadline, &mut || true)?;
+            let was = before.exec("uname -r", Duration::from_secs(30))?;
+            // Exactly what the runner does for an EC2 machine (its expiry
+            // an hour away).
+            let plan =
+                lazyinit_ec2::kexec_plan(Arch::X86_64, chrono::Utc::now().timestamp() + 3600);
+            let mut reconnect = || connect.wait_ready(&ep, deadline, &mut || true);
+            let kut = lazyinit_guest::install::KernelUnderTest {
+                image: &kernel,
+                initramfs: &initrd,
+                release: &release,
+            };
+            let mut after = lazyinit_guest::install::install_and_kexec(
+                &mut *before,
+                &mut reconnect,
+                kut,
+                &plan,
+                deadline,
+                &mut |step| eprintln!("{step}"),
             )?;
-            let before = remote
-                .session()
-                .exec("uname -r")
-                .map_err(|e| lazyinit_guest::GuestError::Ssh(e.to_string()))?;
-            let cmdline = lazyinit_orchestrator::runner::kexec_cmdline(Arch::X86_64, &[]);
-            let after = lazyinit_guest::install::install_and_kexec(
-                remote.session(),
-                &ep,
-                &keys,
-                &kernel,
-                &initrd,
-                &cmdline,
-                &release,
-                Instant::now() + Duration::from_secs(180),
-                || true,
-                |m| eprintln!("{m}"),
-            )?;
-            let now = after
-                .exec("uname -r")
-                .map_err(|e| lazyinit_guest::GuestError::Ssh(e.to_string()))?;
-            Ok::<_, lazyinit_guest::GuestError>((before.stdout, now.stdout))
+            let now = after.exec("uname -r", Duration::from_secs(30))?;
+            Ok::<_, lazyinit_guest::GuestError>((was.stdout, now.stdout))
         })
         .await
         .unwrap()

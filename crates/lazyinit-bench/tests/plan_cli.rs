@@ -1,0 +1,94 @@
+//! `plan` as a user runs it, against what the harness printed before the
+//! provider seam (files under tests/golden, made by that binary): the run
+//! ids that name results folders (a rerun of the same spec must find its
+//! folder to resume) and the plans themselves.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn here() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn plan(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_lazyinit-bench"))
+        .arg("plan")
+        .args(args)
+        .current_dir(here())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "plan {args:?}: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn golden(name: &str) -> String {
+    std::fs::read_to_string(here().join("tests/golden").join(name)).unwrap()
+}
+
+#[test]
+fn run_ids_are_those_of_earlier_runs() {
+    for (args, run_id) in [
+        ("quick", "quick-566915d5"),
+        ("reported", "reported-78d5f757"),
+        ("smoke", "smoke-c7561cb2"),
+        ("calibrate-z1", "calibrate-z1-0b4ea860"),
+        ("nightly", "nightly-593e7df7"),
+        ("reported --estimate-after 50", "reported-9bec3024"),
+        ("quick --accel tcg", "quick-2d986395"),
+        (
+            "quick --storage-profile none --repetitions 2",
+            "quick-56cc328a",
+        ),
+        (
+            "--arch arm64 --hz 100 --variant nofix --size 2TiB",
+            "cell-e7390a8b",
+        ),
+        ("tests/golden/qemu-config.toml", "golden-qemu-0a11685d"),
+        ("tests/golden/ec2.toml", "golden-ec2-9fb660dc"),
+    ] {
+        let mut a: Vec<&str> = args.split(' ').collect();
+        a.push("--json");
+        let json: serde_json::Value = serde_json::from_str(&plan(&a)).unwrap();
+        assert_eq!(json["run_id"], run_id, "{args}");
+    }
+}
+
+#[test]
+fn plans_print_as_before() {
+    assert_eq!(
+        plan(&["quick", "--concurrency", "4"]),
+        golden("plan-quick.txt")
+    );
+    assert_eq!(
+        plan(&["reported", "--concurrency", "8"]),
+        golden("plan-reported.txt")
+    );
+    assert_eq!(
+        plan(&["nightly", "--concurrency", "8"]),
+        golden("plan-nightly.txt")
+    );
+    assert_eq!(
+        plan(&["tests/golden/qemu-config.toml", "--concurrency", "1"]),
+        golden("plan-qemu-config.txt")
+    );
+    // EC2 now also says how many API calls the run makes at least.
+    let ec2 = golden("plan-ec2.txt");
+    let want = format!("{}; at least 48 API calls\n", ec2.trim_end());
+    assert_eq!(plan(&["tests/golden/ec2.toml", "--concurrency", "4"]), want);
+}
+
+#[test]
+fn json_plan_has_the_provider_and_its_price() {
+    let json: serde_json::Value =
+        serde_json::from_str(&plan(&["quick", "--concurrency", "4", "--json"])).unwrap();
+    assert_eq!(json["provider"], "qemu");
+    assert_eq!(json["kernel_profile"], "qemu");
+    assert_eq!(json["memory_mib"], 3248);
+    let json: serde_json::Value =
+        serde_json::from_str(&plan(&["tests/golden/ec2.toml", "--json"])).unwrap();
+    assert_eq!(json["kernel_profile"], "cloud");
+    assert_eq!(json["api_calls"], 48);
+    // Machines elsewhere take no memory here: every cell at once.
+    assert_eq!(json["concurrency"], 4);
+}

@@ -1,0 +1,229 @@
+//! A kernel source that is a git work tree: its exact state (the commit,
+//! plus whatever differs from it) is the source's identity, and what a build
+//! copies is what git calls the tree's files (tracked and untracked, never
+//! ignored ones: build outputs of an in-tree build stay behind).
+//!
+//! The user's repository is only read. Every git command runs with
+//! `GIT_OPTIONAL_LOCKS=0`, so not even the index's stat cache is refreshed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::KernelError;
+
+/// What a work tree holds, relative to its commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitState {
+    /// `HEAD`'s full hash.
+    pub commit: String,
+    /// sha256 of the differences (tracked changes and untracked files),
+    /// None when the tree is exactly its commit.
+    pub dirty: Option<String>,
+}
+
+impl GitState {
+    /// `git:<commit>` or `git:<commit>+<16 hex of the differences>`.
+    pub fn identity(&self) -> String {
+        match &self.dirty {
+            None => format!("git:{}", self.commit),
+            Some(d) => format!("git:{}+{}", self.commit, &d[..16]),
+        }
+    }
+}
+
+fn git(root: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.arg("-C").arg(root).env("GIT_OPTIONAL_LOCKS", "0");
+    c
+}
+
+fn output(cmd: &mut Command, what: &str) -> Result<Vec<u8>, KernelError> {
+    let out = cmd
+        .output()
+        .map_err(|e| KernelError::Step(format!("{what}: {e}")))?;
+    if !out.status.success() {
+        return Err(KernelError::Step(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// Whether `root` is the top of a git work tree (a kernel inside a larger
+/// repository is treated as a plain tree).
+pub fn is_work_tree(root: &Path) -> bool {
+    let Ok(out) = git(root).args(["rev-parse", "--show-toplevel"]).output() else {
+        return false;
+    };
+    let top = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    out.status.success()
+        && top.canonicalize().ok().is_some()
+        && top.canonicalize().ok() == root.canonicalize().ok()
+}
+
+/// The differences' digest: the binary diff against the commit, then each
+/// untracked file's name and content.
+pub fn dirty_digest(diff: &[u8], untracked: &[(String, Vec<u8>)]) -> Option<String> {
+    if diff.is_empty() && untracked.is_empty() {
+        return None;
+    }
+    let mut acc = Vec::with_capacity(diff.len() + 64 * untracked.len());
+    acc.extend_from_slice(b"diff\n");
+    acc.extend_from_slice(diff);
+    for (name, content) in untracked {
+        acc.extend_from_slice(format!("\nuntracked {name} ").as_bytes());
+        acc.extend_from_slice(lazyinit_core::paths::sha256_hex(content).as_bytes());
+    }
+    Some(lazyinit_core::paths::sha256_hex(&acc))
+}
+
+fn nul_list(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// Read the tree's state (a second or two on a kernel tree).
+pub fn state(root: &Path) -> Result<GitState, KernelError> {
+    let commit = output(
+        git(root).args(["rev-parse", "--verify", "HEAD^{commit}"]),
+        "git rev-parse HEAD",
+    )
+    .map_err(|e| {
+        KernelError::BadInput(format!(
+            "{} is a git work tree without a commit: {e}",
+            root.display()
+        ))
+    })?;
+    let commit = String::from_utf8_lossy(&commit).trim().to_string();
+    let diff = output(
+        git(root).args(["diff", "HEAD", "--binary", "--no-ext-diff", "--no-color"]),
+        "git diff HEAD",
+    )?;
+    let mut untracked = Vec::new();
+    for name in nul_list(&output(
+        git(root).args(["ls-files", "-z", "--others", "--exclude-standard"]),
+        "git ls-files --others",
+    )?) {
+        let p = root.join(&name);
+        // A symlink's target, not what it points at.
+        let content = match std::fs::read_link(&p) {
+            Ok(t) => t.to_string_lossy().into_owned().into_bytes(),
+            Err(_) => std::fs::read(&p).map_err(|e| KernelError::io(&p, e))?,
+        };
+        untracked.push((name, content));
+    }
+    Ok(GitState {
+        commit,
+        dirty: dirty_digest(&diff, &untracked),
+    })
+}
+
+/// The tree's files as git sees them (tracked and untracked, not ignored,
+/// not deleted), NUL-separated for `tar --null -T`.
+pub fn file_list(root: &Path) -> Result<Vec<u8>, KernelError> {
+    let all = output(
+        git(root).args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ]),
+        "git ls-files",
+    )?;
+    let mut out = Vec::with_capacity(all.len());
+    for name in nul_list(&all) {
+        // Deleted in the work tree but still in the index: not part of it.
+        if std::fs::symlink_metadata(root.join(&name)).is_ok() {
+            out.extend_from_slice(name.as_bytes());
+            out.push(0);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(dir: &Path, script: &str) {
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .unwrap();
+        assert!(st.success(), "{script}");
+    }
+
+    #[test]
+    fn digest_is_none_only_for_a_clean_tree() {
+        assert_eq!(dirty_digest(b"", &[]), None);
+        let a = dirty_digest(b"x", &[]).unwrap();
+        let b = dirty_digest(b"", &[("x".into(), b"".to_vec())]).unwrap();
+        let c = dirty_digest(b"", &[("x".into(), b"1".to_vec())]).unwrap();
+        assert_ne!(a, b);
+        assert_ne!(b, c);
+    }
+
+    #[test]
+    fn state_follows_commits_edits_and_untracked_files_but_not_ignored_ones() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        sh(root, "git init -q -b main && printf 'VERSION = 6\\n' > Makefile && printf '*.o\\n' > .gitignore && git add -A && git commit -qm one");
+        assert!(is_work_tree(root));
+        assert!(!is_work_tree(&root.join(".git")));
+        let clean = state(root).unwrap();
+        assert_eq!(clean.dirty, None);
+        assert_eq!(clean.identity(), format!("git:{}", clean.commit));
+        // A build output (ignored) changes nothing.
+        sh(root, "echo obj > main.o");
+        assert_eq!(state(root).unwrap(), clean);
+        // An edit, then an untracked file: each a new identity.
+        sh(root, "echo '# edit' >> Makefile");
+        let edited = state(root).unwrap();
+        assert_eq!(edited.commit, clean.commit);
+        assert!(edited
+            .identity()
+            .starts_with(&format!("git:{}+", clean.commit)));
+        sh(root, "echo new > new.c");
+        let untracked = state(root).unwrap();
+        assert_ne!(untracked, edited);
+        // The list to copy: tracked and untracked, no build outputs, no
+        // deleted files.
+        sh(
+            root,
+            "git rm -q --cached .gitignore && rm .gitignore && echo '*.o' > .git/info/exclude",
+        );
+        let list = String::from_utf8(file_list(root).unwrap()).unwrap();
+        let mut names: Vec<&str> = list.split('\0').filter(|s| !s.is_empty()).collect();
+        names.sort();
+        assert_eq!(names, ["Makefile", "new.c"]);
+        // Committing makes it clean again, under a new commit; reading
+        // never touched the index.
+        let index = std::fs::metadata(root.join(".git/index"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        let _ = state(root).unwrap();
+        assert_eq!(
+            std::fs::metadata(root.join(".git/index"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+            index
+        );
+        sh(root, "git add -A && git commit -qm two");
+        let two = state(root).unwrap();
+        assert_eq!(two.dirty, None);
+        assert_ne!(two.commit, clean.commit);
+    }
+}

@@ -1,0 +1,293 @@
+//! One cell, start to row: launch its machine, wait for its guest, put the
+//! kernel under test in place when the provider did not boot it, run the
+//! guest protocol, tear the machine down, write the row.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lazyinit_core::events::{Event, Phase};
+use lazyinit_core::provider::{KernelBoot, KexecPlan, LaunchRequest, Machine};
+use lazyinit_core::results::{Measurement, ResultRow, ResultsWriter, Status};
+use lazyinit_core::{exit, model, Cell, Variant};
+use lazyinit_guest::install::KernelUnderTest;
+use lazyinit_guest::{Expectation, ProtocolOptions, Remote};
+
+use crate::error::CellError;
+use crate::gate::CellGate;
+use crate::plan::KernelNeed;
+use crate::runner::Shared;
+
+/// The machine, shared with the blocking waits that ask whether it lives.
+type Held = Arc<tokio::sync::Mutex<Box<dyn Machine>>>;
+
+/// Runs one cell and records how it ended.
+pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
+    let id = cell.id();
+    let folder = sh.folder.cell(&id);
+    let _ = folder.create();
+    let kernel = &sh.built.kernels[&KernelNeed::of(&cell)];
+    let req = LaunchRequest {
+        run_id: sh.run_id.clone(),
+        cell: cell.clone(),
+        kernel_image: kernel.image.clone(),
+        kernel_release: kernel.release.clone(),
+        initramfs: sh.built.initramfs[&cell.arch].clone(),
+        folder,
+        extra_cmdline: vec![],
+        storage_profile: sh.settings.storage_profile,
+    };
+    let mut row = blank_row(sh, &cell, &kernel.release);
+
+    sh.events.phase(&id, Phase::Launch);
+    tracing::info!(cell = %id, storage = %sh.settings.storage_profile, "launching");
+    let launched = Instant::now();
+    let machine = match sh.provider.launch(&req).await {
+        Ok(m) => m,
+        Err(e) => return record(sh, &req, row, Err(CellError::Launch(e)), None),
+    };
+    let info = machine.info();
+    row.machine = info.machine;
+    row.accel = info.accel;
+    let machine: Held = Arc::new(tokio::sync::Mutex::new(machine));
+
+    let gate = sh
+        .gate
+        .for_cell(&id, sh.nice.get(&id).copied().unwrap_or(0));
+    gate.prepare();
+    let measured = on_machine(sh, &req, &machine, launched, &gate, &mut row).await;
+
+    let mut machine = machine.lock().await;
+    let tail = machine.console_tail(40);
+    sh.events.phase(&id, Phase::Teardown);
+    if let Err(e) = machine.teardown().await {
+        let e = exit::chain_text(&e);
+        tracing::error!(cell = %id, "teardown failed: {e}");
+        sh.teardown_failures
+            .lock()
+            .unwrap()
+            .push(format!("{id}: {e}"));
+    }
+    drop(machine);
+    let result = measured.map(|m| {
+        row.measured = m;
+        row.estimate_after = sh.settings.estimate_after;
+    });
+    record(sh, &req, row, result, Some(tail))
+}
+
+/// The guest's part: wait for it, put the kernel under test in place if
+/// the machine booted its own, run the protocol.
+async fn on_machine(
+    sh: &Shared,
+    req: &LaunchRequest,
+    machine: &Held,
+    launched: Instant,
+    gate: &CellGate,
+    row: &mut ResultRow,
+) -> Result<Measurement, CellError> {
+    let id = req.cell.id();
+    let mut remote = boot(sh, &id, machine).await?;
+    row.boot_s = Some(launched.elapsed().as_secs_f64());
+    let kernel_boot = machine.lock().await.kernel_boot();
+    if let KernelBoot::Kexec(plan) = kernel_boot {
+        remote = install_kernel(sh, req, machine, remote, plan).await?;
+    }
+    protocol(sh, req, machine, remote, gate).await
+}
+
+/// Waits until the guest answers, its machine dies or the run is interrupted.
+async fn boot(sh: &Shared, id: &str, machine: &Held) -> Result<Box<dyn Remote>, CellError> {
+    sh.events.phase(id, Phase::Boot);
+    let ep = machine.lock().await.endpoint();
+    let (connect, cancel, m) = (sh.built.connect.clone(), sh.cancel.clone(), machine.clone());
+    let deadline = Instant::now() + sh.boot_timeout;
+    let ready = blocking("boot wait", move || {
+        let mut alive = || !cancel.load(Ordering::SeqCst) && m.blocking_lock().is_alive();
+        connect.wait_ready(&ep, deadline, &mut alive)
+    })
+    .await?;
+    ready.map_err(|e| match sh.cancelled() {
+        true => CellError::Interrupted,
+        false => CellError::Boot(e),
+    })
+}
+
+/// The machine booted its own kernel: upload ours with the initramfs,
+/// kexec as the provider's plan says, reconnect (same pinned host key).
+/// Each step is noted with its time.
+async fn install_kernel(
+    sh: &Shared,
+    req: &LaunchRequest,
+    machine: &Held,
+    mut remote: Box<dyn Remote>,
+    plan: KexecPlan,
+) -> Result<Box<dyn Remote>, CellError> {
+    sh.events
+        .note(&req.cell.id(), "installing the kernel under test (kexec)");
+    let ep = machine.lock().await.endpoint();
+    let (connect, cancel, m) = (sh.built.connect.clone(), sh.cancel.clone(), machine.clone());
+    let (kernel, initrd) = (req.kernel_image.clone(), req.initramfs.clone());
+    let release = req.kernel_release.clone();
+    let (events, id) = (sh.events.clone(), req.cell.id());
+    let deadline = Instant::now() + sh.boot_timeout;
+    let installed = blocking("kernel install", move || {
+        let mut alive = || !cancel.load(Ordering::SeqCst) && m.blocking_lock().is_alive();
+        let mut reconnect = || connect.wait_ready(&ep, deadline, &mut alive);
+        let kernel = KernelUnderTest {
+            image: &kernel,
+            initramfs: &initrd,
+            release: &release,
+        };
+        lazyinit_guest::install::install_and_kexec(
+            &mut *remote,
+            &mut reconnect,
+            kernel,
+            &plan,
+            deadline,
+            &mut |step| events.note(&id, step),
+        )
+    })
+    .await?;
+    installed.map_err(|e| match sh.cancelled() {
+        true => CellError::Interrupted,
+        false => CellError::guest(CellError::Install, e),
+    })
+}
+
+/// The shared guest protocol: find the volume (by its NVMe serial on a
+/// cloud instance), verify, mkfs, calibrate, mount, time.
+async fn protocol(
+    sh: &Shared,
+    req: &LaunchRequest,
+    machine: &Held,
+    mut remote: Box<dyn Remote>,
+    gate: &CellGate,
+) -> Result<Measurement, CellError> {
+    let cell = &req.cell;
+    let (volume, warmup_device, hold) = {
+        let m = machine.lock().await;
+        (m.endpoint().volume_device, m.warmup_device(), m.zero_hold())
+    };
+    let exp = Expectation {
+        arch: cell.arch,
+        hz: cell.hz,
+        variant: cell.variant,
+        kernel_release: req.kernel_release.clone(),
+    };
+    let nofix =
+        model::predict_cell(cell.hz, Variant::NoFix, cell.wait_mult, cell.volume).lazyinit_s;
+    let mut opts = ProtocolOptions {
+        cell_id: cell.id(),
+        device: String::new(), // found in the guest, below
+        warmup_device,
+        mkfs_args: sh.settings.mkfs_args.clone(),
+        wait_mult: cell.wait_mult,
+        poll_interval: sh.settings.poll_interval,
+        // Emulation can slow zeroing a lot; the no-fix model is the slow bound.
+        lazyinit_deadline: Duration::from_secs_f64(nofix * 4.0 + 600.0),
+        folder: req.folder.clone(),
+        cancel: sh.cancel.clone(),
+        events: sh.events.clone(),
+        gate: Arc::new(gate.clone()),
+        hold,
+        z1_target: sh
+            .settings
+            .storage_profile
+            .z1_target(cell.hz, cell.wait_mult),
+        estimate_after: sh.settings.estimate_after,
+    };
+    blocking("guest protocol", move || {
+        opts.device = lazyinit_guest::volume::find(&mut *remote, &volume)?;
+        lazyinit_guest::run(&mut *remote, &exp, &opts)
+    })
+    .await?
+    .map_err(|e| CellError::guest(CellError::Protocol, e))
+}
+
+/// Runs blocking guest I/O (SSH is blocking) on its own thread.
+async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, CellError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CellError::Panicked(what, e))
+}
+
+/// The row of a cell before anything is known of its run.
+fn blank_row(sh: &Shared, cell: &Cell, kernel_release: &str) -> ResultRow {
+    ResultRow {
+        run_id: sh.run_id.clone(),
+        cell_id: cell.id(),
+        provider: sh.provider.name().to_string(),
+        machine: String::new(),
+        accel: String::new(),
+        arch: cell.arch,
+        kernel_release: kernel_release.to_string(),
+        kernel_source: cell.source.to_string(),
+        hz: cell.hz,
+        variant: cell.variant,
+        wait_mult: cell.wait_mult,
+        volume_bytes: cell.volume.0,
+        repetition: cell.repetition,
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        harness_version: lazyinit_core::HARNESS_VERSION.into(),
+        status: Status::Failed,
+        error: String::new(),
+        boot_s: None,
+        storage_profile: sh.settings.storage_profile.to_string(),
+        concurrency: sh.concurrency,
+        estimate_after: None,
+        measured: Measurement::default(),
+    }
+}
+
+/// Writes the cell's row (unless it ended ok, with `error.txt`: the error
+/// and the console tail) and says how the cell ended. A row that
+/// `results.csv` does not take is kept in the cell's folder.
+fn record(
+    sh: &Shared,
+    req: &LaunchRequest,
+    mut row: ResultRow,
+    result: Result<(), CellError>,
+    tail: Option<String>,
+) -> Status {
+    row.status = match &result {
+        Ok(()) => Status::Ok,
+        Err(CellError::Interrupted) => Status::Interrupted,
+        Err(_) if sh.cancelled() => Status::Interrupted,
+        Err(_) => Status::Failed,
+    };
+    let error = result.err().map(|e| exit::chain_text(&e));
+    if let Some(e) = &error {
+        row.error = exit::one_line_text(e);
+        let mut text = format!("{e}\n");
+        if let Some(t) = &tail {
+            text.push_str("\n--- console tail ---\n");
+            text.push_str(t);
+            text.push('\n');
+        }
+        let _ = std::fs::write(req.folder.error_txt(), text);
+    }
+    if let Err(e) = sh.writer.lock().unwrap().append(&row) {
+        tracing::error!("cannot write the result row of {}: {e}", row.cell_id);
+        let kept = ResultsWriter::open(req.folder.row_csv()).and_then(|mut w| w.append(&row));
+        if let Err(k) = kept {
+            tracing::error!("and cannot keep it in the cell's folder either: {k}");
+        }
+        let mut lost = sh.unwritten.lock().unwrap();
+        lost.0.push(row.cell_id.clone());
+        lost.1.get_or_insert(e);
+    }
+    sh.events.emit(Event::Finished {
+        cell: row.cell_id.clone(),
+        status: row.status.to_string(),
+        lazyinit_s: row.measured.lazyinit_s,
+        error: error.map(|e| match tail {
+            Some(t) if !t.is_empty() => format!("{e}\n--- console tail ---\n{t}"),
+            _ => e,
+        }),
+    });
+    row.status
+}

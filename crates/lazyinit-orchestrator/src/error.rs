@@ -1,0 +1,80 @@
+//! What can go wrong in a run, and in one cell of it.
+//!
+//! Each error says what failed and keeps what caused it as its source; the
+//! CLI prints the whole chain and takes the exit code from the first coded
+//! error in it (`lazyinit_core::exit::code_of`). A cell's error becomes its
+//! row's `error` column on one line (`exit::one_line`).
+
+use std::path::PathBuf;
+
+use lazyinit_core::exit::ExitError;
+use lazyinit_core::provider::ProviderError;
+use lazyinit_core::results::ResultsError;
+use lazyinit_core::Arch;
+use lazyinit_guest::GuestError;
+
+use crate::artifacts::BoxError;
+use crate::plan::KernelNeed;
+
+/// Why a run stopped before its cells ended, or what it lost.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("provider {provider} cannot run these cells")]
+    Refused {
+        provider: String,
+        #[source]
+        source: ProviderError,
+    },
+    #[error("cannot read the rows already in {}", .0.display())]
+    Resume(PathBuf, #[source] ResultsError),
+    #[error("cannot create the results folder {}", .0.display())]
+    Folder(PathBuf, #[source] std::io::Error),
+    #[error("the results folder {} is in use", .0.display())]
+    Busy(PathBuf, #[source] ExitError),
+    #[error("cannot append rows to the results")]
+    Results(#[source] ResultsError),
+    #[error("cannot write {}", .0.display())]
+    Write(PathBuf, #[source] std::io::Error),
+    #[error("building the {} HZ={} {} kernel from {}", .0.arch, .0.hz, .0.variant, .0.source)]
+    Kernel(KernelNeed, #[source] BoxError),
+    #[error("preparing the {0} guest image")]
+    Image(Arch, #[source] BoxError),
+    #[error("cannot set up the way into the guests")]
+    Connect(#[source] BoxError),
+    /// Every cell ran, but these rows are not in `results.csv`: each is
+    /// kept in its cell's folder, and a rerun runs those cells again.
+    #[error("the rows of {} could not be written to {} (each is kept as {} in its cell's folder): {}", .cells.len(), .results_csv.display(), lazyinit_core::CellFolder::ROW_CSV, .cells.join(", "))]
+    RowsNotWritten {
+        cells: Vec<String>,
+        results_csv: PathBuf,
+        #[source]
+        source: ResultsError,
+    },
+}
+
+/// Why one cell did not end ok. The messages are the `error` column's.
+#[derive(Debug, thiserror::Error)]
+pub enum CellError {
+    #[error(transparent)]
+    Launch(ProviderError),
+    #[error("guest did not become reachable over SSH")]
+    Boot(#[source] GuestError),
+    #[error("installing the kernel under test failed")]
+    Install(#[source] GuestError),
+    #[error(transparent)]
+    Protocol(GuestError),
+    #[error("{0} panicked")]
+    Panicked(&'static str, #[source] tokio::task::JoinError),
+    #[error("interrupted")]
+    Interrupted,
+}
+
+impl CellError {
+    /// A guest-side error, or the interrupt it stands for.
+    pub(crate) fn guest(wrap: fn(GuestError) -> CellError, e: GuestError) -> CellError {
+        match e {
+            GuestError::Interrupted => CellError::Interrupted,
+            e => wrap(e),
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! The real runner on the fake provider (feature `fake`): scripted guests
+//! answer the real guest protocol in process, so a whole run, its rows,
+//! resume, interrupts and failures take milliseconds, with no QEMU.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lazyinit_core::events::EventSink;
+use lazyinit_core::exit;
+use lazyinit_core::results::{ResultRow, Status};
+use lazyinit_core::{KernelProfile, RunFolder};
+use lazyinit_orchestrator::fake::{rows_in, Answer, FakeProvider, FakeSpec, Hook, Lab};
+use lazyinit_orchestrator::{RunError, RunOptions, RunSummary};
+
+/// Two cells (no fix and fix, 1 GiB: 8 groups), or what `extra` changes.
+fn spec(extra: &str) -> FakeSpec {
+    let text = format!(
+        "name = \"fake\"\narches = [\"x86_64\"]\nhz = [250]\nsizes = [\"1GiB\"]\n\
+         storage-profile = \"none\"\npoll-interval = \"200ms\"\n{extra}"
+    );
+    FakeSpec::parse(&text, "test").unwrap()
+}
+
+const NOFIX: &str = "fake-x86_64-debian-6.1-hz250-nofix-1GiB-r1";
+const FIX: &str = "fake-x86_64-debian-6.1-hz250-fix-1GiB-r1";
+
+async fn run_on(
+    spec: &FakeSpec,
+    lab: &Lab,
+    provider: FakeProvider,
+    dir: &Path,
+    cancel: Arc<AtomicBool>,
+) -> Result<RunSummary, RunError> {
+    let plan = lazyinit_orchestrator::plan(spec, &provider, 20_000);
+    let opts = RunOptions {
+        folder: RunFolder::new(dir),
+        events: EventSink::discard(),
+        cancel,
+        prioritize_sensitive: true,
+        boot_timeout: Duration::from_secs(5),
+        artifacts: Arc::new(lab.artifacts()),
+    };
+    lazyinit_orchestrator::run(spec, &plan, Arc::new(provider), opts).await
+}
+
+async fn run(spec: &FakeSpec, lab: &Lab, dir: &Path) -> Result<RunSummary, RunError> {
+    run_on(spec, lab, lab.provider(), dir, Arc::default()).await
+}
+
+fn row<'a>(rows: &'a [ResultRow], cell: &str) -> &'a ResultRow {
+    rows.iter().find(|r| r.cell_id == cell).unwrap()
+}
+
+fn hook(f: impl Fn(&str, &str) -> Answer + Send + Sync + 'static) -> Hook {
+    Arc::new(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cell_gets_a_measured_row_and_its_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lab = Lab::new(tmp.path().join("lab"));
+    let out = tmp.path().join("out");
+    let s = run(&spec(""), &lab, &out).await.unwrap();
+    assert_eq!((s.ok, s.failed, s.interrupted, s.skipped), (2, 0, 0, 0));
+
+    let rows = rows_in(&out);
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!((r.status, r.error.as_str()), (Status::Ok, ""));
+        assert_eq!(
+            (r.provider.as_str(), r.machine.as_str()),
+            ("fake", "fake-x86_64")
+        );
+        assert_eq!(
+            r.kernel_release,
+            format!("6.1.0-lazyinit-hz250-{}", r.variant)
+        );
+        assert_eq!(r.concurrency, 2);
+        let m = &r.measured;
+        assert_eq!((m.groups, m.traced_groups), (Some(8), Some(8)));
+        // At HZ=250 a 3.4 ms zeroing sleeps L=10 without the fix, 8 with it.
+        let (l, cycle) = match r.variant {
+            lazyinit_core::Variant::NoFix => (10, 44.0),
+            lazyinit_core::Variant::Fix => (8, 36.0),
+        };
+        assert_eq!(m.sleep_ticks, Some(l), "{}", r.cell_id);
+        assert!((m.ms_per_group.unwrap() - cycle).abs() < 1e-6, "{m:?}");
+        assert!((m.z1_ms.unwrap() - 3.4).abs() < 1e-6, "{m:?}");
+        assert_eq!(m.mkfs_cmd, "mkfs.ext4 -F -q /dev/vda");
+        assert!(r.boot_s.is_some());
+        let cell = RunFolder::new(&out).cell(&r.cell_id);
+        for f in [cell.console_log(), cell.trace_txt(), cell.groups_csv()] {
+            assert!(f.is_file(), "{}", f.display());
+        }
+        assert!(!cell.error_txt().exists());
+    }
+    let folder = RunFolder::new(&out);
+    assert!(folder.spec_toml().is_file());
+    // Kernels built once each, for the provider's profile; every machine
+    // launched was torn down.
+    let journal = lab.journal();
+    assert!(
+        journal.contains(&"build x86_64-hz250-fix qemu".to_string()),
+        "{journal:?}"
+    );
+    assert_eq!(
+        journal.iter().filter(|l| l.starts_with("launch ")).count(),
+        2
+    );
+    assert_eq!(
+        journal
+            .iter()
+            .filter(|l| l.starts_with("teardown "))
+            .count(),
+        2
+    );
+    assert!(lab.live_machines().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_cells_beside_good_ones_then_a_rerun_runs_only_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    // Four cells: no fix and fix, 1 and 2 GiB.
+    let four = FakeSpec {
+        sizes: vec!["1GiB".parse().unwrap(), "2GiB".parse().unwrap()],
+        ..spec("")
+    };
+    // mkfs fails on one cell, the launch of another.
+    let lab = Lab::with_hook(
+        tmp.path().join("lab"),
+        hook(|step, cell| match (step, cell) {
+            ("mkfs", NOFIX) => Answer::Fail("disk on fire".into()),
+            ("launch", c) if c.ends_with("fix-2GiB-r1") && !c.contains("nofix") => {
+                Answer::Fail("no capacity".into())
+            }
+            _ => Answer::Normal,
+        }),
+    );
+    let s = run(&four, &lab, &out).await.unwrap();
+    assert_eq!((s.ok, s.failed, s.interrupted), (2, 2, 0));
+    let rows = rows_in(&out);
+    let bad = row(&rows, NOFIX);
+    assert_eq!(bad.status, Status::Failed);
+    assert_eq!(bad.error, "mkfs failed in the guest (exit 1): disk on fire");
+    assert_eq!(bad.measured, Default::default(), "nothing half-measured");
+    let text = std::fs::read_to_string(RunFolder::new(&out).cell(NOFIX).error_txt()).unwrap();
+    assert!(
+        text.contains("--- console tail ---\nfake console of"),
+        "{text}"
+    );
+    let unlaunched = row(&rows, "fake-x86_64-debian-6.1-hz250-fix-2GiB-r1");
+    assert_eq!(
+        (unlaunched.status, unlaunched.error.as_str()),
+        (Status::Failed, "no capacity")
+    );
+    assert_eq!(unlaunched.machine, "");
+    assert!(lab.live_machines().is_empty());
+
+    // Rerun: only the two failed cells run, and no ok row is repeated.
+    let lab = Lab::new(tmp.path().join("lab2"));
+    let s = run(&four, &lab, &out).await.unwrap();
+    assert_eq!((s.ok, s.failed, s.skipped), (2, 0, 2));
+    let launched: Vec<_> = lab
+        .journal()
+        .into_iter()
+        .filter(|l| l.starts_with("launch "))
+        .collect();
+    assert_eq!(launched.len(), 2, "{launched:?}");
+    let rows = rows_in(&out);
+    assert_eq!(rows.len(), 6);
+    let ok: Vec<_> = rows.iter().filter(|r| r.status == Status::Ok).collect();
+    assert_eq!(ok.len(), 4);
+    let mut ids: Vec<_> = ok.iter().map(|r| &r.cell_id).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 4);
+
+    // A third run has nothing left to do.
+    let s = run(&four, &Lab::new(tmp.path().join("lab3")), &out)
+        .await
+        .unwrap();
+    assert_eq!((s.ok, s.skipped), (0, 4));
+}
+
+/// What a cancel at `phase` of the one cell leaves, then a rerun.
+async fn interrupt_at(phase: &'static str, kexec: bool) -> (RunSummary, Vec<ResultRow>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let spec = spec("variants = [\"fix\"]\n");
+    let cancel = Arc::new(AtomicBool::new(false));
+    let c = cancel.clone();
+    let lab = Lab::with_hook(
+        tmp.path().join("lab"),
+        hook(move |step, _| {
+            if step == phase {
+                c.store(true, Ordering::SeqCst);
+            }
+            Answer::Normal
+        }),
+    );
+    let provider = match kexec {
+        true => lab.kexec_provider(),
+        false => lab.provider(),
+    };
+    let s = run_on(&spec, &lab, provider, &out, cancel).await.unwrap();
+    assert!(lab.live_machines().is_empty(), "{phase}: a machine is left");
+    let first = rows_in(&out);
+
+    // The rerun resumes: the cell ends ok, whatever the first run left.
+    let lab = Lab::new(tmp.path().join("lab2"));
+    let provider = match kexec {
+        true => lab.kexec_provider(),
+        false => lab.provider(),
+    };
+    let again = run_on(&spec, &lab, provider, &out, Arc::default())
+        .await
+        .unwrap();
+    let done = u64::from(first.iter().any(|r| r.status == Status::Ok));
+    assert_eq!((again.ok + again.skipped) as u64, 1, "{phase}");
+    assert_eq!(again.skipped as u64, done, "{phase}");
+    let rows = rows_in(&out);
+    assert_eq!(rows.last().unwrap().status, Status::Ok, "{phase}");
+    (s, first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_in_each_phase_stops_the_cell_and_a_rerun_resumes() {
+    // Before any machine: nothing recorded, the cell not started.
+    let (s, rows) = interrupt_at("build", false).await;
+    assert_eq!((s.not_started, s.interrupted), (1, 0));
+    assert!(rows.is_empty());
+    // With a machine: an interrupted row, the machine torn down.
+    for phase in [
+        "launch",
+        "boot",
+        "facts",
+        "mkfs",
+        "trace-setup",
+        "mount",
+        "wait",
+        "poll",
+    ] {
+        let (s, rows) = interrupt_at(phase, false).await;
+        assert_eq!((s.interrupted, s.ok, s.failed), (1, 0, 0), "{phase}");
+        assert_eq!(rows.len(), 1, "{phase}");
+        assert_eq!(rows[0].status, Status::Interrupted, "{phase}");
+        assert_eq!(rows[0].measured, Default::default(), "{phase}");
+    }
+    // Once the trace is read the cell is measured: it counts.
+    for phase in ["collect", "teardown"] {
+        let (s, rows) = interrupt_at(phase, false).await;
+        assert_eq!((s.ok, s.interrupted), (1, 0), "{phase}");
+        assert_eq!(rows[0].status, Status::Ok, "{phase}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_during_a_kexec_install_stops_the_cell() {
+    for phase in ["mkdir", "install-kexec", "kexec-load", "kexec-exec"] {
+        let (s, rows) = interrupt_at(phase, true).await;
+        assert_eq!((s.interrupted, s.ok), (1, 0), "{phase}");
+        assert_eq!(rows[0].status, Status::Interrupted, "{phase}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_that_boot_their_own_kernel_are_kexeced_into_the_one_under_test() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lab = Lab::new(tmp.path().join("lab"));
+    let out = tmp.path().join("out");
+    let provider = lab.kexec_provider();
+    assert_eq!(
+        lazyinit_core::provider::Provider::kernel_profile(&provider),
+        KernelProfile::Cloud
+    );
+    let s = run_on(&spec(""), &lab, provider, &out, Arc::default())
+        .await
+        .unwrap();
+    assert_eq!((s.ok, s.failed), (2, 0), "{:?}", rows_in(&out));
+    assert!(lab
+        .journal()
+        .contains(&"build x86_64-hz250-nofix cloud".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_that_never_answers_fails_its_cell() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lab = Lab::with_hook(
+        tmp.path().join("lab"),
+        hook(|step, cell| match (step, cell) {
+            ("boot", FIX) => Answer::Drop,
+            _ => Answer::Normal,
+        }),
+    );
+    let out = tmp.path().join("out");
+    let s = run(&spec(""), &lab, &out).await.unwrap();
+    assert_eq!((s.ok, s.failed), (1, 1));
+    let rows = rows_in(&out);
+    assert_eq!(
+        row(&rows, FIX).error,
+        "guest did not become reachable over SSH: SSH to the guest failed: connection reset (fake)"
+    );
+    assert_eq!(row(&rows, FIX).machine, "fake-x86_64");
+    assert!(lab.live_machines().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_cannot_be_written_is_kept_and_the_run_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let folder = RunFolder::new(&out);
+    // One cell at a time, the longest first (no fix): before the with-fix
+    // cell's row is written, results.csv goes away.
+    let csv = folder.results_csv();
+    let aside = out.join("results.csv.aside");
+    let (c, a) = (csv.clone(), aside.clone());
+    let lab = Lab::with_hook(
+        tmp.path().join("lab"),
+        hook(move |step, cell| {
+            if (step, cell) == ("teardown", FIX) {
+                std::fs::rename(&c, &a).unwrap();
+            }
+            Answer::Normal
+        }),
+    );
+    let err = run(&spec("concurrency = 1\n"), &lab, &out)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RunError::RowsNotWritten { cells, .. } if cells == &[FIX.to_string()]),
+        "{err}"
+    );
+    assert_eq!(exit::code_in(&err), exit::INFRASTRUCTURE);
+    assert!(exit::one_line(&err).contains("row.csv"), "{err}");
+    // The row is not lost: it is in the cell's folder, header and all.
+    let kept = lazyinit_core::results::read_rows(folder.cell(FIX).row_csv()).unwrap();
+    assert_eq!((kept.len(), kept[0].status), (1, Status::Ok));
+    assert!(
+        !csv.exists(),
+        "results.csv is not made again without its header"
+    );
+
+    // Put the file back and rerun: the cell without a row runs again.
+    std::fs::rename(&aside, &csv).unwrap();
+    let s = run(
+        &spec("concurrency = 1\n"),
+        &Lab::new(tmp.path().join("lab2")),
+        &out,
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.ok, s.skipped), (1, 1));
+    let rows = rows_in(&out);
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.status == Status::Ok));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_the_provider_cannot_serve_fails_before_anything_is_built() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    // The fake, like most providers, serves only its own storage.
+    let lab = Lab::new(tmp.path().join("lab"));
+    let ebs = FakeSpec {
+        storage_profile: "ebs".parse().unwrap(),
+        ..spec("")
+    };
+    let err = run(&ebs, &lab, &out).await.unwrap_err();
+    assert!(matches!(err, RunError::Refused { .. }), "{err}");
+    assert_eq!(exit::code_in(&err), exit::BAD_INPUT);
+    assert!(
+        exit::one_line(&err).contains("storage profile `ebs`"),
+        "{err}"
+    );
+    // And so does a preflight refusal.
+    let lab2 = Lab::with_hook(
+        tmp.path().join("lab2"),
+        hook(|step, _| match step {
+            "preflight" => Answer::Fail("quota: 0 instances".into()),
+            _ => Answer::Normal,
+        }),
+    );
+    let err = run(&spec(""), &lab2, &out).await.unwrap_err();
+    assert_eq!(exit::code_in(&err), exit::BAD_INPUT);
+    for lab in [lab, lab2] {
+        assert!(lab.journal().is_empty(), "{:?}", lab.journal());
+    }
+    assert!(!out.exists(), "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_kernel_build_names_the_kernel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lab = Lab::with_hook(
+        tmp.path().join("lab"),
+        hook(|step, _| match step {
+            "build" => Answer::Fail("make: *** [vmlinux] Error 2".into()),
+            _ => Answer::Normal,
+        }),
+    );
+    let err = run(&spec(""), &lab, &tmp.path().join("out"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        exit::one_line(&err),
+        "building the x86_64 HZ=250 fix kernel from debian-6.1: make: *** [vmlinux] Error 2"
+    );
+    assert_eq!(exit::code_in(&err), exit::INFRASTRUCTURE);
+}
