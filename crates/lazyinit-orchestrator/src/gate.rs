@@ -182,7 +182,8 @@ impl CellGate {
         }
     }
 
-    /// Unmeasured work from now on (right after launch).
+    /// Unmeasured work from now on (once the guest answers: the boot runs
+    /// at the priority it was launched with).
     pub fn prepare(&self) {
         self.set(Priority::Prepare { nice: self.nice });
     }
