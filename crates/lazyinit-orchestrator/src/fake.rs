@@ -10,7 +10,8 @@
 //!
 //! A hook sees every step of every cell, by name: `preflight`, `build`,
 //! `launch`, `boot` (each connection), the guest's steps
-//! ([`lazyinit_guest::fake::STEPS`]) and `teardown`. It can fail the step,
+//! ([`lazyinit_guest::fake::STEPS`]) and `teardown`, then the run's
+//! `finish`. It can fail the step,
 //! drop the connection, or set the run's cancel flag there.
 
 use std::collections::BTreeMap;
@@ -193,6 +194,16 @@ impl Provider for FakeProvider {
         match self.lab.hook("preflight", "") {
             Answer::Normal => Ok(()),
             Answer::Fail(why) => Err(ProviderError::BadInput(why)),
+            Answer::Drop => Err(ProviderError::infra("the API did not answer (fake)")),
+        }
+    }
+
+    /// Step `finish` (cell ""): fails as a provider that could not remove
+    /// what a failed teardown left.
+    async fn finish(&self) -> Result<(), ProviderError> {
+        match self.lab.hook("finish", "") {
+            Answer::Normal => Ok(()),
+            Answer::Fail(why) => Err(ProviderError::infra(why)),
             Answer::Drop => Err(ProviderError::infra("the API did not answer (fake)")),
         }
     }
