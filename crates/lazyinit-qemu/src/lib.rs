@@ -26,6 +26,7 @@ use lazyinit_core::provider::{
     CellEstimate, Cost, LaunchRequest, Machine, Priority, Provider, ProviderError,
 };
 use lazyinit_core::{Arch, Cell, CellFolder, KernelProfile, StorageProfile};
+use nbd::ThreadLevel;
 use serde::{Deserialize, Serialize};
 
 /// `[provider.qemu]` in an experiment spec.
@@ -296,17 +297,24 @@ impl Provider for QemuProvider {
 
     /// Every thread of the cell's QEMU (vCPU, main loop, I/O) goes to the
     /// asked nice value, or SCHED_FIFO: a waking real-time guest preempts
-    /// every normal one at once. The NBD server's threads sit above both
-    /// real-time levels, so a held reply always leaves on time.
+    /// every normal one at once. The cell's NBD threads follow: at the
+    /// same nice while it prepares, above both real-time levels while it is
+    /// measured, so a held reply always leaves on time.
     async fn prioritize(&self, cell: &str, p: Priority) -> bool {
-        let Some(pid) = self.live.lock().unwrap().get(cell).copied() else {
+        let Some((pid, hold)) = self.live.lock().unwrap().get(cell).cloned() else {
             return false;
         };
-        let set = move || match p {
-            Priority::Prepare { nice } => process::set_realtime(pid, true, None)
-                .and_then(|()| process::set_group_nice(pid, nice.min(19))),
-            Priority::Measure => process::set_realtime(pid, true, Some(1)),
-            Priority::Critical => process::set_realtime(pid, true, Some(2)),
+        let set = move || {
+            let (qemu, nbd) = match p {
+                Priority::Prepare { nice } => (None, ThreadLevel::Normal { nice: nice.min(19) }),
+                Priority::Measure => (Some(1), ThreadLevel::Realtime(NBD_RT_PRIORITY)),
+                Priority::Critical => (Some(2), ThreadLevel::Realtime(NBD_RT_PRIORITY)),
+            };
+            process::set_realtime(pid, true, qemu)?;
+            if let Priority::Prepare { nice } = p {
+                process::set_group_nice(pid, nice.min(19))?;
+            }
+            hold.map_or(Ok(()), |h| h.set_level(nbd))
         };
         match tokio::task::spawn_blocking(set).await {
             Ok(Ok(())) => {

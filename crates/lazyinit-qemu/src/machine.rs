@@ -26,7 +26,10 @@ pub(crate) struct StartArgs<'a> {
 }
 
 /// Live machines' QEMU process ids by cell id (for `Provider::prioritize`).
-pub(crate) type Registry = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>;
+/// Live machines by cell id: the QEMU pid, and the hold whose NBD threads
+/// follow the guest's priority (latency profiles only).
+pub(crate) type Registry =
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (u32, Option<Hold>)>>>;
 
 pub struct QemuMachine {
     registered: Option<(Registry, String)>,
@@ -159,7 +162,9 @@ impl QemuMachine {
 
     pub(crate) fn register(&mut self, reg: &Registry, cell: String) {
         if let Some(pid) = self.process.as_ref().and_then(|p| p.pid()) {
-            reg.lock().unwrap().insert(cell.clone(), pid);
+            reg.lock()
+                .unwrap()
+                .insert(cell.clone(), (pid, self.hold.clone()));
         }
         self.registered = Some((reg.clone(), cell));
     }

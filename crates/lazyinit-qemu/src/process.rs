@@ -118,6 +118,13 @@ pub fn set_group_nice(pgid: u32, nice: u8) -> Result<(), String> {
     run_quiet(c)
 }
 
+/// Sets the nice value of one thread (`renice -p` on its id).
+pub fn set_thread_nice(tid: u32, nice: u8) -> Result<(), String> {
+    let mut c = std::process::Command::new("renice");
+    c.args(["-n", &nice.to_string(), "-p", &tid.to_string()]);
+    run_quiet(c)
+}
+
 fn run_quiet(mut c: std::process::Command) -> Result<(), String> {
     let out = c
         .stdin(Stdio::null())
