@@ -45,8 +45,20 @@ pub struct Endpoint {
     pub host: String,
     pub port: u16,
     pub user: String,
-    /// The blank volume's block device inside the guest, e.g. `/dev/vda`.
-    pub volume_device: String,
+    /// Where the blank volume is inside the guest.
+    pub volume_device: VolumeDevice,
+}
+
+/// Where the guest finds the blank volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeDevice {
+    /// A device node fixed by the provider (`/dev/vda`).
+    Path(String),
+    /// The NVMe namespace whose controller has this serial (an EBS volume
+    /// on Nitro: `vol0abc...`). Node names follow probe order and a guest
+    /// without udev has no `/dev/disk/by-id`, so the guest looks the
+    /// serial up in sysfs (`lazyinit_guest::volume`).
+    NvmeSerial(String),
 }
 
 /// What ran the guest, as recorded in the result row.
@@ -114,11 +126,17 @@ pub enum KernelBoot {
 }
 
 /// What a kexec into the kernel under test needs from the provider.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KexecPlan {
     /// The new kernel's command line: the machine's console and anything
-    /// its hardware needs, plus what the guest initramfs needs.
+    /// its hardware needs, plus what the guest initramfs needs (and what
+    /// must outlive the machine's own userspace, such as EC2's expiry).
     pub cmdline: String,
+    /// Arguments of the running kernel's command line, by prefix
+    /// (`console=`), that describe the machine rather than its software:
+    /// where the running kernel has any, the new one takes those instead
+    /// of `cmdline`'s arguments with the same prefix.
+    pub inherit: Vec<String>,
 }
 
 /// One cell as a plan prices it.
@@ -283,6 +301,15 @@ pub trait Provider: Send + Sync {
     /// host do nothing.
     async fn prioritize(&self, _cell: &str, _p: Priority) -> bool {
         false
+    }
+
+    /// Called once when a run ends, whatever way it ended: removes what the
+    /// provider still owns (a teardown that failed is retried) and waits
+    /// for background teardowns. An error names what is left behind and
+    /// the command that removes it. Providers with nothing to retry do
+    /// nothing.
+    async fn finish(&self) -> Result<(), ProviderError> {
+        Ok(())
     }
 
     /// Whether this provider's machines share one host's CPU (local

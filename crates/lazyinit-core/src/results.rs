@@ -31,6 +31,16 @@ impl std::fmt::Display for Status {
     }
 }
 
+/// How the `accel` column marks a row measured on a local twin of a cloud
+/// machine (the EC2 provider's code path with a QEMU guest playing the
+/// instance): never to be taken, or pooled, for a real instance's row.
+pub const TWIN_ACCEL_PREFIX: &str = "twin-";
+
+/// Whether an `accel` value is a twin's.
+pub fn is_twin(accel: &str) -> bool {
+    accel.starts_with(TWIN_ACCEL_PREFIX)
+}
+
 /// One cell run: what ran, how it ended, and what it measured. Times are
 /// seconds unless the name says otherwise. Optional fields are empty in the
 /// CSV when unknown (for example on a failed run).
@@ -45,7 +55,8 @@ pub struct ResultRow {
     pub provider: String,
     /// What ran the guest: `qemu-x86_64` / `qemu-aarch64`, or an instance type.
     pub machine: String,
-    /// `kvm`, `tcg` or `hardware` (EC2).
+    /// `kvm` or `tcg` (QEMU), `nitro` (an EC2 instance), or `twin-tcg`
+    /// (provider `ec2` played by a local QEMU guest: see [`is_twin`]).
     pub accel: String,
     pub arch: Arch,
     /// `uname -r` of the kernel under test (the guest protocol checks

@@ -10,11 +10,16 @@ use crate::ops::{self, InstanceView, Pace, VolumeView};
 use crate::tags::{self, tag_value};
 
 /// Which tagged resources to remove: those of `run_id`, those past their
-/// `ExpiresAt`, or both (a resource matching either is selected).
+/// `ExpiresAt`, or both (a resource matching either is selected), and of
+/// those only the ones whose `Owner` tag is `owner`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sweep {
     pub run_id: Option<String>,
     pub expired: bool,
+    /// The caller's `Owner` tag; `None` sweeps every owner's resources
+    /// (`--all-owners`). Two people running the same spec share run ids,
+    /// and one's expired resources are not another's to remove.
+    pub owner: Option<String>,
     pub now: DateTime<Utc>,
     pub dry_run: bool,
 }
@@ -25,6 +30,7 @@ pub struct Found {
     pub state: String,
     pub run_id: String,
     pub cell: String,
+    pub owner: String,
     pub expires_at: String,
 }
 
@@ -55,8 +61,8 @@ impl CleanupReport {
                     continue;
                 }
                 s.push_str(&format!(
-                    "{verb} {kind} {} ({}) run={} cell={} expires={}\n",
-                    f.id, f.state, f.run_id, f.cell, f.expires_at
+                    "{verb} {kind} {} ({}) run={} cell={} owner={} expires={}\n",
+                    f.id, f.state, f.run_id, f.cell, f.owner, f.expires_at
                 ));
             }
         }
@@ -72,10 +78,16 @@ impl CleanupReport {
 
 impl Sweep {
     /// A sweep as of now.
-    pub fn new(run_id: Option<String>, expired: bool, dry_run: bool) -> Sweep {
+    pub fn new(
+        run_id: Option<String>,
+        expired: bool,
+        owner: Option<String>,
+        dry_run: bool,
+    ) -> Sweep {
         Sweep {
             run_id,
             expired,
+            owner,
             now: Utc::now(),
             dry_run,
         }
@@ -86,7 +98,11 @@ impl Sweep {
             .run_id
             .as_deref()
             .is_some_and(|r| tag_value(tags, tags::RUN_ID) == Some(r));
-        of_run || (self.expired && tags::is_expired(tags, self.now))
+        let mine = self
+            .owner
+            .as_deref()
+            .is_none_or(|o| tag_value(tags, tags::OWNER) == Some(o));
+        mine && (of_run || (self.expired && tags::is_expired(tags, self.now)))
     }
 }
 
@@ -97,6 +113,7 @@ fn found(id: &str, state: &str, t: &[aws_sdk_ec2::types::Tag]) -> Found {
         state: state.to_string(),
         run_id: get(tags::RUN_ID),
         cell: get(tags::CELL),
+        owner: get(tags::OWNER),
         expires_at: get(tags::EXPIRES_AT),
     }
 }
@@ -235,11 +252,21 @@ mod tests {
     #[test]
     fn selection_is_run_or_expired() {
         let now = Utc.with_ymd_and_hms(2026, 11, 29, 22, 0, 0).unwrap();
-        let live = vec![t("RunId", "a"), t("ExpiresAt", "2026-11-29T23:00:00Z")];
-        let old = vec![t("RunId", "b"), t("ExpiresAt", "2026-11-29T21:00:00Z")];
+        let mine = t("Owner", "me");
+        let live = vec![
+            t("RunId", "a"),
+            t("ExpiresAt", "2026-11-29T23:00:00Z"),
+            mine.clone(),
+        ];
+        let old = vec![
+            t("RunId", "b"),
+            t("ExpiresAt", "2026-11-29T21:00:00Z"),
+            mine,
+        ];
         let mut s = Sweep {
             run_id: Some("a".into()),
             expired: false,
+            owner: Some("me".into()),
             now,
             dry_run: false,
         };
@@ -249,6 +276,16 @@ mod tests {
         assert!(s.selects(&old));
         s.run_id = None;
         assert!(!s.selects(&live));
+        // Someone else's, expired or of the same run id: only with every owner.
+        let theirs = vec![
+            t("RunId", "a"),
+            t("ExpiresAt", "2026-11-29T21:00:00Z"),
+            t("Owner", "you"),
+        ];
+        s.run_id = Some("a".into());
+        assert!(!s.selects(&theirs));
+        s.owner = None;
+        assert!(s.selects(&theirs));
     }
 
     #[test]
@@ -258,6 +295,7 @@ mod tests {
             state: "running".into(),
             run_id: "r".into(),
             cell: "c".into(),
+            owner: "me".into(),
             expires_at: "x".into(),
         };
         let r = CleanupReport {
@@ -268,7 +306,7 @@ mod tests {
         };
         let s = r.render();
         assert!(
-            s.contains("removed instance i-1 (running) run=r cell=c"),
+            s.contains("removed instance i-1 (running) run=r cell=c owner=me"),
             "{s}"
         );
         assert!(!s.contains("removed volume vol-1"), "{s}");

@@ -284,6 +284,25 @@ impl Ec2Config {
         Ok(())
     }
 
+    /// The command that removes what a run of this configuration left
+    /// behind: its run id, its owner, and where its API is.
+    pub fn cleanup_command(&self, run_id: &str) -> String {
+        let mut c = format!(
+            "lazyinit-bench cleanup --run-id {run_id} --owner {}",
+            self.owner_tag()
+        );
+        for (flag, v) in [
+            ("--region", &self.region),
+            ("--profile", &self.profile),
+            ("--endpoint-url", &self.endpoint_url),
+        ] {
+            if let Some(v) = v {
+                c.push_str(&format!(" {flag} {v}"));
+            }
+        }
+        c
+    }
+
     /// The `Owner` tag: configured, else the login name.
     pub fn owner_tag(&self) -> String {
         self.owner
@@ -405,6 +424,18 @@ mod tests {
         assert!(e.to_string().contains("not an AMI id"), "{e}");
         let e = Ec2Config::from_toml("device-name = \"sdf\"").unwrap_err();
         assert!(e.to_string().contains("/dev path"), "{e}");
+    }
+
+    #[test]
+    fn cleanup_command_names_run_owner_and_api() {
+        let c = Ec2Config::from_toml(
+            "region = \"eu-west-1\"\nowner = \"ci\"\nendpoint-url = \"http://127.0.0.1:5000\"",
+        )
+        .unwrap();
+        assert_eq!(
+            c.cleanup_command("quick-1"),
+            "lazyinit-bench cleanup --run-id quick-1 --owner ci --region eu-west-1 --endpoint-url http://127.0.0.1:5000"
+        );
     }
 
     #[test]

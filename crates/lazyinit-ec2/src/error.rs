@@ -37,10 +37,11 @@ pub enum Ec2Error {
     /// The API answered something the harness cannot use.
     #[error("{0}")]
     Unexpected(String),
-    #[error("cleanup left resources behind: {ids}; remove them with `lazyinit-bench cleanup --run-id {run_id}`\n{errors}")]
+    #[error("cleanup left resources behind: {ids}; remove them with `{cleanup}`\n{errors}")]
     Leaked {
         ids: String,
-        run_id: String,
+        /// The command that removes them (`Ec2Config::cleanup_command`).
+        cleanup: String,
         errors: String,
     },
 }

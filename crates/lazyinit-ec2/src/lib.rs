@@ -4,8 +4,10 @@
 //! instance of the arch's type and one blank EBS volume of the cell's size,
 //! both tagged at creation ([`tags`]), both removed on every exit path
 //! ([`resources`]) and, failing that, by the instance's own expiry timer
-//! and by [`cleanup::cleanup`]. [`cost::estimate`] prices a plan.
-//! Tested against moto's EC2 emulator (`scripts/ec2-emulator.sh`).
+//! (carried across the kexec into the kernel under test) and by
+//! [`cleanup::cleanup`]. [`cost::estimate`] prices a plan. Tested against
+//! moto's EC2 emulator (`scripts/ec2-emulator.sh`), and end to end on a
+//! twin of the instances ([`reach`], crate `lazyinit-twin`).
 
 pub mod cleanup;
 pub mod client;
@@ -16,6 +18,7 @@ pub mod machine;
 pub mod nvme;
 pub mod ops;
 pub mod provider;
+pub mod reach;
 pub mod resources;
 pub mod tags;
 pub mod userdata;
@@ -26,7 +29,8 @@ pub use client::{ApiCounter, Counts, IAM_ACTIONS};
 pub use config::Ec2Config;
 pub use cost::{api_calls, estimate, predicted_lazyinit, CostEstimate};
 pub use error::Ec2Error;
-pub use machine::kexec_cmdline;
+pub use machine::kexec_plan;
 pub use machine::{Ec2Machine, LaunchRecord};
 pub use provider::{Ec2Provider, KeyLoader};
+pub use reach::{InstanceAddress, InstanceResolver};
 pub use userdata::GuestKeys;

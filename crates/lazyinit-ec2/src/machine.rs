@@ -5,22 +5,28 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use aws_sdk_ec2::Client;
 use lazyinit_core::provider::{
-    Endpoint, KernelBoot, KexecPlan, Machine, MachineInfo, ProviderError,
+    Endpoint, KernelBoot, KexecPlan, Machine, MachineInfo, ProviderError, VolumeDevice,
 };
 use lazyinit_core::{Arch, CellFolder};
 
 use crate::error::Ec2Error;
-use crate::nvme;
 use crate::resources::Guard;
 
-/// The command line of the kernel under test after the kexec: the serial
-/// console EC2 shows in GetConsoleOutput (ttyS0 on both c5 and c6g), panic
-/// ends the boot instead of hanging, the NVMe timeout AWS recommends for
-/// EBS so a slow volume is not reset mid-run; then what the guest
-/// initramfs needs: its /init, DHCP on the instance's network, the RNG
-/// seeded at once so SSH answers.
-pub fn kexec_cmdline(_arch: Arch) -> String {
-    [
+/// How the kernel under test comes to run on an instance (kexec), and
+/// its command line: the serial console EC2 shows in GetConsoleOutput
+/// (ttyS0 on both c5 and c6g) unless the running kernel names its own
+/// consoles, panic ends the boot instead of hanging, the NVMe timeout AWS
+/// recommends for EBS so a slow volume is not reset mid-run; then what the
+/// guest initramfs needs: its /init, DHCP on the instance's network, the
+/// RNG seeded at once so SSH answers; and the instance's expiry, at which
+/// the initramfs's /init powers off (kexec replaces the userspace whose
+/// timer would have done it; shutdown behaviour terminate makes that a
+/// termination). The running kernel's consoles and x86 TSC hints are
+/// kept: they describe the machine (a local twin's arm64 guest has a PL011
+/// console, its x86 guest needs the TSC hints to keep the `tsc`
+/// clocksource under TCG, DESIGN §3).
+pub fn kexec_plan(_arch: Arch, expires_at_unix: i64) -> KexecPlan {
+    let mut args: Vec<String> = [
         "console=ttyS0,115200n8",
         "panic=-1",
         "nvme_core.io_timeout=4294967295",
@@ -28,7 +34,15 @@ pub fn kexec_cmdline(_arch: Arch) -> String {
         "lazyinit.net=dhcp",
         "random.trust_cpu=on",
     ]
-    .join(" ")
+    .map(String::from)
+    .into();
+    args.push(format!("lazyinit.expires={expires_at_unix}"));
+    KexecPlan {
+        cmdline: args.join(" "),
+        inherit: ["console=", "earlycon", "tsc=", "tsc_early_khz="]
+            .map(String::from)
+            .into(),
+    }
 }
 
 /// What the harness records about a launched cell (written to the cell's
@@ -40,13 +54,17 @@ pub struct LaunchRecord {
     pub ami: String,
     pub availability_zone: String,
     pub volume_id: String,
-    /// Name given to AttachVolume.
+    /// Name given to AttachVolume; the guest sees an NVMe namespace
+    /// whatever it is, found by `nvme_serial`.
     pub attach_device: String,
-    /// What the guest sees: NVMe serial and the udev path it gives.
     pub nvme_serial: String,
-    pub guest_device: String,
+    /// Where SSH answers (the instance's address and 22, or a twin's).
     pub host: String,
+    pub ssh_port: u16,
+    /// What the instance ran on: `nitro`, or a twin (`twin-...`).
+    pub platform: String,
     pub expires_at: String,
+    pub expires_at_unix: i64,
 }
 
 pub struct Ec2Machine {
@@ -100,16 +118,16 @@ impl Machine for Ec2Machine {
         MachineInfo {
             provider: "ec2".into(),
             machine: self.record.instance_type.clone(),
-            accel: "nitro".into(),
+            accel: self.record.platform.clone(),
         }
     }
 
     fn endpoint(&self) -> Endpoint {
         Endpoint {
             host: self.record.host.clone(),
-            port: 22,
+            port: self.record.ssh_port,
             user: self.user.clone(),
-            volume_device: self.record.guest_device.clone(),
+            volume_device: VolumeDevice::NvmeSerial(self.record.nvme_serial.clone()),
         }
     }
 
@@ -155,20 +173,20 @@ impl Machine for Ec2Machine {
     }
 }
 
-/// Where the guest will find the volume; both forms are recorded.
-pub(crate) fn guest_device(volume_id: &str) -> (String, String) {
-    (nvme::serial(volume_id), nvme::by_id_path(volume_id))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn kexec_cmdline_is_the_instance_console_then_what_the_initramfs_needs() {
+    fn kexec_plan_is_the_instance_console_what_the_initramfs_needs_and_the_expiry() {
+        let p = kexec_plan(Arch::Arm64, 1_700_000_000);
         assert_eq!(
-            kexec_cmdline(Arch::Arm64),
-            "console=ttyS0,115200n8 panic=-1 nvme_core.io_timeout=4294967295 rdinit=/init lazyinit.net=dhcp random.trust_cpu=on"
+            p.cmdline,
+            "console=ttyS0,115200n8 panic=-1 nvme_core.io_timeout=4294967295 rdinit=/init lazyinit.net=dhcp random.trust_cpu=on lazyinit.expires=1700000000"
+        );
+        assert_eq!(
+            p.inherit,
+            ["console=", "earlycon", "tsc=", "tsc_early_khz="]
         );
     }
 }

@@ -1,10 +1,11 @@
 //! `Ec2Provider`: one instance and one EBS volume per cell.
 //!
-//! Per cell: RunInstances (shutdown behaviour terminate, user data with the
-//! keys and the expiry timer, tags), wait running, CreateVolume in the
-//! instance's AZ, wait available, AttachVolume, wait attached, mark the
-//! volume delete-on-termination (so the instance's own expiry takes the
-//! volume with it). Any failure on the way tears down what exists.
+//! Per cell: RunInstances (shutdown behaviour terminate, IMDSv2 only, user
+//! data with the run's keys and the expiry timer, tags), wait running,
+//! CreateVolume in the instance's AZ, wait available, AttachVolume, wait
+//! attached, mark the volume delete-on-termination (so the instance's own
+//! expiry takes the volume with it), then ask the [`InstanceResolver`]
+//! where SSH answers. Any failure on the way tears down what exists.
 //!
 //! Making a provider does no I/O: the SDK client (which may ask the
 //! instance metadata service for a region) is made at the first API call
@@ -16,13 +17,14 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use aws_sdk_ec2::config::Credentials;
 use aws_sdk_ec2::types::{
-    EbsInstanceBlockDeviceSpecification, Filter, InstanceBlockDeviceMappingSpecification,
-    InstanceType, ResourceType, ShutdownBehavior, VolumeType,
+    EbsInstanceBlockDeviceSpecification, Filter, HttpTokensState,
+    InstanceBlockDeviceMappingSpecification, InstanceMetadataEndpointState,
+    InstanceMetadataOptionsRequest, InstanceType, ResourceType, ShutdownBehavior, VolumeType,
 };
 use aws_sdk_ec2::Client;
 use chrono::Utc;
 use lazyinit_core::provider::{
-    CellEstimate, Cost, KexecPlan, LaunchRequest, Machine, Provider, ProviderError,
+    CellEstimate, Cost, LaunchRequest, Machine, Provider, ProviderError,
 };
 use lazyinit_core::{Arch, ByteSize, Cell, KernelProfile};
 use tokio::sync::OnceCell;
@@ -30,8 +32,10 @@ use tokio::sync::OnceCell;
 use crate::client::{self, ApiCounter};
 use crate::config::Ec2Config;
 use crate::error::Ec2Error;
-use crate::machine::{guest_device, Ec2Machine, LaunchRecord};
+use crate::machine::{Ec2Machine, LaunchRecord};
+use crate::nvme;
 use crate::ops::{self, Pace};
+use crate::reach::{InstanceAddress, InstanceResolver};
 use crate::resources::{self, Guard, Registry};
 use crate::tags::{rfc3339, ResourceTags};
 use crate::userdata::{self, GuestKeys, KeyError};
@@ -50,6 +54,7 @@ pub struct Ec2Provider {
     credentials: Option<Credentials>,
     counter: ApiCounter,
     registry: Arc<Registry>,
+    resolver: Arc<dyn InstanceResolver>,
     amis: Mutex<BTreeMap<Arch, String>>,
     /// Run id of the last launch, for the cleanup hint of `release_all`.
     last_run: Mutex<String>,
@@ -83,6 +88,9 @@ impl Ec2Provider {
         credentials: Option<Credentials>,
     ) -> Result<Self, Ec2Error> {
         cfg.validate()?;
+        let resolver = Arc::new(InstanceAddress {
+            use_private_ip: cfg.use_private_ip,
+        });
         Ok(Ec2Provider {
             cfg: Arc::new(cfg),
             keys: OnceCell::new(),
@@ -91,9 +99,18 @@ impl Ec2Provider {
             credentials,
             counter: ApiCounter::default(),
             registry: Arc::default(),
+            resolver,
             amis: Mutex::default(),
             last_run: Mutex::default(),
         })
+    }
+
+    /// Reaches instances through `resolver` instead of their own address:
+    /// for a test twin, whose instances are played by local guests (see
+    /// [`crate::reach`]). Production code never calls this.
+    pub fn with_instance_resolver(mut self, resolver: Arc<dyn InstanceResolver>) -> Self {
+        self.resolver = resolver;
+        self
     }
 
     pub fn config(&self) -> &Ec2Config {
@@ -133,7 +150,8 @@ impl Ec2Provider {
         let Some(client) = self.client.get() else {
             return Ok(()); // no call made, nothing made
         };
-        resources::release_all(client, &self.registry, self.pace(), &run).await
+        let cleanup = self.cfg.cleanup_command(&run);
+        resources::release_all(client, &self.registry, self.pace(), &cleanup).await
     }
 
     /// The configured AMI for `arch`, or the newest image matching the
@@ -243,6 +261,16 @@ impl Ec2Provider {
             .max_count(1)
             .user_data(userdata::encode(&user_data))
             .instance_initiated_shutdown_behavior(ShutdownBehavior::Terminate)
+            // IMDSv2 only, one hop: the user data (with the run's host key)
+            // is served to a session-token holder on the instance itself,
+            // never to a plain GET or a forwarded request.
+            .metadata_options(
+                InstanceMetadataOptionsRequest::builder()
+                    .http_endpoint(InstanceMetadataEndpointState::Enabled)
+                    .http_tokens(HttpTokensState::Required)
+                    .http_put_response_hop_limit(1)
+                    .build(),
+            )
             .set_subnet_id(self.cfg.subnet_id.clone())
             .set_security_group_ids(self.cfg.security_group_id.clone().map(|s| vec![s]))
             .set_key_name(self.cfg.key_name.clone())
@@ -271,17 +299,6 @@ impl Ec2Provider {
         let view = ops::wait_instance_running(client, &instance_id, self.pace()).await?;
         let az = view.az.clone().ok_or_else(|| {
             Ec2Error::Unexpected(format!("instance {instance_id} has no availability zone"))
-        })?;
-        let host = if self.cfg.use_private_ip {
-            view.private_ip.clone()
-        } else {
-            view.public_ip.clone().or(view.private_ip.clone())
-        }
-        .ok_or_else(|| {
-            Ec2Error::BadInput(format!(
-                "instance {instance_id} has no {} IP address: use a subnet that assigns public IPs, or use-private-ip = true",
-                if self.cfg.use_private_ip { "private" } else { "public or private" }
-            ))
         })?;
 
         let out = client
@@ -338,18 +355,20 @@ impl Ec2Provider {
             .await
             .map_err(|e| Ec2Error::api("ModifyInstanceAttribute", e))?;
 
-        let (nvme_serial, guest_device) = guest_device(&volume_id);
+        let (host, ssh_port) = self.resolver.ssh_endpoint(&view).await?;
         Ok(LaunchRecord {
             instance_id,
             instance_type,
             ami,
             availability_zone: az,
+            nvme_serial: nvme::serial(&volume_id),
             volume_id,
             attach_device: device,
-            nvme_serial,
-            guest_device,
             host,
+            ssh_port,
+            platform: self.resolver.platform(),
             expires_at: rfc3339(expires_at),
+            expires_at_unix: expires_at.timestamp(),
         })
     }
 }
@@ -363,8 +382,9 @@ impl Drop for Ec2Provider {
         if !ids.is_empty() {
             let run = self.last_run.lock().map(|r| r.clone()).unwrap_or_default();
             tracing::error!(
-                "EC2 resources may outlive this run: {}; remove them with `lazyinit-bench cleanup --run-id {run}`",
-                ids.join(", ")
+                "EC2 resources may outlive this run: {}; remove them with `{}`",
+                ids.join(", "),
+                self.cfg.cleanup_command(&run)
             );
         }
     }
@@ -454,6 +474,13 @@ impl Provider for Ec2Provider {
         Ok(())
     }
 
+    /// Retries what a cell's teardown could not remove and waits for the
+    /// teardowns of dropped machines; what is still left is named with the
+    /// command that removes it.
+    async fn finish(&self) -> Result<(), ProviderError> {
+        Ok(self.release_all().await?)
+    }
+
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
         self.check_storage(&req.storage_profile)?;
         *self.last_run.lock().expect("run") = req.run_id.clone();
@@ -461,7 +488,7 @@ impl Provider for Ec2Provider {
             self.client().await.clone(),
             self.registry.clone(),
             self.pace(),
-            &req.run_id,
+            &self.cfg.cleanup_command(&req.run_id),
         );
         let record = match self.launch_inner(req, &guard).await {
             Ok(r) => r,
@@ -480,9 +507,7 @@ impl Provider for Ec2Provider {
         Ok(Box::new(Ec2Machine {
             guard,
             client: self.client().await.clone(),
-            kexec: KexecPlan {
-                cmdline: crate::machine::kexec_cmdline(req.cell.arch),
-            },
+            kexec: crate::machine::kexec_plan(req.cell.arch, record.expires_at_unix),
             record,
             user: self.cfg.ssh_user.clone(),
             folder: req.folder.clone(),

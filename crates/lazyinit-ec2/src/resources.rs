@@ -33,7 +33,7 @@ impl Owned {
 #[derive(Debug, Default)]
 pub struct Registry {
     live: Mutex<BTreeMap<u64, Owned>>,
-    background: Mutex<Vec<JoinHandle<()>>>,
+    background: Mutex<Vec<JoinHandle<Teardown>>>,
     next: AtomicU64,
 }
 
@@ -53,16 +53,19 @@ impl Registry {
         let mut live = self.live.lock().expect("registry");
         std::mem::take(&mut *live).into_values().collect()
     }
-    fn take_background(&self) -> Vec<JoinHandle<()>> {
+    fn take_background(&self) -> Vec<JoinHandle<Teardown>> {
         std::mem::take(&mut *self.background.lock().expect("registry"))
     }
 }
+
+/// What a teardown could not remove: the ids, and why.
+type Teardown = Result<(), (Vec<String>, String)>;
 
 /// Tears down what one launch owns: terminate the instance (its attached
 /// volume is delete-on-termination once the launch finished; before that
 /// it is detached by the termination), wait until it is gone, then delete
 /// the volume once it is free. Returns every id it could not remove.
-pub async fn teardown(c: &Client, owned: &Owned, pace: Pace) -> Result<(), (Vec<String>, String)> {
+pub async fn teardown(c: &Client, owned: &Owned, pace: Pace) -> Teardown {
     let mut left = Vec::new();
     let mut errors = Vec::new();
     let mut instance_gone = true;
@@ -101,12 +104,13 @@ pub struct Guard {
     client: Client,
     registry: Arc<Registry>,
     pace: Pace,
-    run_id: String,
+    /// The command that removes what a failed teardown leaves.
+    cleanup: String,
     released: bool,
 }
 
 impl Guard {
-    pub fn new(client: Client, registry: Arc<Registry>, pace: Pace, run_id: &str) -> Guard {
+    pub fn new(client: Client, registry: Arc<Registry>, pace: Pace, cleanup: &str) -> Guard {
         let key = registry.next.fetch_add(1, Ordering::Relaxed);
         registry.update(key, |_| {});
         Guard {
@@ -114,7 +118,7 @@ impl Guard {
             client,
             registry,
             pace,
-            run_id: run_id.to_string(),
+            cleanup: cleanup.to_string(),
             released: false,
         }
     }
@@ -151,7 +155,7 @@ impl Guard {
                 });
                 Err(Ec2Error::Leaked {
                     ids: left.join(", "),
-                    run_id: self.run_id.clone(),
+                    cleanup: self.cleanup.clone(),
                     errors,
                 })
             }
@@ -173,33 +177,39 @@ impl Drop for Guard {
         let ids = owned.ids().join(", ");
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                tracing::warn!("EC2 resources dropped without teardown: removing {ids} in the background");
-                let (client, pace, run_id) = (self.client.clone(), self.pace, self.run_id.clone());
+                tracing::warn!(
+                    "EC2 resources dropped without teardown: removing {ids} in the background"
+                );
+                let (client, pace, cleanup) =
+                    (self.client.clone(), self.pace, self.cleanup.clone());
                 let h = rt.spawn(async move {
-                    if let Err((left, errors)) = teardown(&client, &owned, pace).await {
+                    let r = teardown(&client, &owned, pace).await;
+                    if let Err((left, errors)) = &r {
                         tracing::error!(
-                            "could not remove {}: {errors}; run `lazyinit-bench cleanup --run-id {run_id}`",
+                            "could not remove {}: {errors}; run `{cleanup}`",
                             left.join(", ")
                         );
                     }
+                    r
                 });
                 self.registry.background.lock().expect("registry").push(h);
             }
             Err(_) => tracing::error!(
-                "EC2 resources {ids} dropped outside a runtime; run `lazyinit-bench cleanup --run-id {}`",
-                self.run_id
+                "EC2 resources {ids} dropped outside a runtime; run `{}`",
+                self.cleanup
             ),
         }
     }
 }
 
 /// Tears down everything still registered and waits for background
-/// cleanups: the provider's exit path after Ctrl-C or a failed run.
+/// cleanups, folding their failures in: every run's last step, after
+/// Ctrl-C and failed cells included.
 pub async fn release_all(
     c: &Client,
     registry: &Registry,
     pace: Pace,
-    run_id: &str,
+    cleanup: &str,
 ) -> Result<(), Ec2Error> {
     let mut left = Vec::new();
     let mut errors = Vec::new();
@@ -210,14 +220,25 @@ pub async fn release_all(
         }
     }
     for h in registry.take_background() {
-        let _ = h.await;
+        match h.await {
+            Ok(Ok(())) => {}
+            Ok(Err((l, e))) => {
+                left.extend(l);
+                errors.push(e);
+            }
+            Err(e) => errors.push(format!("a background teardown failed: {e}")),
+        }
     }
-    if left.is_empty() {
+    if left.is_empty() && errors.is_empty() {
         Ok(())
     } else {
         Err(Ec2Error::Leaked {
-            ids: left.join(", "),
-            run_id: run_id.to_string(),
+            ids: if left.is_empty() {
+                "(unknown ids)".into()
+            } else {
+                left.join(", ")
+            },
+            cleanup: cleanup.to_string(),
             errors: errors.join("\n"),
         })
     }

@@ -1,12 +1,17 @@
 //! Instance user data (cloud-config): the pinned host key, root's
-//! authorized key, and the self-destruct timer.
+//! authorized key, and the self-destruct timer of the AMI's userspace.
 //!
 //! The host key's private half travels in user data, which anyone allowed
-//! `ec2:DescribeInstanceAttribute` in the account (and any process on the
-//! instance, through the metadata service) can read. It is the project's
-//! test-only host key, the same one baked into the guest initramfs, whose
-//! only job is to let the harness pin what it connects to: no secret of
-//! value, but do not reuse a real host key here.
+//! `ec2:DescribeInstanceAttribute` in the account (and a process on the
+//! instance holding an IMDSv2 session token: the provider requires tokens
+//! and one hop) can read. So it is a key generated for one run (the CLI
+//! makes it in a folder that goes with the run), the same one appended to
+//! the initramfs the instance kexecs into, whose only job is to let the
+//! harness pin what it connects to during that run.
+//!
+//! The timer here dies with the AMI's userspace at the kexec; the kernel
+//! under test carries the expiry on its command line instead
+//! (`machine::kexec_plan`, honoured by the guest's /init).
 
 use chrono::{DateTime, Utc};
 

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use lazyinit_core::provider::{KexecPlan, LaunchRequest, Provider};
+use lazyinit_core::provider::{LaunchRequest, Provider};
 use lazyinit_core::{Arch, ByteSize, Cell, CellFolder, Hz, KernelSource, Variant};
 use lazyinit_guest::Connect;
 
@@ -67,19 +67,23 @@ async fn kexec_into_the_kernel_under_test() {
             let deadline = Instant::now() + Duration::from_secs(180);
             let mut before = connect.wait_ready(&ep, deadline, &mut || true)?;
             let was = before.exec("uname -r", Duration::from_secs(30))?;
-            // Exactly what the runner does for an EC2 machine.
-            let plan = KexecPlan {
-                cmdline: lazyinit_ec2::kexec_cmdline(Arch::X86_64),
-            };
+            // Exactly what the runner does for an EC2 machine (its expiry
+            // an hour away).
+            let plan =
+                lazyinit_ec2::kexec_plan(Arch::X86_64, chrono::Utc::now().timestamp() + 3600);
             let mut reconnect = || connect.wait_ready(&ep, deadline, &mut || true);
+            let kut = lazyinit_guest::install::KernelUnderTest {
+                image: &kernel,
+                initramfs: &initrd,
+                release: &release,
+            };
             let mut after = lazyinit_guest::install::install_and_kexec(
                 &mut *before,
                 &mut reconnect,
-                &kernel,
-                &initrd,
+                kut,
                 &plan,
-                &release,
                 deadline,
+                &mut |step| eprintln!("{step}"),
             )?;
             let now = after.exec("uname -r", Duration::from_secs(30))?;
             Ok::<_, lazyinit_guest::GuestError>((was.stdout, now.stdout))

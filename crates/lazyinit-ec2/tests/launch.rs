@@ -1,14 +1,14 @@
 //! The EC2 provider against moto's EC2 emulator (DESIGN §6): launch,
 //! states, tags, teardown, a fault mid-launch, and a dropped machine.
 //!
-//! What these tests cannot cover: the emulator's instances are not real
-//! machines, so nothing listens on their SSH port. The part after launch
-//! (kernel install, reboot, mkfs, timing) is the shared guest protocol,
-//! exercised on a local QEMU guest by the lazyinit-guest tests.
+//! The emulator's instances are not machines, so nothing listens on their
+//! SSH port here: the part after launch (kexec, the volume by its NVMe
+//! serial, the guest protocol, the expiry) runs on the twin, where a local
+//! QEMU guest plays each instance (crate `lazyinit-twin`).
 
 mod common;
 
-use aws_sdk_ec2::types::InstanceAttributeName;
+use aws_sdk_ec2::types::{HttpTokensState, InstanceAttributeName};
 use chrono::{DateTime, Utc};
 use common::*;
 use lazyinit_core::provider::{Provider, ProviderError};
@@ -153,30 +153,45 @@ async fn two_cells_launch_tag_attach_and_tear_down() {
             .expect("data volume in the instance's block device mapping");
         assert_eq!(bdm.ebs().unwrap().delete_on_termination(), Some(true));
 
-        // What the guest session gets.
+        // IMDSv2 only (session tokens required), one hop: the user data
+        // holds the run's host key.
+        let md = full.reservations()[0].instances()[0]
+            .metadata_options()
+            .expect("metadata options");
+        assert_eq!(md.http_tokens(), Some(&HttpTokensState::Required));
+        assert_eq!(md.http_put_response_hop_limit(), Some(1));
+        assert_eq!(
+            md.http_endpoint().map(|e| e.as_str()),
+            Some("enabled"),
+            "IMDS stays on (cloud-init reads the user data through it)"
+        );
+
+        // What the guest session gets: the instance's address, and the
+        // volume by its NVMe serial (no udev path: there is no udev after
+        // the kexec).
         let ep = m.endpoint();
         assert_eq!(Some(ep.host.as_str()), inst.public_ip.as_deref());
         assert_eq!((ep.port, ep.user.as_str()), (22, "root"));
         let serial = vid.replace("vol-", "vol");
         assert_eq!(
             ep.volume_device,
-            format!("/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{serial}")
+            lazyinit_core::provider::VolumeDevice::NvmeSerial(serial.clone())
         );
         assert_eq!(rec["nvme_serial"], serial.as_str());
-        assert_eq!(
-            m.kernel_boot(),
-            lazyinit_core::provider::KernelBoot::Kexec(lazyinit_core::provider::KexecPlan {
-                cmdline: lazyinit_ec2::kexec_cmdline(cell.arch)
-            })
+        // The kexec into the kernel under test, which carries the expiry.
+        let lazyinit_core::provider::KernelBoot::Kexec(plan) = m.kernel_boot() else {
+            panic!("an instance boots its AMI's kernel: the runner kexecs");
+        };
+        assert_eq!(plan, lazyinit_ec2::kexec_plan(cell.arch, exp.timestamp()));
+        assert!(
+            plan.cmdline
+                .ends_with(&format!(" lazyinit.expires={}", exp.timestamp())),
+            "{}",
+            plan.cmdline
         );
         assert_eq!(m.info().provider, "ec2");
         assert_eq!(m.info().machine, want_type);
-        eprintln!(
-            "{}: SSH to {}:22 is not attempted: emulator instances do not run; \
-             the guest protocol is tested on local QEMU",
-            cell.id(),
-            ep.host
-        );
+        assert_eq!(m.info().accel, "nitro");
     }
 
     let seen_during_run = p.counter().snapshot();

@@ -21,10 +21,12 @@ fn pace() -> Pace {
     }
 }
 
+/// A sweep as the CLI makes it for the test's owner (`Moto::config`).
 fn sweep(run_id: Option<&str>, expired: bool, dry_run: bool) -> Sweep {
     Sweep {
         run_id: run_id.map(str::to_string),
         expired,
+        owner: Some("lazyinit-test".into()),
         now: Utc::now(),
         dry_run,
     }
@@ -95,12 +97,13 @@ async fn tagged_pair(
     c: &Client,
     p: &lazyinit_ec2::Ec2Provider,
     run: &str,
+    owner: &str,
     expires_in: Duration,
 ) -> (String, String) {
     let tags = ResourceTags {
         run_id: run.into(),
         cell: format!("{run}-cell"),
-        owner: "lazyinit-test".into(),
+        owner: owner.into(),
         expires_at: Utc::now() + expires_in,
     };
     let ami = p.resolve_ami(Arch::X86_64).await.unwrap();
@@ -132,8 +135,8 @@ async fn expired_resources_are_swept_and_live_ones_kept() {
     let moto = Moto::start();
     let p = moto.provider(moto.config()).await;
     let c = p.client().await.clone();
-    let (old_i, old_v) = tagged_pair(&c, &p, "old", Duration::hours(-1)).await;
-    let (new_i, new_v) = tagged_pair(&c, &p, "fresh", Duration::hours(2)).await;
+    let (old_i, old_v) = tagged_pair(&c, &p, "old", "lazyinit-test", Duration::hours(-1)).await;
+    let (new_i, new_v) = tagged_pair(&c, &p, "fresh", "lazyinit-test", Duration::hours(2)).await;
     // Someone else's volume without our tags: never ours to delete.
     let az = ops::describe_instance(&c, &new_i)
         .await
@@ -237,4 +240,57 @@ async fn a_running_cell_is_visible_to_the_sweep() {
         .await
         .unwrap();
     assert!(after.is_empty(), "{after:?}");
+}
+
+/// `cleanup --expired` removes the caller's own expired resources only:
+/// a colleague's, expired too and even of the same run id, stays until
+/// `--all-owners`.
+#[tokio::test]
+async fn expired_sweep_is_the_callers_own_unless_all_owners() {
+    let moto = Moto::start();
+    let p = moto.provider(moto.config()).await;
+    let c = p.client().await.clone();
+    let (mine_i, mine_v) =
+        tagged_pair(&c, &p, "quick-1", "lazyinit-test", Duration::hours(-1)).await;
+    let (theirs_i, theirs_v) =
+        tagged_pair(&c, &p, "quick-1", "colleague", Duration::hours(-1)).await;
+
+    let report = cleanup(&c, &sweep(Some("quick-1"), true, false), pace())
+        .await
+        .unwrap();
+    print!("{}", report.render());
+    let ids: Vec<&str> = report
+        .instances
+        .iter()
+        .chain(&report.volumes)
+        .map(|f| f.id.as_str())
+        .collect();
+    assert!(
+        ids.contains(&mine_i.as_str()) && ids.contains(&mine_v.as_str()),
+        "{ids:?}"
+    );
+    assert!(
+        !ids.contains(&theirs_i.as_str()) && !ids.contains(&theirs_v.as_str()),
+        "{ids:?}"
+    );
+    assert_eq!(
+        ops::describe_instance(&c, &theirs_i)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        "running",
+        "someone else's instance was touched"
+    );
+    assert!(ops::describe_volume(&c, &theirs_v).await.unwrap().is_some());
+
+    let mut all = sweep(None, true, false);
+    all.owner = None;
+    let report = cleanup(&c, &all, pace()).await.unwrap();
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert!(report
+        .instances
+        .iter()
+        .any(|f| f.id == theirs_i && f.owner == "colleague"));
+    assert!(ops::describe_volume(&c, &theirs_v).await.unwrap().is_none());
 }

@@ -34,7 +34,9 @@ pub const STEPS: &[&str] = &[
     "install-kexec",
     "kexec-load",
     "kexec-exec",
+    "boot",
     "uname",
+    "find-volume",
 ];
 
 /// What a hook makes of a step before the guest answers it.
@@ -79,10 +81,13 @@ pub struct FakeGuest {
     pub steps: Vec<&'static str>,
     /// Remote paths uploaded to.
     pub uploads: Vec<String>,
+    /// The last `kexec -l` script, as asked.
+    pub kexec_loaded: Option<String>,
+    /// Boots so far: a kexec makes a new one (another boot id).
+    boots: u32,
     polls: u32,
     waits: u32,
     reads: u32,
-    kexec_loaded: bool,
 }
 
 /// Every zeroing of the measured volume, seconds.
@@ -90,6 +95,11 @@ const ZERO_S: f64 = 0.0034;
 
 /// The release a machine runs before a kexec into the kernel under test.
 pub const CLOUD_RELEASE: &str = "6.1.0-28-cloud-amd64";
+/// Its command line (a cloud image's: two consoles).
+pub const CLOUD_CMDLINE: &str =
+    "BOOT_IMAGE=/boot/vmlinuz root=/dev/nvme0n1p1 ro console=tty0 console=ttyS0,115200n8";
+/// Where a volume asked for by NVMe serial is found.
+pub const NVME_NODE: &str = "/dev/nvme1n1";
 
 impl FakeGuest {
     /// A guest running the kernel `release` built for `arch`, `hz`,
@@ -120,10 +130,11 @@ impl FakeGuest {
             hook: None,
             steps: Vec::new(),
             uploads: Vec::new(),
+            kexec_loaded: None,
+            boots: 1,
             polls: 0,
             waits: 0,
             reads: 0,
-            kexec_loaded: false,
         }
     }
 
@@ -164,6 +175,10 @@ impl FakeGuest {
             "kexec-exec"
         } else if script == "uname -r" {
             "uname"
+        } else if script == crate::install::BOOT_SH {
+            "boot"
+        } else if script.ends_with(crate::volume::NVME_BY_SERIAL_SH) {
+            "find-volume"
         } else {
             return None;
         })
@@ -177,7 +192,7 @@ impl FakeGuest {
         }
     }
 
-    fn answer(&mut self, step: &str) -> String {
+    fn answer(&mut self, step: &str, script: &str) -> String {
         match step {
             "facts" => {
                 let mut f = self.facts.clone();
@@ -228,17 +243,30 @@ impl FakeGuest {
             }
             "collect" => self.trace(),
             "kexec-load" => {
-                self.kexec_loaded = true;
+                self.kexec_loaded = Some(script.to_string());
                 String::new()
             }
             "kexec-exec" => {
                 // The jump: every later connection reaches the new kernel.
-                if self.kexec_loaded {
+                if self.kexec_loaded.is_some() {
                     self.under_test = true;
+                    self.boots += 1;
                 }
                 String::new()
             }
             "uname" => format!("{}\n", self.release()),
+            "boot" => {
+                let cmdline = match self.under_test {
+                    true => "console=ttyS0 rdinit=/init",
+                    false => CLOUD_CMDLINE,
+                };
+                format!(
+                    "00000000-0000-4000-8000-{:012}\n{}\n{cmdline}\n",
+                    self.boots,
+                    self.release()
+                )
+            }
+            "find-volume" => format!("{NVME_NODE}\n"),
             _ => String::new(),
         }
     }
@@ -273,7 +301,7 @@ impl Remote for FakeGuest {
         match self.hook.as_ref().map_or(Answer::Normal, |h| h(step)) {
             Answer::Normal => Ok(RemoteOutput {
                 status: 0,
-                stdout: self.answer(step),
+                stdout: self.answer(step, script),
                 stderr: String::new(),
             }),
             Answer::Fail(stderr) => Ok(RemoteOutput {

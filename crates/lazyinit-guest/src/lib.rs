@@ -13,6 +13,7 @@ pub mod install;
 pub mod parse;
 pub mod protocol;
 mod ssh;
+pub mod volume;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

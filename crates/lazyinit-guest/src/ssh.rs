@@ -11,7 +11,7 @@ use crate::{Connect, GuestError, Remote, RemoteOutput};
 fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
     match e {
         lazyinit_ssh::SshError::Cancelled { .. } => GuestError::Interrupted,
-        e => GuestError::Ssh(e.to_string()),
+        e => GuestError::Ssh(with_causes(&e)),
     }
 }
 
@@ -42,6 +42,18 @@ impl SshRemote {
     pub fn session(&self) -> &Session {
         &self.session
     }
+}
+
+/// The error with its causes (libssh2's reason is the source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
 }
 
 impl Remote for SshRemote {

@@ -115,7 +115,12 @@ async fn boot(arch: Arch, net: &str) -> Duration {
         assert_eq!(v.status, 0, "{v:?}");
         assert!(v.stderr.contains("mke2fs 1.47"), "{v:?}");
         // The measurement's tools on the real volume, as the guest protocol uses them.
-        let dev = &ep.volume_device;
+        let lazyinit_core::provider::VolumeDevice::Path(dev) = &ep.volume_device else {
+            panic!(
+                "a QEMU guest's volume is a fixed node: {:?}",
+                ep.volume_device
+            );
+        };
         ssh(&session, &format!("mkfs.ext4 -q -F {dev}"));
         let header = ssh(&session, &format!("dumpe2fs -h {dev} 2>/dev/null"));
         assert!(

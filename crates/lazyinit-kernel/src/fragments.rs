@@ -214,13 +214,27 @@ mod tests {
 
     #[test]
     fn hz_fragment_sets_exactly_one_choice() {
-        for n in Hz::SUPPORTED {
-            let text = merged_config(Arch::X86_64, hz(n), Variant::Fix, Profile::Qemu, "6.1.192");
+        // Every HZ, arch and profile, on a 6.1 and a 5.10 tree (whose series
+        // fragment comes last).
+        let versions = ["6.1.192", "5.10.218"];
+        for (n, arch, profile, version) in Hz::SUPPORTED.into_iter().flat_map(|n| {
+            [Arch::X86_64, Arch::Arm64].into_iter().flat_map(move |a| {
+                versions
+                    .into_iter()
+                    .flat_map(move |v| [(n, a, Profile::Qemu, v), (n, a, Profile::Cloud, v)])
+            })
+        }) {
+            let text = merged_config(arch, hz(n), Variant::Fix, profile, version);
             let p = parse(&text);
             assert_eq!(p["CONFIG_HZ"].as_deref(), Some(n.to_string().as_str()));
             for other in Hz::SUPPORTED {
                 let want = (other == n).then(|| "y".to_string());
                 assert_eq!(p[&format!("CONFIG_HZ_{other}")], want, "HZ {n} vs {other}");
+            }
+            if profile == Profile::Cloud {
+                for o in ["CONFIG_BLK_DEV_NVME", "CONFIG_ENA_ETHERNET", "CONFIG_KEXEC"] {
+                    assert_eq!(p[o].as_deref(), Some("y"), "{arch} HZ {n} {version}: {o}");
+                }
             }
         }
     }
@@ -278,7 +292,10 @@ mod tests {
         ));
         assert!(!q.contains_key("CONFIG_BLK_DEV_NVME"));
         assert_eq!(c["CONFIG_BLK_DEV_NVME"].as_deref(), Some("y"));
+        assert_eq!(c["CONFIG_ENA_ETHERNET"].as_deref(), Some("y"));
         assert_eq!(c["CONFIG_ACPI"].as_deref(), Some("y"));
+        // The kexec'd kernel runs our initramfs only: no AMI root filesystem.
+        assert!(!c.contains_key("CONFIG_XFS_FS"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use lazyinit_core::events::{Event, Phase};
 use lazyinit_core::provider::{KernelBoot, KexecPlan, LaunchRequest, Machine};
 use lazyinit_core::results::{Measurement, ResultRow, ResultsWriter, Status};
 use lazyinit_core::{exit, model, Cell, Variant};
+use lazyinit_guest::install::KernelUnderTest;
 use lazyinit_guest::{Expectation, ProtocolOptions, Remote};
 
 use crate::error::CellError;
@@ -67,7 +68,12 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
     let tail = machine.console_tail(40);
     sh.events.phase(&id, Phase::Teardown);
     if let Err(e) = machine.teardown().await {
+        let e = exit::chain_text(&e);
         tracing::error!(cell = %id, "teardown failed: {e}");
+        sh.teardown_failures
+            .lock()
+            .unwrap()
+            .push(format!("{id}: {e}"));
     }
     drop(machine);
     let result = measured.map(|m| {
@@ -122,6 +128,7 @@ async fn boot(sh: &Shared, id: &str, machine: &Held) -> Result<Box<dyn Remote>, 
 
 /// The machine booted its own kernel: upload ours with the initramfs,
 /// kexec as the provider's plan says, reconnect (same pinned host key).
+/// Each step is noted with its time.
 async fn install_kernel(
     sh: &Shared,
     req: &LaunchRequest,
@@ -135,18 +142,23 @@ async fn install_kernel(
     let (connect, cancel, m) = (sh.built.connect.clone(), sh.cancel.clone(), machine.clone());
     let (kernel, initrd) = (req.kernel_image.clone(), req.initramfs.clone());
     let release = req.kernel_release.clone();
+    let (events, id) = (sh.events.clone(), req.cell.id());
     let deadline = Instant::now() + sh.boot_timeout;
     let installed = blocking("kernel install", move || {
         let mut alive = || !cancel.load(Ordering::SeqCst) && m.blocking_lock().is_alive();
         let mut reconnect = || connect.wait_ready(&ep, deadline, &mut alive);
+        let kernel = KernelUnderTest {
+            image: &kernel,
+            initramfs: &initrd,
+            release: &release,
+        };
         lazyinit_guest::install::install_and_kexec(
             &mut *remote,
             &mut reconnect,
-            &kernel,
-            &initrd,
+            kernel,
             &plan,
-            &release,
             deadline,
+            &mut |step| events.note(&id, step),
         )
     })
     .await?;
@@ -156,7 +168,8 @@ async fn install_kernel(
     })
 }
 
-/// The shared guest protocol: verify, mkfs, calibrate, mount, time.
+/// The shared guest protocol: find the volume (by its NVMe serial on a
+/// cloud instance), verify, mkfs, calibrate, mount, time.
 async fn protocol(
     sh: &Shared,
     req: &LaunchRequest,
@@ -165,7 +178,7 @@ async fn protocol(
     gate: &CellGate,
 ) -> Result<Measurement, CellError> {
     let cell = &req.cell;
-    let (device, warmup_device, hold) = {
+    let (volume, warmup_device, hold) = {
         let m = machine.lock().await;
         (m.endpoint().volume_device, m.warmup_device(), m.zero_hold())
     };
@@ -177,9 +190,9 @@ async fn protocol(
     };
     let nofix =
         model::predict_cell(cell.hz, Variant::NoFix, cell.wait_mult, cell.volume).lazyinit_s;
-    let opts = ProtocolOptions {
+    let mut opts = ProtocolOptions {
         cell_id: cell.id(),
-        device,
+        device: String::new(), // found in the guest, below
         warmup_device,
         mkfs_args: sh.settings.mkfs_args.clone(),
         wait_mult: cell.wait_mult,
@@ -198,6 +211,7 @@ async fn protocol(
         estimate_after: sh.settings.estimate_after,
     };
     blocking("guest protocol", move || {
+        opts.device = lazyinit_guest::volume::find(&mut *remote, &volume)?;
         lazyinit_guest::run(&mut *remote, &exp, &opts)
     })
     .await?

@@ -11,7 +11,8 @@
 //! A hook sees every step of every cell, by name: `preflight`, `check`
 //! (per kernel, before anything is written), `build`,
 //! `launch`, `boot` (each connection), the guest's steps
-//! ([`lazyinit_guest::fake::STEPS`]) and `teardown`. It can fail the step,
+//! ([`lazyinit_guest::fake::STEPS`]) and `teardown`, then the run's
+//! `finish`. It can fail the step,
 //! drop the connection, or set the run's cancel flag there.
 
 use std::collections::BTreeMap;
@@ -23,7 +24,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use lazyinit_core::provider::{
     CellEstimate, Cost, Endpoint, KernelBoot, KexecPlan, LaunchRequest, Machine, MachineInfo,
-    Provider, ProviderError,
+    Provider, ProviderError, VolumeDevice,
 };
 use lazyinit_core::{model, Arch, Cell, KernelProfile, StorageProfile};
 use lazyinit_guest::fake::{FakeGuest, SharedGuest};
@@ -198,6 +199,16 @@ impl Provider for FakeProvider {
         }
     }
 
+    /// Step `finish` (cell ""): fails as a provider that could not remove
+    /// what a failed teardown left.
+    async fn finish(&self) -> Result<(), ProviderError> {
+        match self.lab.hook("finish", "") {
+            Answer::Normal => Ok(()),
+            Answer::Fail(why) => Err(ProviderError::infra(why)),
+            Answer::Drop => Err(ProviderError::infra("the API did not answer (fake)")),
+        }
+    }
+
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
         let id = req.cell.id();
         match self.lab.hook("launch", &id) {
@@ -276,7 +287,11 @@ impl Machine for FakeMachine {
             host: "fake".into(),
             port: self.port,
             user: "root".into(),
-            volume_device: "/dev/vda".into(),
+            // A cloud volume is found in the guest by its NVMe serial.
+            volume_device: match self.kexec {
+                true => VolumeDevice::NvmeSerial(format!("vol0fake{:012}", self.port)),
+                false => VolumeDevice::Path("/dev/vda".into()),
+            },
         }
     }
 
@@ -284,6 +299,7 @@ impl Machine for FakeMachine {
         match self.kexec {
             true => KernelBoot::Kexec(KexecPlan {
                 cmdline: "console=ttyS0 rdinit=/init lazyinit.net=dhcp".into(),
+                inherit: vec!["console=".into()],
             }),
             false => KernelBoot::Direct,
         }

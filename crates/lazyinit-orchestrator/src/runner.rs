@@ -48,6 +48,27 @@ pub struct RunSummary {
     /// Cells not started because the run was interrupted first.
     pub not_started: usize,
     pub results_csv: PathBuf,
+    /// Cell teardowns that failed (the provider's `finish` retried them).
+    pub teardown_failures: Vec<String>,
+    /// What the provider's `finish` could not remove: ids and the command
+    /// that removes them. Never silent: the run exits 3.
+    pub leaks: Vec<String>,
+}
+
+impl RunSummary {
+    /// The exit code of a run that got this far: a leak first (it costs
+    /// money until someone acts), then an interrupt, then failed cells.
+    pub fn exit_code(&self, cancelled: bool) -> u8 {
+        if !self.leaks.is_empty() {
+            exit::INFRASTRUCTURE
+        } else if cancelled || self.interrupted > 0 {
+            exit::INTERRUPTED
+        } else if self.failed > 0 {
+            exit::REGRESSION_OR_CELL_FAILED
+        } else {
+            exit::OK
+        }
+    }
 }
 
 /// Cell ids that already have an `ok` row: those are not run again. A
@@ -92,6 +113,8 @@ pub(crate) struct Shared {
     pub boot_timeout: Duration,
     /// Cells whose row `results.csv` did not take, and the first error.
     pub unwritten: Mutex<(Vec<String>, Option<ResultsError>)>,
+    /// Cells whose machine's teardown failed, with the error.
+    pub teardown_failures: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -146,6 +169,14 @@ pub async fn run<C: ProviderConfigs>(
         &mut summary,
     )
     .await;
+    // Whatever way the cells ended: the provider retries failed teardowns,
+    // waits for background ones, and says what is left.
+    summary.teardown_failures = std::mem::take(&mut *shared.teardown_failures.lock().unwrap());
+    if let Err(e) = shared.provider.finish().await {
+        let e = exit::chain_text(&e);
+        tracing::error!("resources left behind: {e}");
+        summary.leaks.push(e);
+    }
     let (cells, first) = std::mem::take(&mut *shared.unwritten.lock().unwrap());
     match first {
         Some(source) => Err(RunError::RowsNotWritten {
@@ -517,6 +548,7 @@ async fn schedule(
         cancel: opts.cancel.clone(),
         boot_timeout: opts.boot_timeout,
         unwritten: Mutex::default(),
+        teardown_failures: Mutex::default(),
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let order = longest_first(plan, todo);

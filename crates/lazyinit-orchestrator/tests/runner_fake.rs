@@ -282,6 +282,16 @@ async fn machines_that_boot_their_own_kernel_are_kexeced_into_the_one_under_test
     assert!(lab
         .journal()
         .contains(&"build x86_64-hz250-nofix cloud".to_string()));
+    // The volume, given by its NVMe serial, was found in the guest.
+    for r in rows_in(&out) {
+        assert!(
+            r.measured
+                .mkfs_cmd
+                .ends_with(&format!(" {}", lazyinit_guest::fake::NVME_NODE)),
+            "{}",
+            r.measured.mkfs_cmd
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,4 +616,48 @@ async fn an_ssh_drop_while_polling_fails_only_that_cell() {
     assert_eq!(row(&rows, FIX).status, Status::Ok);
     assert!(lab.live_machines().is_empty());
     assert!(!RunFolder::new(&out).cell(NOFIX).running().exists());
+}
+
+/// A cell whose teardown fails is named in the summary and left to the
+/// provider's `finish`; when that cannot remove it either, the run says
+/// what is left and exits 3, whatever the cells measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_teardown_that_fails_is_retried_and_a_leak_exits_3() {
+    for finish_fails in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let lab = Lab::with_hook(
+            tmp.path().join("lab"),
+            hook(move |step, cell| match (step, cell) {
+                ("teardown", FIX) => Answer::Fail("TerminateInstances refused (fake)".into()),
+                ("finish", _) if finish_fails => {
+                    Answer::Fail("left behind: i-fake; remove them with `cleanup`".into())
+                }
+                _ => Answer::Normal,
+            }),
+        );
+        let s = run(&spec(""), &lab, &tmp.path().join("out")).await.unwrap();
+        assert_eq!((s.ok, s.failed), (2, 0), "the measurements stand");
+        assert_eq!(s.teardown_failures.len(), 1, "{:?}", s.teardown_failures);
+        assert!(
+            s.teardown_failures[0].starts_with(&format!("{FIX}: "))
+                && s.teardown_failures[0].contains("TerminateInstances refused"),
+            "{:?}",
+            s.teardown_failures
+        );
+        match finish_fails {
+            false => {
+                assert!(s.leaks.is_empty(), "{:?}", s.leaks);
+                assert_eq!(s.exit_code(false), exit::OK);
+            }
+            true => {
+                assert_eq!(s.leaks, ["left behind: i-fake; remove them with `cleanup`"]);
+                assert_eq!(s.exit_code(false), exit::INFRASTRUCTURE);
+                assert_eq!(
+                    s.exit_code(true),
+                    exit::INFRASTRUCTURE,
+                    "before an interrupt"
+                );
+            }
+        }
+    }
 }

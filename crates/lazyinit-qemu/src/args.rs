@@ -236,6 +236,26 @@ pub fn warmup_args(disk: VolumeSource<'_>) -> Vec<OsString> {
     ]
 }
 
+/// A volume as a Nitro instance presents an EBS volume: an NVMe controller
+/// with one namespace whose controller serial is the volume id without its
+/// dash (`vol0abc...`, at most 20 characters). For a local twin of an EC2
+/// instance (`id` names the drive); the QEMU provider's own volumes are
+/// virtio-blk. Kept sparse like [`volume_args`]: NVMe's deallocate and
+/// write-zeroes reach the file as holes.
+pub fn nvme_volume_args(id: &str, file: &Path, serial: &str) -> Vec<OsString> {
+    let mut drive = OsString::from("file=");
+    drive.push(file);
+    drive.push(format!(
+        ",format=raw,aio=threads,if=none,id={id},cache=writeback,discard=unmap,detect-zeroes=unmap"
+    ));
+    vec![
+        "-drive".into(),
+        drive,
+        "-device".into(),
+        format!("nvme,drive={id},serial={serial}").into(),
+    ]
+}
+
 /// The whole command line for one guest.
 pub struct GuestArgs<'a> {
     pub arch: Arch,
@@ -335,6 +355,19 @@ mod tests {
         ));
         assert!(n.contains("discard=unmap") && n.contains("detect-zeroes=unmap"));
         assert!(!n.contains("aio=") && n.contains("write-zeroes=on"));
+    }
+
+    #[test]
+    fn nvme_volume_carries_the_serial() {
+        let s = joined(&nvme_volume_args(
+            "vol1",
+            Path::new("/t/vol-0abc.raw"),
+            "vol0abc",
+        ));
+        assert_eq!(
+            s,
+            "-drive file=/t/vol-0abc.raw,format=raw,aio=threads,if=none,id=vol1,cache=writeback,discard=unmap,detect-zeroes=unmap -device nvme,drive=vol1,serial=vol0abc"
+        );
     }
 
     #[test]

@@ -200,7 +200,7 @@ impl Machine for QemuMachine {
             host: "127.0.0.1".into(),
             port: self.port,
             user: "root".into(),
-            volume_device: "/dev/vda".into(),
+            volume_device: lazyinit_core::provider::VolumeDevice::Path("/dev/vda".into()),
         }
     }
 

@@ -60,7 +60,13 @@ impl std::str::FromStr for KeyField {
 /// What an ignored field reads as in the matched key.
 pub const IGNORED: &str = "*";
 
+/// What an ignored `accel` of a twin's row reads as: ignoring the
+/// accelerator never matches a twin (a QEMU guest playing an instance)
+/// with a real instance or a QEMU provider's guest.
+pub const IGNORED_TWIN: &str = "twin-*";
+
 fn matching_key(k: &CellKey, ignore: &[KeyField]) -> CellKey {
+    let twin = lazyinit_core::results::is_twin(&k.accel);
     let mut k = k.clone();
     for f in ignore {
         let field = match f {
@@ -74,7 +80,11 @@ fn matching_key(k: &CellKey, ignore: &[KeyField]) -> CellKey {
                 continue;
             }
         };
-        *field = IGNORED.into();
+        *field = if twin && matches!(f, KeyField::Accel) {
+            IGNORED_TWIN.into()
+        } else {
+            IGNORED.into()
+        };
     }
     k
 }
@@ -473,5 +483,51 @@ mod tests {
         let c = compare(&[old], &[est], &CompareOptions::default()).unwrap();
         assert_eq!((c.cells.len(), c.missing.len()), (1, 0));
         assert!("estimated".parse::<KeyField>().is_ok());
+    }
+
+    /// Rows of a twin (provider ec2, a QEMU guest playing the instance)
+    /// pool with neither real EC2 rows nor QEMU rows, in a report or in a
+    /// comparison, even with the accelerator (and the provider) ignored.
+    #[test]
+    fn a_twin_never_matches_real_ec2_or_qemu() {
+        let qemu = crate::cells::tests_support::row("debian-6.1", 60.0);
+        let mut ec2 = qemu.clone();
+        ec2.provider = "ec2".into();
+        ec2.machine = "c5.2xlarge".into();
+        ec2.accel = "nitro".into();
+        let mut twin = ec2.clone();
+        twin.accel = "twin-tcg".into();
+        let cells = crate::cells::aggregate(
+            &[qemu.clone(), ec2.clone(), twin.clone()],
+            Metric::LazyinitS,
+        );
+        assert_eq!(cells.len(), 3, "one cell each: never pooled");
+        for ignore in [
+            vec![KeyField::Accel],
+            vec![KeyField::Accel, KeyField::Provider, KeyField::Machine],
+        ] {
+            let o = CompareOptions {
+                ignore,
+                ..Default::default()
+            };
+            for other in [&ec2, &qemu] {
+                let c = compare(&[twin.clone()], std::slice::from_ref(other), &o).unwrap();
+                assert!(c.cells.is_empty(), "{:?}", c.cells[0].key);
+            }
+            // Twin against twin still matches.
+            assert_eq!(
+                compare(&[twin.clone()], &[twin.clone()], &o)
+                    .unwrap()
+                    .cells
+                    .len(),
+                1
+            );
+        }
+        // Real EC2 against QEMU with the environment ignored: the user's call.
+        let o = CompareOptions {
+            ignore: vec![KeyField::Accel, KeyField::Provider, KeyField::Machine],
+            ..Default::default()
+        };
+        assert_eq!(compare(&[ec2], &[qemu], &o).unwrap().cells.len(), 1);
     }
 }

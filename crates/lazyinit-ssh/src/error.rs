@@ -53,27 +53,27 @@ pub enum SshError {
         #[source]
         source: ssh2::Error,
     },
-    #[error("cannot run `{cmd}` on {addr}")]
+    #[error("cannot run `{}` on {addr}", short(.cmd))]
     Exec {
         cmd: String,
         addr: String,
         #[source]
         source: ssh2::Error,
     },
-    #[error("lost the connection while running `{cmd}` on {addr}")]
+    #[error("lost the connection while running `{}` on {addr}", short(.cmd))]
     Io {
         cmd: String,
         addr: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("`{cmd}` on {addr} did not finish within {timeout:?}")]
+    #[error("`{}` on {addr} did not finish within {timeout:?}", short(.cmd))]
     Timeout {
         cmd: String,
         addr: String,
         timeout: Duration,
     },
-    #[error("`{cmd}` on {addr} exited with status {status}{}", fmt_stderr(.stderr))]
+    #[error("`{}` on {addr} exited with status {status}{}", short(.cmd), fmt_stderr(.stderr))]
     ExitStatus {
         cmd: String,
         addr: String,
@@ -126,5 +126,41 @@ impl SshError {
                 | SshError::BadKeyFile { .. }
                 | SshError::MachineDied { .. }
         )
+    }
+}
+
+/// A command as an error message names it: a one-liner as it is; a script
+/// (the guest protocol's) by its first line of code, without its
+/// arguments (`set -- ...`) and comments.
+fn short(cmd: &str) -> String {
+    const MAX: usize = 80;
+    if !cmd.contains('\n') && cmd.len() <= MAX {
+        return cmd.to_string();
+    }
+    let first = cmd
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("set -- "))
+        .unwrap_or("");
+    let mut s: String = first.chars().take(MAX).collect();
+    if s.len() < first.len() {
+        s.push('…');
+    }
+    format!("{s} …")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_named_by_their_first_line_of_code() {
+        assert_eq!(short("uname -r"), "uname -r");
+        assert_eq!(
+            short("set -- '2' '60'\n# Blocks until...\n# more\nI=/sys/kernel/tracing\nk=\"$1\"\n"),
+            "I=/sys/kernel/tracing …"
+        );
+        let long = "x".repeat(100);
+        assert_eq!(short(&long), format!("{} …", "x".repeat(80) + "…"));
     }
 }

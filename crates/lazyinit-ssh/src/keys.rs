@@ -190,6 +190,38 @@ impl Keys {
     }
 }
 
+/// Keys made for one run, in a private folder under a base directory that
+/// goes (private keys included) when this is dropped. For a cloud run: the
+/// host key's private half travels in every instance's user data, so it
+/// must not be one key for every instance forever.
+#[derive(Debug)]
+pub struct RunKeys {
+    dir: tempfile::TempDir,
+    pub keys: Keys,
+}
+
+impl RunKeys {
+    pub fn create(base: &Path, prefix: &str) -> Result<RunKeys, SshError> {
+        create_dir_private(base)?;
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(base)
+            .map_err(|source| SshError::KeyFile {
+                action: "create a run's key folder in",
+                path: base.to_path_buf(),
+                source,
+            })?;
+        let keys = Keys::load_or_create(dir.path())?;
+        Ok(RunKeys { dir, keys })
+    }
+
+    /// The run's state folder: its keys, and whatever else is keyed with
+    /// them (initramfs copies).
+    pub fn state_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 fn create_dir_private(dir: &Path) -> Result<(), SshError> {
     fs::DirBuilder::new()
         .recursive(true)
@@ -331,5 +363,25 @@ mod tests {
             pin.fingerprint(),
             "SHA256:J+funKfAO+VTScZuy7xzyEB0ZOykNHyo9A5X+PhWQao"
         );
+    }
+
+    /// With the real ssh-keygen and dropbearkey: each run has a host key of
+    /// its own, and dropping the run's keys removes them.
+    #[test]
+    fn each_run_gets_its_own_keys_gone_with_it() {
+        let base = tempfile::tempdir().unwrap();
+        let a = RunKeys::create(base.path(), "run-").unwrap();
+        let b = RunKeys::create(base.path(), "run-").unwrap();
+        assert_ne!(a.keys.host_public, b.keys.host_public);
+        assert_ne!(a.keys.client_public, b.keys.client_public);
+        assert!(a.keys.host_private.starts_with(a.state_dir()));
+        let (dir, private) = (a.state_dir().to_path_buf(), a.keys.host_private.clone());
+        assert!(private.exists());
+        drop(a);
+        assert!(
+            !dir.exists() && !private.exists(),
+            "the run's keys outlived it"
+        );
+        assert!(b.keys.host_private.exists());
     }
 }

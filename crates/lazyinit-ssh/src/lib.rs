@@ -10,5 +10,5 @@ mod keys;
 mod session;
 
 pub use error::SshError;
-pub use keys::{fingerprint, HostKeyPin, Keys};
+pub use keys::{fingerprint, HostKeyPin, Keys, RunKeys};
 pub use session::{wait_until_ready, Output, Session, UploadSource};

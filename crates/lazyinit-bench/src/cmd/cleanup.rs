@@ -1,6 +1,7 @@
 //! `lazyinit-bench cleanup`: find this project's cloud resources (EC2
 //! instances and volumes) by tag, of one run or past their expiry, and
-//! remove them. The sweep itself is the provider's (`providers::cleanup`).
+//! remove them: the caller's own (Owner tag) unless `--all-owners`. The
+//! sweep itself is the provider's (`providers::cleanup`).
 
 use std::path::PathBuf;
 
@@ -15,6 +16,12 @@ pub struct CleanupArgs {
     /// List what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Only resources with this Owner tag (default: the spec's `owner`, else $USER).
+    #[arg(long, value_name = "NAME", conflicts_with = "all_owners")]
+    pub owner: Option<String>,
+    /// Every owner's resources, not only the caller's.
+    #[arg(long)]
+    pub all_owners: bool,
     /// Experiment spec whose [provider-config.ec2] table says region, profile and endpoint.
     #[arg(long, value_name = "SPEC.toml")]
     pub config: Option<PathBuf>,

@@ -3,9 +3,10 @@
 //! orchestrator, `run` and `plan` only ever see the trait.
 //!
 //! A new provider is a crate implementing `lazyinit_core::provider`'s
-//! `Provider` and `Machine`, and here one line in [`PROVIDERS`] (and, if it
-//! has settings, its table in [`Configs`]).
+//! `Provider` and `Machine`, and here one entry in [`PROVIDERS`] (and, if
+//! it has settings, its table in [`Configs`]).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lazyinit_core::exit::bad_input;
@@ -14,23 +15,43 @@ use lazyinit_core::KernelProfile;
 use lazyinit_orchestrator::ProviderConfigs;
 use serde::{Deserialize, Serialize};
 
-/// Makes a provider from the spec's tables. No network call, no key read:
-/// those wait for its `preflight` (so `plan` makes one too).
-type Make = fn(&Configs) -> anyhow::Result<Arc<dyn Provider>>;
+/// Makes a provider from the spec's tables, its machines reached with the
+/// SSH keys in the given folder (see [`RunKeys`]). No network call, no key
+/// read: those wait for its `preflight` (so `plan` makes one too).
+type Make = fn(&Configs, &Path) -> anyhow::Result<Arc<dyn Provider>>;
 
-/// Every provider this binary knows, by the name a spec gives it.
-const PROVIDERS: &[(&str, Make)] = &[
-    ("qemu", |c| {
-        Ok(Arc::new(lazyinit_qemu::QemuProvider::new(
-            c.qemu.clone().unwrap_or_default(),
-        )))
-    }),
-    ("ec2", ec2),
+/// A provider this binary knows.
+struct Known {
+    /// The name a spec gives it.
+    name: &'static str,
+    make: Make,
+    /// Its machines carry the SSH host key's private half off this host
+    /// (EC2: in every instance's user data), so each run gets keys of its
+    /// own rather than one key for every machine forever.
+    keys_per_run: bool,
+}
+
+/// Every provider this binary knows.
+const PROVIDERS: &[Known] = &[
+    Known {
+        name: "qemu",
+        make: |c, _keys| {
+            Ok(Arc::new(lazyinit_qemu::QemuProvider::new(
+                c.qemu.clone().unwrap_or_default(),
+            )))
+        },
+        keys_per_run: false,
+    },
+    Known {
+        name: "ec2",
+        make: ec2,
+        keys_per_run: true,
+    },
 ];
 
 /// The providers a spec may name.
 pub fn names() -> impl Iterator<Item = &'static str> {
-    PROVIDERS.iter().map(|(name, _)| *name)
+    PROVIDERS.iter().map(|k| k.name)
 }
 
 /// `[provider-config]`: one table per provider, typed by it where this
@@ -86,34 +107,77 @@ pub fn check_name(spec: &Spec, origin: &str) -> anyhow::Result<()> {
     .into())
 }
 
-/// The spec's provider (see [`Make`]).
-pub fn provider(spec: &Spec) -> anyhow::Result<Arc<dyn Provider>> {
-    named(&spec.provider, &spec.provider_config)
+/// The spec's provider (see [`Make`]), its machines reached with the keys
+/// in `keys_dir` ([`RunKeys::dir`] for a run; `plan` reads no keys).
+pub fn provider(spec: &Spec, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
+    named(&spec.provider, &spec.provider_config, keys_dir)
 }
 
-fn named(name: &str, configs: &Configs) -> anyhow::Result<Arc<dyn Provider>> {
-    match PROVIDERS.iter().find(|(n, _)| *n == name) {
-        Some((_, make)) => make(configs),
-        None => Err(bad_input(format!("unknown provider `{name}`")).into()),
+fn known(name: &str) -> anyhow::Result<&'static Known> {
+    PROVIDERS
+        .iter()
+        .find(|k| k.name == name)
+        .ok_or_else(|| bad_input(format!("unknown provider `{name}`")).into())
+}
+
+fn named(name: &str, configs: &Configs, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
+    (known(name)?.make)(configs, keys_dir)
+}
+
+/// The SSH keys of one run: the project's own (made once, in the state
+/// folder), or, for a provider whose machines carry the host key off this
+/// host, keys made for this run alone, in a private folder that goes (keys
+/// and keyed guest images) when this is dropped.
+pub struct RunKeys {
+    dir: PathBuf,
+    _own: Option<lazyinit_ssh::RunKeys>,
+}
+
+impl RunKeys {
+    /// The folder of the keys, and of the guest images that hold them.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
+}
+
+/// The keys a run of `spec` uses (see [`RunKeys`]).
+pub fn run_keys(spec: &Spec) -> anyhow::Result<RunKeys> {
+    let state = lazyinit_core::paths::state_dir();
+    if !known(&spec.provider)?.keys_per_run {
+        return Ok(RunKeys {
+            dir: state,
+            _own: None,
+        });
+    }
+    let own = lazyinit_ssh::RunKeys::create(&state, &format!("{}-run-", spec.provider))?;
+    Ok(RunKeys {
+        dir: own.state_dir().to_path_buf(),
+        _own: Some(own),
+    })
 }
 
 /// The kernel profile rows of `provider` ran (their machines' kind), for
 /// the KCIDB export; `None` for a provider this binary cannot make.
 pub fn kernel_profile(provider: &str) -> Option<KernelProfile> {
-    named(provider, &Configs::default())
-        .ok()
-        .map(|p| p.kernel_profile())
+    named(
+        provider,
+        &Configs::default(),
+        &lazyinit_core::paths::state_dir(),
+    )
+    .ok()
+    .map(|p| p.kernel_profile())
 }
 
 /// The EC2 provider from the spec's `[provider-config.ec2]` table; the
-/// project's keys, converted for cloud-init, are read in its preflight.
+/// run's keys (in `keys_dir`), converted for cloud-init, are read in its
+/// preflight.
 #[cfg(feature = "ec2")]
-fn ec2(configs: &Configs) -> anyhow::Result<Arc<dyn Provider>> {
+fn ec2(configs: &Configs, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
     use lazyinit_ec2::userdata::KeyError;
     let cfg = ec2_config(configs)?;
-    let load_keys: lazyinit_ec2::KeyLoader = Box::new(|| {
-        let keys = lazyinit_ssh::Keys::load_or_create(&lazyinit_core::paths::state_dir())
+    let keys_dir = keys_dir.to_path_buf();
+    let load_keys: lazyinit_ec2::KeyLoader = Box::new(move || {
+        let keys = lazyinit_ssh::Keys::load_or_create(&keys_dir)
             .map_err(|e| KeyError::Load(e.to_string()))?;
         lazyinit_ec2::GuestKeys::from_dropbear(
             &keys.host_private,
@@ -127,7 +191,7 @@ fn ec2(configs: &Configs) -> anyhow::Result<Arc<dyn Provider>> {
 }
 
 #[cfg(not(feature = "ec2"))]
-fn ec2(_configs: &Configs) -> anyhow::Result<Arc<dyn Provider>> {
+fn ec2(_configs: &Configs, _keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
     Err(bad_input(
         "this lazyinit-bench was built without the `ec2` feature: rebuild with default features",
     )
@@ -149,7 +213,8 @@ fn ec2_config(configs: &Configs) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
     Ok(cfg)
 }
 
-/// `cleanup`: EC2's sweep of tagged instances and volumes.
+/// `cleanup`: EC2's sweep of tagged instances and volumes, the caller's
+/// own (Owner tag) unless `--all-owners`.
 #[cfg(feature = "ec2")]
 pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     use anyhow::Context;
@@ -176,7 +241,11 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     }
     let counter = client::ApiCounter::default();
     let c = client::build(&cfg, None, counter.clone()).await;
-    let sweep = Sweep::new(a.run_id.clone(), a.expired, a.dry_run);
+    let owner = match a.all_owners {
+        true => None,
+        false => Some(a.owner.clone().unwrap_or_else(|| cfg.owner_tag())),
+    };
+    let sweep = Sweep::new(a.run_id.clone(), a.expired, owner, a.dry_run);
     let report = match lazyinit_ec2::cleanup(&c, &sweep, Pace::of(&cfg)).await {
         Ok(r) => r,
         Err(e @ Ec2Error::BadInput(_)) => return Err(exit::bad_input(e.to_string()).into()),
@@ -209,7 +278,7 @@ mod tests {
     #[test]
     fn every_named_provider_can_be_made_without_io() {
         for name in names() {
-            let p = named(name, &Configs::default());
+            let p = named(name, &Configs::default(), Path::new("/nonexistent"));
             if cfg!(feature = "ec2") || name != "ec2" {
                 assert_eq!(p.unwrap().name(), name);
             }
@@ -219,5 +288,14 @@ mod tests {
             assert_eq!(kernel_profile("ec2"), Some(KernelProfile::Cloud));
         }
         assert_eq!(kernel_profile("gce"), None);
+    }
+
+    /// Only a provider whose machines take the host key off this host
+    /// (EC2's user data) makes keys for each run.
+    #[test]
+    fn keys_of_their_own_for_cloud_runs_only() {
+        assert!(known("ec2").unwrap().keys_per_run);
+        assert!(!known("qemu").unwrap().keys_per_run);
+        assert!(known("gce").is_err());
     }
 }

@@ -168,7 +168,8 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
 
 pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
     let spec = resolve_spec(&a.spec)?;
-    let provider = providers::provider(&spec)?;
+    // Reads no keys: the state folder is only named.
+    let provider = providers::provider(&spec, &lazyinit_core::paths::state_dir())?;
     let p = lazyinit_orchestrator::plan(
         &spec,
         &*provider,
@@ -220,7 +221,9 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     if a.alone {
         spec.concurrency = spec::Concurrency::Fixed(1);
     }
-    let provider = providers::provider(&spec)?;
+    // The run's SSH keys: its own for a cloud provider (they go with it).
+    let keys = providers::run_keys(&spec)?;
+    let provider = providers::provider(&spec, keys.dir())?;
     let plan = lazyinit_orchestrator::plan(
         &spec,
         &*provider,
@@ -256,12 +259,14 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         cancel: cancel.clone(),
         prioritize_sensitive: !a.no_isolate,
         boot_timeout: Duration::from_secs(a.boot_timeout),
-        artifacts: Arc::new(lazyinit_orchestrator::artifacts::Built::new(
-            lazyinit_core::paths::cache_dir(),
-            lazyinit_core::paths::state_dir(),
-            std::thread::available_parallelism().map_or(2, |n| n.get()),
-        )
-        .with_kernel_config(spec.kernel_config.clone())),
+        artifacts: Arc::new(
+            lazyinit_orchestrator::artifacts::Built::new(
+                lazyinit_core::paths::cache_dir(),
+                keys.dir().to_path_buf(),
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )
+            .with_kernel_config(spec.kernel_config.clone()),
+        ),
     };
     let result = lazyinit_orchestrator::run(&spec, &plan, provider, opts).await;
     let _ = ui.await;
@@ -284,16 +289,19 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             Err(e) => eprintln!("(no table: {e:#})"),
         }
     }
-    Ok(
-        if cancel.load(Ordering::SeqCst) || summary.interrupted > 0 {
-            eprintln!("interrupted: rerun the same command to resume");
-            exit::INTERRUPTED
-        } else if summary.failed > 0 {
-            exit::REGRESSION_OR_CELL_FAILED
-        } else {
-            exit::OK
-        },
-    )
+    for f in &summary.teardown_failures {
+        eprintln!("teardown failed (retried at the end of the run): {f}");
+    }
+    let code = summary.exit_code(cancel.load(Ordering::SeqCst));
+    if code == exit::INFRASTRUCTURE {
+        for l in &summary.leaks {
+            eprintln!("error: {l}");
+        }
+    } else if code == exit::INTERRUPTED {
+        eprintln!("interrupted: rerun the same command to resume");
+    }
+    drop(keys);
+    Ok(code)
 }
 
 /// The table printed at the end of `run`: the same markdown as `report`.
