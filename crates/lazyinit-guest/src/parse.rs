@@ -122,6 +122,59 @@ impl TraceSummary {
             (d[m - 1] + d[m]) / 2.0
         })
     }
+    /// The sleep L the thread slept between zeroings, in ticks, counted on
+    /// the guest's own tick grid: for each cycle, the ticks from the end of
+    /// one zeroing to the start of the next, minus the one the timer rounds
+    /// up by; the most common value. Unlike the cycle, it does not count the
+    /// ticks a zeroing crosses (a 3.5 ms zeroing at HZ=250 crosses one in
+    /// 12 ticks of wake-up latency), and unlike the kernel's formula on the
+    /// trace's z1 it does not depend on where z1 was cut (the trace reads z1
+    /// a little below the kernel's: 3.90 ms, L=3 by the formula, in a run
+    /// that slept L=4). The tick grid's phase is where cycles start: a
+    /// zeroing starts just after a tick. None with fewer than 12 cycles, or
+    /// when no value holds half of them.
+    pub fn slept_ticks(&self, hz: u32) -> Option<u64> {
+        let tick = 1.0 / hz as f64;
+        // (start, end) of each zeroing after the first (which follows the
+        // random start delay).
+        let spans: Vec<(f64, f64)> = self
+            .groups
+            .iter()
+            .zip(&self.zero_s)
+            .skip(1)
+            .filter_map(|(&(_, t), z)| z.map(|z| (t - z, t)))
+            .collect();
+        if spans.len() < 13 {
+            return None;
+        }
+        // The phase that puts the starts closest after a tick: the one with
+        // the smallest 95th percentile of start - tick.
+        const STEPS: usize = 200;
+        let mut lat: Vec<f64> = Vec::with_capacity(spans.len());
+        let mut best = (f64::INFINITY, 0.0);
+        for i in 0..STEPS {
+            let c = i as f64 * tick / STEPS as f64;
+            lat.clear();
+            lat.extend(spans.iter().map(|&(s, _)| (s - c).rem_euclid(tick)));
+            let k = lat.len() * 95 / 100;
+            let p95 = *lat.select_nth_unstable_by(k, |a, b| a.total_cmp(b)).1;
+            if p95 < best.0 {
+                best = (p95, c);
+            }
+        }
+        // A step earlier, so the starts right at the chosen phase stay in
+        // their tick.
+        let phase = best.1 - tick / STEPS as f64;
+        let jiffy = |t: f64| ((t - phase) / tick).floor() as i64;
+        let mut counts = std::collections::BTreeMap::<i64, usize>::new();
+        for w in spans.windows(2) {
+            let slept = jiffy(w[1].0) - jiffy(w[0].1) - 1;
+            *counts.entry(slept).or_default() += 1;
+        }
+        let cycles = spans.len() - 1;
+        let (&l, &n) = counts.iter().max_by_key(|(_, &n)| n)?;
+        (l >= 0 && 2 * n >= cycles).then_some(l as u64)
+    }
     /// The first group's zeroing time z1, seconds: with the fix it sets the
     /// sleep for the whole run (L = floor(W z1 HZ)).
     pub fn z1_s(&self) -> Option<f64> {
@@ -215,6 +268,74 @@ pub fn summarize(trace: &str) -> TraceSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Zeroings of `z` s starting `late` s after a tick, every `l` + 1
+    /// ticks (and one more tick where the zeroing crossed one), at HZ `hz`.
+    fn ticking(hz: u32, l: u64, z: impl Fn(usize) -> f64, late: impl Fn(usize) -> f64) -> TraceSummary {
+        let tick = 1.0 / hz as f64;
+        let (mut groups, mut zero_s) = (Vec::new(), Vec::new());
+        let mut k = 1000u64; // the tick a zeroing starts after
+        for i in 0..200 {
+            let start = 0.000_37 + k as f64 * tick + late(i);
+            let end = start + z(i);
+            groups.push((i as u64, end));
+            zero_s.push(Some(z(i)));
+            let end_tick = ((end - 0.000_37) / tick).floor() as u64;
+            k = end_tick + l + 1;
+        }
+        TraceSummary {
+            groups,
+            zero_s,
+            distinct_groups: 200,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn slept_ticks_leaves_out_the_ticks_a_zeroing_crosses() {
+        // L=8 at HZ=250 with 3.5 ms zeroings, one in three starting 0.7 ms
+        // late and so crossing a tick: cycles of 9 and 10 ticks.
+        let s = ticking(250, 8, |_| 0.0035, |i| if i % 3 == 0 { 0.0007 } else { 0.0002 });
+        assert_eq!(s.slept_ticks(250), Some(8));
+        assert!(s.median_cycle_ms().unwrap() > 36.5);
+        // Without the fix at HZ=250 under load: three zeroings in four wake
+        // late enough to cross a tick (12-tick cycles), the sleep is still
+        // 10. (The grid is found from the starts that were on time: were
+        // every start equally late, no trace could tell where ticks fall.)
+        let s = ticking(250, 10, |_| 0.0035, |i| if i % 4 == 0 { 0.0001 } else { 0.0009 });
+        assert_eq!(s.slept_ticks(250), Some(10));
+        assert_eq!(s.median_cycle_ms().map(|m| m.round()), Some(48.0));
+        // arm64 HZ=100: L=4 in 5-tick cycles, whatever z1 the trace read.
+        let mut s = ticking(100, 4, |_| 0.0034, |_| 0.0003);
+        s.zero_s[0] = Some(0.0039);
+        assert_eq!(s.slept_ticks(100), Some(4));
+    }
+
+    #[test]
+    fn slept_ticks_needs_cycles_that_agree() {
+        let s = ticking(250, 8, |_| 0.0035, |_| 0.0002);
+        let few = TraceSummary {
+            groups: s.groups[..10].to_vec(),
+            zero_s: s.zero_s[..10].to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(few.slept_ticks(250), None);
+        // Sleeps of 6, 7, 8 and 9 ticks in turn: none holds half.
+        let mut k = 1000u64;
+        let (mut groups, mut zero_s) = (Vec::new(), Vec::new());
+        for i in 0..100u64 {
+            let start = k as f64 * 0.004 + 0.0002;
+            groups.push((i, start + 0.001));
+            zero_s.push(Some(0.001));
+            k += 7 + i % 4;
+        }
+        let mixed = TraceSummary {
+            groups,
+            zero_s,
+            ..Default::default()
+        };
+        assert_eq!(mixed.slept_ticks(250), None);
+    }
 
     const TRACE: &str = "# tracer: nop\n\
 #\n\

@@ -386,7 +386,9 @@ pub(crate) struct Groups {
     pub to_init: u64,
 }
 
-/// The sleep L the kernel chose. With the fix it is floor(W z1 HZ), the
+/// The sleep L the kernel chose, where the trace has too few cycles for
+/// [`parse::TraceSummary::slept_ticks`] (which counts it on the tick grid).
+/// With the fix it is floor(W z1 HZ), the
 /// kernel's own formula on the z1 the trace measured: the cycle cannot
 /// tell, because a zeroing that ends after the next tick (a 3.6 ms zeroing
 /// plus 0.4 ms of wake-up latency at HZ=250) makes every cycle L+2 ticks,
@@ -676,7 +678,9 @@ fn collect(
     };
     m.z1_ms = s.z1_s().map(|z| z * 1000.0);
     m.zero_median_ms = s.median_zero_s().map(|z| z * 1000.0);
-    m.sleep_ticks = sleep_ticks(exp, opts.wait_mult, m.z1_ms, s.median_cycle_ms());
+    m.sleep_ticks = s
+        .slept_ticks(exp.hz.get())
+        .or_else(|| sleep_ticks(exp, opts.wait_mult, m.z1_ms, s.median_cycle_ms()));
     if m.lazyinit_s.is_none() {
         return Err(GuestError::Parse {
             step: "collect trace",
