@@ -202,13 +202,14 @@ fn smoke_run_measures_both_variants() {
         } else {
             assert!(h > 0.0 && h < 3.4, "hold {h}");
         }
-        // A first zeroing outside [3.2, 3.6) ms is only ever kept as the
-        // third attempt (z1 is the controlled quantity; each zeroing's own
-        // part varies by ~0.1 ms under TCG). With the fix, L says whether
-        // it landed: the L=8 above.
+        // Without the fix, a first zeroing outside [3.2, 3.6) ms is only
+        // ever kept as the third attempt (z1 is the controlled quantity;
+        // each zeroing's own part varies by ~0.1 ms under TCG). With the
+        // fix, the L counted on the tick grid decides (the trace's z1 reads
+        // a little below the kernel's): the L=8 above, whatever z1 says.
         let z1 = r.measured.z1_ms.unwrap();
         assert!(
-            (3.2..3.6).contains(&z1) || attempts == 3,
+            (3.2..3.6).contains(&z1) || attempts == 3 || r.variant == Variant::Fix,
             "{}: measured z1 {z1} ms after {attempts} attempts",
             r.cell_id
         );
