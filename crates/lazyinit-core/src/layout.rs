@@ -238,15 +238,18 @@ mod tests {
 
     #[test]
     fn sockets_stay_in_the_cell_folder_unless_its_path_is_too_long() {
-        let short = RunFolder::new("/work/results/quick-1").cell("qemu-x86_64-debian-6.1-hz250-fix-64GiB-r1");
+        let short = RunFolder::new("/work/results/quick-1")
+            .cell("qemu-x86_64-debian-6.1-hz250-fix-64GiB-r1");
         assert_eq!(short.qmp_sock(), short.path().join("qmp.sock"));
-        let deep = RunFolder::new("/work/scratch/results/usertree-nofix").cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r1");
+        let deep = RunFolder::new("/work/scratch/results/usertree-nofix")
+            .cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r1");
         let p = deep.volume_nbd_sock();
         assert!(p.as_os_str().len() <= 107, "{}", p.display());
         assert!(p.starts_with(std::env::temp_dir()));
         assert!(p.to_string_lossy().ends_with("-volume.nbd.sock"));
         // Unique per folder and per name.
-        let other = RunFolder::new("/work/scratch/results/usertree-nofix").cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r2");
+        let other = RunFolder::new("/work/scratch/results/usertree-nofix")
+            .cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r2");
         assert_ne!(other.volume_nbd_sock(), p);
         assert_ne!(deep.warmup_nbd_sock(), p);
     }

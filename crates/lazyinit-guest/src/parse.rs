@@ -271,7 +271,12 @@ mod tests {
 
     /// Zeroings of `z` s starting `late` s after a tick, every `l` + 1
     /// ticks (and one more tick where the zeroing crossed one), at HZ `hz`.
-    fn ticking(hz: u32, l: u64, z: impl Fn(usize) -> f64, late: impl Fn(usize) -> f64) -> TraceSummary {
+    fn ticking(
+        hz: u32,
+        l: u64,
+        z: impl Fn(usize) -> f64,
+        late: impl Fn(usize) -> f64,
+    ) -> TraceSummary {
         let tick = 1.0 / hz as f64;
         let (mut groups, mut zero_s) = (Vec::new(), Vec::new());
         let mut k = 1000u64; // the tick a zeroing starts after
@@ -295,14 +300,24 @@ mod tests {
     fn slept_ticks_leaves_out_the_ticks_a_zeroing_crosses() {
         // L=8 at HZ=250 with 3.5 ms zeroings, one in three starting 0.7 ms
         // late and so crossing a tick: cycles of 9 and 10 ticks.
-        let s = ticking(250, 8, |_| 0.0035, |i| if i % 3 == 0 { 0.0007 } else { 0.0002 });
+        let s = ticking(
+            250,
+            8,
+            |_| 0.0035,
+            |i| if i % 3 == 0 { 0.0007 } else { 0.0002 },
+        );
         assert_eq!(s.slept_ticks(250), Some(8));
         assert!(s.median_cycle_ms().unwrap() > 36.5);
         // Without the fix at HZ=250 under load: three zeroings in four wake
         // late enough to cross a tick (12-tick cycles), the sleep is still
         // 10. (The grid is found from the starts that were on time: were
         // every start equally late, no trace could tell where ticks fall.)
-        let s = ticking(250, 10, |_| 0.0035, |i| if i % 4 == 0 { 0.0001 } else { 0.0009 });
+        let s = ticking(
+            250,
+            10,
+            |_| 0.0035,
+            |i| if i % 4 == 0 { 0.0001 } else { 0.0009 },
+        );
         assert_eq!(s.slept_ticks(250), Some(10));
         assert_eq!(s.median_cycle_ms().map(|m| m.round()), Some(48.0));
         // arm64 HZ=100: L=4 in 5-tick cycles, whatever z1 the trace read.

@@ -326,9 +326,9 @@ pub fn run(
             Variant::Fix => so_far.slept_ticks(exp.hz.get()),
             Variant::NoFix => None,
         };
-        let target_l = opts.z1_target.map(|t| {
-            model::sleep_ticks(exp.hz, Variant::Fix, opts.wait_mult, t.as_secs_f64())
-        });
+        let target_l = opts
+            .z1_target
+            .map(|t| model::sleep_ticks(exp.hz, Variant::Fix, opts.wait_mult, t.as_secs_f64()));
         tracing::info!(cell = %cell, attempt, ?z1, ?slept, ?target_l, ?window, "critical span over: the sleep is set");
         let missed = match (slept, target_l, window, z1) {
             (Some(l), Some(want), _, _) => l != want,

@@ -49,7 +49,13 @@ fn the_sleep_on_the_tick_grid_where_z1_and_the_cycle_disagree() {
         // (zeroings crossing a tick).
         ("qemu-x86_64-debian-5.10-hz250-fix-3TiB-r1", 250, 8, 8, 9.0),
         // No fix, 12-tick cycles in a quarter of the groups: L=10.
-        ("qemu-x86_64-debian-6.1-hz250-nofix-3TiB-r1", 250, 10, 10, 11.0),
+        (
+            "qemu-x86_64-debian-6.1-hz250-nofix-3TiB-r1",
+            250,
+            10,
+            10,
+            11.0,
+        ),
     ] {
         let s = cell(name);
         assert_eq!(s.slept_ticks(hz), Some(slept), "{name}");

@@ -65,7 +65,8 @@ impl Hold {
     pub fn set_level(&self, level: ThreadLevel) -> Result<(), String> {
         let mut t = self.1.lock().unwrap();
         t.level = level;
-        t.tids.retain(|tid| std::path::Path::new(&format!("/proc/self/task/{tid}")).exists());
+        t.tids
+            .retain(|tid| std::path::Path::new(&format!("/proc/self/task/{tid}")).exists());
         t.tids.iter().try_for_each(|&tid| level.apply(tid))
     }
 
@@ -804,7 +805,11 @@ mod tests {
         let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
         let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
         // Fields 19 (nice), 40 (rt_priority), 41 (policy), from field 3 on.
-        (f[38].parse().unwrap(), f[37].parse().unwrap(), f[16].parse().unwrap())
+        (
+            f[38].parse().unwrap(),
+            f[37].parse().unwrap(),
+            f[16].parse().unwrap(),
+        )
     }
 
     /// The server threads of a cell go where its guest goes: normal work at
@@ -836,9 +841,17 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        assert_eq!(tids.len(), 2, "the request and reply threads joined the cell");
+        assert_eq!(
+            tids.len(),
+            2,
+            "the request and reply threads joined the cell"
+        );
         for &tid in &tids {
-            assert_eq!(sched_of(tid).0, 0, "normal work until the cell says otherwise");
+            assert_eq!(
+                sched_of(tid).0,
+                0,
+                "normal work until the cell says otherwise"
+            );
         }
         hold.set_level(ThreadLevel::Realtime(3)).unwrap();
         for &tid in &tids {
