@@ -303,6 +303,10 @@ pub fn run(
     // that fix and no fix are compared on the same storage. The row counts
     // the attempts.
     let window = opts.z1_target.map(|t| z1_window(exp.hz, opts.wait_mult, t));
+    // The L a first zeroing in that window sleeps with the fix.
+    let target_l = opts
+        .z1_target
+        .map(|t| model::sleep_ticks(exp.hz, Variant::Fix, opts.wait_mult, t.as_secs_f64()));
     let mut mounted_at;
     let mut attempt = 1;
     loop {
@@ -326,9 +330,6 @@ pub fn run(
             Variant::Fix => so_far.slept_ticks(exp.hz.get()),
             Variant::NoFix => None,
         };
-        let target_l = opts
-            .z1_target
-            .map(|t| model::sleep_ticks(exp.hz, Variant::Fix, opts.wait_mult, t.as_secs_f64()));
         tracing::info!(cell = %cell, attempt, ?z1, ?slept, ?target_l, ?window, "critical span over: the sleep is set");
         let missed = match (slept, target_l, window, z1) {
             (Some(l), Some(want), _, _) => l != want,

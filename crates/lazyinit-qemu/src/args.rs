@@ -69,10 +69,6 @@ pub fn console_device(arch: Arch) -> &'static str {
 /// The kernel command line. `tsc_khz` pins the x86 TSC frequency so that a
 /// busy TCG host cannot make calibration fail and push the guest onto the
 /// jiffies clocksource (DESIGN §3), which would make the fix invisible.
-/// Where a UNIX socket named `name` for the files in `dir` goes: in `dir`
-/// when the path fits a socket address (107 bytes), else in the temporary
-/// directory under a name unique to `dir` (a deep results folder or a long
-/// cell id must not stop a guest).
 pub fn kernel_cmdline(arch: Arch, tsc_khz: Option<u64>, extra: &[String]) -> String {
     // random.trust_cpu: seed the RNG from the CPU at once, or dropbear
     // waits seconds of TCG time for entropy before it answers.

@@ -372,15 +372,22 @@ impl Provider for QemuProvider {
             return false;
         };
         let set = move || {
-            let (qemu, nbd) = match p {
-                Priority::Prepare { nice } => (None, ThreadLevel::Normal { nice: nice.min(19) }),
-                Priority::Measure => (Some(1), ThreadLevel::Realtime(NBD_RT_PRIORITY)),
-                Priority::Critical => (Some(2), ThreadLevel::Realtime(NBD_RT_PRIORITY)),
+            let nbd = match p {
+                Priority::Prepare { nice } => {
+                    let nice = nice.min(19);
+                    process::set_realtime(pid, true, None)?;
+                    process::set_group_nice(pid, nice)?;
+                    ThreadLevel::Normal { nice }
+                }
+                Priority::Measure => {
+                    process::set_realtime(pid, true, Some(1))?;
+                    ThreadLevel::Realtime(NBD_RT_PRIORITY)
+                }
+                Priority::Critical => {
+                    process::set_realtime(pid, true, Some(2))?;
+                    ThreadLevel::Realtime(NBD_RT_PRIORITY)
+                }
             };
-            process::set_realtime(pid, true, qemu)?;
-            if let Priority::Prepare { nice } = p {
-                process::set_group_nice(pid, nice.min(19))?;
-            }
             hold.map_or(Ok(()), |h| h.set_level(nbd))
         };
         match tokio::task::spawn_blocking(set).await {

@@ -187,15 +187,18 @@ pub fn set_realtime(id: u32, all_threads: bool, rt: Option<u8>) -> Result<(), St
 /// Sets the nice value of every thread of every process in a process group
 /// (`setpriority(PRIO_PGRP)` through util-linux's `renice`).
 pub fn set_group_nice(pgid: u32, nice: u8) -> Result<(), String> {
-    let mut c = std::process::Command::new("renice");
-    c.args(["-n", &nice.to_string(), "-g", &pgid.to_string()]);
-    run_quiet(c)
+    renice("-g", pgid, nice)
 }
 
 /// Sets the nice value of one thread (`renice -p` on its id).
 pub fn set_thread_nice(tid: u32, nice: u8) -> Result<(), String> {
+    renice("-p", tid, nice)
+}
+
+/// `renice -n nice <which> id`: `-g` a process group, `-p` one task.
+fn renice(which: &str, id: u32, nice: u8) -> Result<(), String> {
     let mut c = std::process::Command::new("renice");
-    c.args(["-n", &nice.to_string(), "-p", &tid.to_string()]);
+    c.args(["-n", &nice.to_string(), which, &id.to_string()]);
     run_quiet(c)
 }
 
