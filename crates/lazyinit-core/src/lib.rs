@@ -20,6 +20,7 @@ pub mod results;
 pub mod shell;
 pub mod size;
 pub mod storage;
+pub mod ticks;
 
 pub use cell::{Arch, Cell, Hz, KernelSource, Variant};
 pub use layout::{CellFolder, RunFolder};

@@ -93,6 +93,22 @@ pub fn predict(inp: ModelInputs) -> Prediction {
     }
 }
 
+/// `p` with each cycle `crossed` ticks longer: the mean ticks a zeroing
+/// crossed per cycle, as a run's tick grid counted them
+/// (`ticks::count`). With L = 0 the cycle is the zeroing itself, which
+/// already holds them.
+pub fn with_crossings(p: Prediction, hz: Hz, groups: u64, crossed: f64) -> Prediction {
+    if p.sleep_ticks == 0 {
+        return p;
+    }
+    let per_group_s = (p.sleep_ticks as f64 + 1.0 + crossed) * hz.tick_s();
+    Prediction {
+        per_group_s,
+        lazyinit_s: per_group_s * groups as f64,
+        ..p
+    }
+}
+
 /// Convenience: the prediction for a cell with the default zeroing time.
 pub fn predict_cell(hz: Hz, variant: Variant, wait_mult: u32, volume: ByteSize) -> Prediction {
     predict(ModelInputs {

@@ -138,6 +138,11 @@ pub struct Measurement {
     /// 95% prediction interval of an estimated `lazyinit_s`.
     pub lazyinit_lo_s: Option<f64>,
     pub lazyinit_hi_s: Option<f64>,
+    /// Mean ticks a zeroing crossed per cycle, counted on the guest's tick
+    /// grid (`ticks::count`): a cycle is `sleep_ticks + 1 + crossed` ticks.
+    /// The host's part of the cycle (wake-up latency plus zeroing time past
+    /// the tick), where `sleep_ticks + 1` is the kernel's.
+    pub crossed_ticks: Option<f64>,
 }
 
 /// The row as the CSV holds it: every column, in order. Only the
@@ -200,6 +205,8 @@ struct Flat {
     lazyinit_lo_s: Option<f64>,
     #[serde(default)]
     lazyinit_hi_s: Option<f64>,
+    #[serde(default)]
+    crossed_ticks: Option<f64>,
 }
 
 impl From<ResultRow> for Flat {
@@ -249,6 +256,7 @@ impl From<ResultRow> for Flat {
             estimate_cycle_ms: m.estimate_cycle_ms,
             lazyinit_lo_s: m.lazyinit_lo_s,
             lazyinit_hi_s: m.lazyinit_hi_s,
+            crossed_ticks: m.crossed_ticks,
         }
     }
 }
@@ -300,6 +308,7 @@ impl From<Flat> for ResultRow {
                 estimate_cycle_ms: f.estimate_cycle_ms,
                 lazyinit_lo_s: f.lazyinit_lo_s,
                 lazyinit_hi_s: f.lazyinit_hi_s,
+                crossed_ticks: f.crossed_ticks,
             },
         }
     }
@@ -369,6 +378,7 @@ pub const COLUMNS: &[&str] = &[
     "estimate_cycle_ms",
     "lazyinit_lo_s",
     "lazyinit_hi_s",
+    "crossed_ticks",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -603,6 +613,7 @@ mod tests {
                 estimate_cycle_ms: None,
                 lazyinit_lo_s: None,
                 lazyinit_hi_s: None,
+                crossed_ticks: Some(0.125),
             },
         }
     }
@@ -629,9 +640,9 @@ mod tests {
         failed.measured = Measurement::default();
         w.append(&failed).unwrap();
         let want = concat!(
-            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,\n",
+            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,\n",
         );
         assert_eq!(std::fs::read_to_string(&p).unwrap(), want);
         assert_eq!(read_rows(&p).unwrap(), vec![sample(), failed]);
@@ -689,7 +700,7 @@ mod tests {
             text.lines()
                 .nth(1)
                 .unwrap()
-                .ends_with(",true,50,75,44.0,726.0,729.5"),
+                .ends_with(",true,50,75,44.0,726.0,729.5,0.125"),
             "{text}"
         );
         assert_eq!(read_rows(&p).unwrap(), vec![e]);

@@ -1,6 +1,6 @@
 # Arms the tracepoints that give the ground truth: one event per group
 # zeroed, the lazy-init thread's journal start before each (so each
-# zeroing is timed), and the thread's exit. Buffer sized for every group.
+# zeroing is timed), the sleep it arms after each, and the thread's exit. Buffer sized for every group.
 # An instance buffer carries the group events alone, for wait-groups.sh.
 set -e
 T=/sys/kernel/tracing
@@ -23,6 +23,11 @@ done
 if [ -d $T/events/sched/sched_process_exit ]; then
   echo 'comm == "ext4lazyinit"' > $T/events/sched/sched_process_exit/filter
   echo 1 > $T/events/sched/sched_process_exit/enable
+fi
+# The sleep the thread arms after each zeroing, in ticks: the kernel's L.
+if [ -d $T/events/timer/timer_start ]; then
+  echo 'comm == "ext4lazyinit"' > $T/events/timer/timer_start/filter
+  echo 1 > $T/events/timer/timer_start/enable
 fi
 echo 1 > $T/tracing_on
 echo "trace_clock=$(sed 's/.*\[\(.*\)\].*/\1/' $T/trace_clock)"

@@ -38,6 +38,11 @@ pub enum EventKind {
     /// thread it marks the start of a group's zeroing, whose end is that
     /// group's `ext4_lazy_itable_init` event.
     JournalStart,
+    /// `timer_start: ... function=process_timeout expires=N [timeout=T] ...`
+    /// by the lazy-init thread: it goes to sleep for T ticks, the sleep L
+    /// the kernel chose (`lr_timeout`), less any tick that passed between
+    /// the zeroing's end and the call.
+    SleepTimer(i64),
 }
 
 /// Parses one trace line: `TASK-PID [CPU] FLAGS TIMESTAMP: EVENT: PAYLOAD`.
@@ -69,6 +74,11 @@ pub fn trace_line(line: &str) -> Option<TraceEvent> {
         "tracing_mark_write" => EventKind::Marker(payload.trim().to_string()),
         "sched_process_exit" if payload.contains("comm=ext4lazyinit") => EventKind::ThreadExit,
         "ext4_journal_start" | "ext4_journal_start_sb" => EventKind::JournalStart,
+        "timer_start" if payload.contains("function=process_timeout") => {
+            let t = payload.split_once("[timeout=")?.1;
+            let t = &t[..t.find(']')?];
+            EventKind::SleepTimer(t.trim().parse().ok()?)
+        }
         _ => return None,
     };
     Some(TraceEvent { ts, task, kind })
@@ -87,6 +97,9 @@ pub struct TraceSummary {
     /// start was not traced.
     pub zero_s: Vec<Option<f64>>,
     pub distinct_groups: u64,
+    /// The lazy-init thread's sleeps, in ticks, as its timer was armed
+    /// (`timer_start` events), in trace order.
+    pub sleep_timers: Vec<i64>,
 }
 
 impl TraceSummary {
@@ -134,46 +147,41 @@ impl TraceSummary {
     /// zeroing starts just after a tick. None with fewer than 12 cycles, or
     /// when no value holds half of them.
     pub fn slept_ticks(&self, hz: u32) -> Option<u64> {
-        let tick = 1.0 / hz as f64;
-        // (start, end) of each zeroing after the first (which follows the
-        // random start delay).
-        let spans: Vec<(f64, f64)> = self
-            .groups
-            .iter()
-            .zip(&self.zero_s)
-            .skip(1)
-            .filter_map(|(&(_, t), z)| z.map(|z| (t - z, t)))
-            .collect();
-        if spans.len() < 13 {
-            return None;
+        self.tick_cycles(hz).map(|c| c.slept)
+    }
+    /// The sleep L as the kernel armed it: the most common timeout of the
+    /// lazy-init thread's timer (`timer_start`), when it armed at least 3
+    /// and one value holds half of them. Exact where the tick grid is
+    /// ambiguous: a 10-tick cycle of 3.2 ms zeroings at HZ=250 is L=9 if
+    /// the zeroings start 1.2 ms after a tick, or L=8 and a tick crossed
+    /// if they start 0.2 ms after one (`results/reported-series-quiet`,
+    /// x86_64 6.1 fix 2 TiB r2: the grid said 8 on its first 16 groups,
+    /// the kernel slept 9). None on a trace without the event.
+    pub fn kernel_sleep_ticks(&self) -> Option<u64> {
+        let mut counts = BTreeMap::<i64, usize>::new();
+        for t in &self.sleep_timers {
+            *counts.entry(*t).or_default() += 1;
         }
-        // The phase that puts the starts closest after a tick: the one with
-        // the smallest 95th percentile of start - tick.
-        const STEPS: usize = 200;
-        let mut lat: Vec<f64> = Vec::with_capacity(spans.len());
-        let mut best = (f64::INFINITY, 0.0);
-        for i in 0..STEPS {
-            let c = i as f64 * tick / STEPS as f64;
-            lat.clear();
-            lat.extend(spans.iter().map(|&(s, _)| (s - c).rem_euclid(tick)));
-            let k = lat.len() * 95 / 100;
-            let p95 = *lat.select_nth_unstable_by(k, |a, b| a.total_cmp(b)).1;
-            if p95 < best.0 {
-                best = (p95, c);
-            }
-        }
-        // A step earlier, so the starts right at the chosen phase stay in
-        // their tick.
-        let phase = best.1 - tick / STEPS as f64;
-        let jiffy = |t: f64| ((t - phase) / tick).floor() as i64;
-        let mut counts = std::collections::BTreeMap::<i64, usize>::new();
-        for w in spans.windows(2) {
-            let slept = jiffy(w[1].0) - jiffy(w[0].1) - 1;
-            *counts.entry(slept).or_default() += 1;
-        }
-        let cycles = spans.len() - 1;
         let (&l, &n) = counts.iter().max_by_key(|(_, &n)| n)?;
-        (l >= 0 && 2 * n >= cycles).then_some(l as u64)
+        (self.sleep_timers.len() >= 3 && 2 * n >= self.sleep_timers.len() && l >= 0)
+            .then_some(l as u64)
+    }
+    /// The sleep L: the kernel's own ([`Self::kernel_sleep_ticks`]), or
+    /// else counted on the tick grid ([`Self::slept_ticks`]).
+    pub fn sleep(&self, hz: u32) -> Option<u64> {
+        self.kernel_sleep_ticks().or_else(|| self.slept_ticks(hz))
+    }
+    /// Mean ticks a zeroing crossed per cycle at sleep `l`: the cycles'
+    /// mean length in ticks (counted on the tick grid) less `l + 1`.
+    pub fn crossed_ticks(&self, hz: u32, l: u64) -> Option<f64> {
+        self.tick_cycles(hz)
+            .map(|c| c.ticks_per_cycle - (l as f64 + 1.0))
+    }
+    /// The run's cycles on the tick grid: the sleep L, and the ticks the
+    /// zeroings crossed ([`lazyinit_core::ticks`]).
+    pub fn tick_cycles(&self, hz: u32) -> Option<lazyinit_core::ticks::TickCycles> {
+        let t: Vec<f64> = self.groups.iter().map(|&(_, t)| t).collect();
+        lazyinit_core::ticks::count(&lazyinit_core::ticks::spans(&t, &self.zero_s), hz)
     }
     /// The first group's zeroing time z1, seconds: with the fix it sets the
     /// sleep for the whole run (L = floor(W z1 HZ)).
@@ -259,6 +267,11 @@ pub fn summarize(trace: &str) -> TraceSummary {
             EventKind::Marker(m) if m == "lazyinit-mount-done" => s.mount_done = Some(e.ts),
             EventKind::Marker(_) => {}
             EventKind::ThreadExit => s.thread_exit = Some(e.ts),
+            EventKind::SleepTimer(t) => {
+                if e.task == LAZYINIT_TASK {
+                    s.sleep_timers.push(t)
+                }
+            }
         }
     }
     s.distinct_groups = seen.len() as u64;
@@ -268,6 +281,45 @@ pub fn summarize(trace: &str) -> TraceSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernels_sleep_is_read_from_its_timer() {
+        // 6.1 prints bucket_expiry, 5.10 does not; both have [timeout=].
+        let lines = [
+            "     ext4lazyinit-181     [000] .....   328.6196: timer_start: timer=00000000a1b2c3d4 function=process_timeout expires=4294970000 [timeout=9] bucket_expiry=4294970001 cpu=0 idx=9 flags=",
+            "     ext4lazyinit-181     [001] d..2.   328.6597: timer_start: timer=00000000a1b2c3d4 function=process_timeout expires=4294970010 [timeout=9] cpu=1 idx=10 flags=",
+            "     ext4lazyinit-181     [000] .....   328.6997: timer_start: timer=00000000a1b2c3d4 function=process_timeout expires=4294970019 [timeout=8] cpu=0 idx=19 flags=",
+            "     ext4lazyinit-181     [000] .....   328.7397: timer_start: timer=00000000a1b2c3d4 function=process_timeout expires=4294970029 [timeout=9] cpu=0 idx=29 flags=",
+            // Another timer of the thread, and another task's: not sleeps.
+            "     ext4lazyinit-181     [000] .....   328.7400: timer_start: timer=00000000ffff0000 function=blk_rq_timed_out_timer expires=4294970100 [timeout=75] cpu=0 idx=1 flags=",
+            "          kworker-12      [000] .....   328.7401: timer_start: timer=00000000a1b2c3d4 function=process_timeout expires=4294970031 [timeout=2] cpu=0 idx=1 flags=",
+        ];
+        assert_eq!(trace_line(lines[0]).unwrap().kind, EventKind::SleepTimer(9));
+        assert_eq!(trace_line(lines[4]), None);
+        let s = summarize(&lines.join("\n"));
+        assert_eq!(s.sleep_timers, vec![9, 9, 8, 9]);
+        assert_eq!(s.kernel_sleep_ticks(), Some(9));
+        // Fewer than 3 timers, or no majority: unknown.
+        assert_eq!(summarize(&lines[..2].join("\n")).kernel_sleep_ticks(), None);
+        let split = TraceSummary {
+            sleep_timers: vec![7, 8, 9, 10],
+            ..Default::default()
+        };
+        assert_eq!(split.kernel_sleep_ticks(), None);
+    }
+
+    #[test]
+    fn the_kernels_sleep_wins_over_the_tick_grid() {
+        // 3.2 ms zeroings 0.2 ms after a tick, L=8: 9-tick cycles.
+        let mut s = ticking(250, 8, |_| 0.0032, |_| 0.0002);
+        assert_eq!((s.slept_ticks(250), s.sleep(250)), (Some(8), Some(8)));
+        // Cycles are L + 1 + crossed ticks: none crossed at L=8, one at 7.
+        assert!(s.crossed_ticks(250, 8).unwrap().abs() < 1e-9);
+        assert!((s.crossed_ticks(250, 7).unwrap() - 1.0).abs() < 1e-9);
+        // Where the kernel's timer says otherwise, the kernel wins.
+        s.sleep_timers = vec![9; 50];
+        assert_eq!(s.sleep(250), Some(9));
+    }
 
     /// Zeroings of `z` s starting `late` s after a tick, every `l` + 1
     /// ticks (and one more tick where the zeroing crossed one), at HZ `hz`.

@@ -185,10 +185,11 @@ pub fn verify_facts(
     Ok(())
 }
 
-/// Trace buffer per CPU, sized for every group's event (~100 bytes each as
-/// stored) with room to spare; at least 4 MiB (DESIGN §3).
+/// Trace buffer per CPU, sized for every group's events (its zeroing's
+/// journal start and end, and the sleep timer armed after it: ~150 bytes
+/// as stored) with room to spare; at least 4 MiB (DESIGN §3).
 pub fn trace_buffer_kb(groups: u64) -> u64 {
-    (groups * 256 / 1024).max(4096)
+    (groups * 384 / 1024).max(4096)
 }
 
 pub(crate) fn check(out: crate::RemoteOutput, step: &'static str) -> Result<String, GuestError> {
@@ -327,7 +328,7 @@ pub fn run(
         // decides where the groups are too few to count, and without the
         // fix (same storage for both variants).
         let slept = match exp.variant {
-            Variant::Fix => so_far.slept_ticks(exp.hz.get()),
+            Variant::Fix => so_far.sleep(exp.hz.get()),
             Variant::NoFix => None,
         };
         tracing::info!(cell = %cell, attempt, ?z1, ?slept, ?target_l, ?window, "critical span over: the sleep is set");
@@ -683,6 +684,14 @@ fn poll_until_done(
     }
 }
 
+/// How long reading the whole trace may take: about 400 bytes of text a
+/// group (three events) go over SSH from a TCG guest that shares the host
+/// with measured guests.
+/// 120 s, plus 20 ms a group (3 TiB: 612 s).
+fn collect_timeout(groups: u64) -> Duration {
+    Duration::from_secs(120) + Duration::from_millis(20) * groups.min(10_000_000) as u32
+}
+
 fn collect(
     remote: &mut dyn Remote,
     exp: &Expectation,
@@ -691,7 +700,7 @@ fn collect(
     m: &mut Measurement,
 ) -> Result<(), GuestError> {
     let trace = check(
-        remote.exec(READ_TRACE, Duration::from_secs(120))?,
+        remote.exec(READ_TRACE, collect_timeout(groups.total))?,
         "collect trace",
     )?;
     let _ = std::fs::write(opts.folder.trace_txt(), &trace);
@@ -711,8 +720,9 @@ fn collect(
     m.z1_ms = s.z1_s().map(|z| z * 1000.0);
     m.zero_median_ms = s.median_zero_s().map(|z| z * 1000.0);
     m.sleep_ticks = s
-        .slept_ticks(exp.hz.get())
+        .sleep(exp.hz.get())
         .or_else(|| sleep_ticks(exp, opts.wait_mult, m.z1_ms, s.median_cycle_ms()));
+    m.crossed_ticks = m.sleep_ticks.and_then(|l| s.crossed_ticks(exp.hz.get(), l));
     if m.lazyinit_s.is_none() {
         return Err(GuestError::Parse {
             step: "collect trace",

@@ -125,6 +125,7 @@ fn main() {
                 estimate_cycle_ms: None,
                 lazyinit_lo_s: None,
                 lazyinit_hi_s: None,
+                crossed_ticks: None,
             },
         };
         w.serialize(&row).expect("writing a row");

@@ -163,7 +163,14 @@ impl CellKey {
 /// The model's prediction for a cell, in the metric's unit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelValue {
+    /// `L + 1` ticks per group plus, where the runs' per-group data
+    /// counted them, the ticks their zeroings crossed (the host's part).
     pub value: f64,
+    /// `L + 1` ticks per group alone: the kernel's part.
+    pub ticks_only: f64,
+    /// Mean ticks crossed per cycle that `value` includes (None: not
+    /// counted, `value` is `ticks_only`).
+    pub crossed_ticks: Option<f64>,
     pub sleep_ticks: u64,
     /// How `sleep_ticks` was chosen, e.g. "L=3 measured".
     pub basis: String,
@@ -221,8 +228,16 @@ fn z1_for_sleep(key: &CellKey, l: u64) -> Option<f64> {
 /// zeroing time z1, which the model cannot know (with the fix it sets L
 /// directly; without it, a first tick-crossing zeroing of k ticks gives
 /// L = W * k instead of W). When every run of the cell measured the same
-/// L, predict at that L; otherwise at the default zeroing time.
-pub fn model_for(key: &CellKey, sleep_ticks: &[u64], metric: Metric) -> ModelValue {
+/// L, predict at that L; otherwise at the default zeroing time. With
+/// `crossed` (the runs' mean ticks crossed per cycle, measured on their
+/// tick grids) each cycle is `L + 1 + crossed` ticks: the model then
+/// accounts for the host's part of the cycle too (`lazyinit_core::ticks`).
+pub fn model_for(
+    key: &CellKey,
+    sleep_ticks: &[u64],
+    crossed: Option<f64>,
+    metric: Metric,
+) -> ModelValue {
     let groups = model::groups(key.volume());
     let measured = match sleep_ticks {
         [l] => z1_for_sleep(key, *l).map(|z1| (*l, z1)),
@@ -246,14 +261,26 @@ pub fn model_for(key: &CellKey, sleep_ticks: &[u64], metric: Metric) -> ModelVal
             (p, format!("L={} from z1={z_ms} ms", p.sleep_ticks))
         }
     };
-    let value = match metric {
+    let in_metric = |p: &model::Prediction| match metric {
         // The thread starts after a random 0-5 s delay: add its mean.
-        Metric::LazyinitS => pred.lazyinit_s + MEAN_START_DELAY_S,
-        Metric::MsPerGroup => pred.per_group_s * 1000.0,
-        Metric::FromFirstGroupS => pred.lazyinit_s,
+        Metric::LazyinitS => p.lazyinit_s + MEAN_START_DELAY_S,
+        Metric::MsPerGroup => p.per_group_s * 1000.0,
+        Metric::FromFirstGroupS => p.lazyinit_s,
+    };
+    let ticks_only = in_metric(&pred);
+    // Crossings count only at the measured L (they were counted there).
+    let crossed = crossed.filter(|_| measured.is_some());
+    let (value, basis) = match crossed {
+        Some(x) => (
+            in_metric(&model::with_crossings(pred, key.hz, groups, x)),
+            format!("{basis}, +{x:.3} ticks crossed/cycle measured"),
+        ),
+        None => (ticks_only, basis),
     };
     ModelValue {
         value,
+        ticks_only,
+        crossed_ticks: crossed,
         sleep_ticks: pred.sleep_ticks,
         basis,
     }
@@ -320,7 +347,12 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 _ => None,
             };
             let summary = summarize(&values);
-            let model = model_for(&key, &sleep_ticks, metric);
+            // Every run counted its crossings, or the model leaves them out.
+            let crossed: Option<Vec<f64>> = ok.iter().map(|r| r.measured.crossed_ticks).collect();
+            let crossed = crossed
+                .filter(|c| !c.is_empty())
+                .map(|c| c.iter().sum::<f64>() / c.len() as f64);
+            let model = model_for(&key, &sleep_ticks, crossed, metric);
             let reported = reported_for(&key, metric, summary.as_ref().map(|s| s.mean));
             CellStats {
                 failed: rows.len() - ok.len(),
@@ -390,6 +422,7 @@ pub(crate) mod tests_support {
                 estimate_cycle_ms: None,
                 lazyinit_lo_s: None,
                 lazyinit_hi_s: None,
+                crossed_ticks: None,
             },
         }
     }
@@ -419,17 +452,20 @@ mod tests {
     #[test]
     fn nofix_model_follows_the_measured_multiple_of_w() {
         let k = key(Arch::X86_64, 100, Variant::NoFix, 64 * GIB);
-        let m = model_for(&k, &[10], Metric::MsPerGroup);
+        let m = model_for(&k, &[10], None, Metric::MsPerGroup);
         // (10 + 1) ticks of 10 ms: the zeroing fits inside the cycle.
         assert!((m.value - 110.0).abs() < 1e-9, "{m:?}");
         assert_eq!((m.sleep_ticks, m.basis.as_str()), (10, "L=10 measured"));
         // A first zeroing of 3 ticks (a loaded host): L = 30.
-        let m = model_for(&k, &[30], Metric::MsPerGroup);
+        let m = model_for(&k, &[30], None, Metric::MsPerGroup);
         assert_eq!(m.sleep_ticks, 30);
         assert!((m.value - 310.0).abs() < 1e-9, "{m:?}");
         // 11 is no multiple of W: the kernel cannot have chosen it.
-        assert_eq!(model_for(&k, &[11], Metric::MsPerGroup).sleep_ticks, 10);
-        assert!(model_for(&k, &[11], Metric::MsPerGroup)
+        assert_eq!(
+            model_for(&k, &[11], None, Metric::MsPerGroup).sleep_ticks,
+            10
+        );
+        assert!(model_for(&k, &[11], None, Metric::MsPerGroup)
             .basis
             .contains("z1"));
     }
@@ -437,15 +473,31 @@ mod tests {
     #[test]
     fn fix_model_uses_the_measured_sleep_when_unanimous() {
         let k = key(Arch::Arm64, 100, Variant::Fix, 64 * GIB);
-        let m = model_for(&k, &[3], Metric::MsPerGroup);
+        let m = model_for(&k, &[3], None, Metric::MsPerGroup);
         assert_eq!((m.sleep_ticks, m.basis.as_str()), (3, "L=3 measured"));
         assert!((m.value - 40.0).abs() < 1e-9);
-        let l4 = model_for(&k, &[4], Metric::LazyinitS);
+        let l4 = model_for(&k, &[4], None, Metric::LazyinitS);
         assert!((l4.value - (512.0 * 0.050 + 2.5)).abs() < 1e-9, "{l4:?}");
         // Disagreeing runs: fall back to the default zeroing time.
-        assert!(model_for(&k, &[3, 4], Metric::MsPerGroup)
+        assert!(model_for(&k, &[3, 4], None, Metric::MsPerGroup)
             .basis
             .contains("z1"));
+    }
+
+    #[test]
+    fn measured_crossings_add_their_ticks_at_the_measured_sleep() {
+        let k = key(Arch::X86_64, 250, Variant::NoFix, 2 * TIB);
+        let m = model_for(&k, &[10], Some(0.25), Metric::MsPerGroup);
+        // 11 ticks of 4 ms, plus a quarter tick crossed per cycle.
+        assert!((m.ticks_only - 44.0).abs() < 1e-9, "{m:?}");
+        assert!((m.value - 45.0).abs() < 1e-9, "{m:?}");
+        assert_eq!(m.crossed_ticks, Some(0.25));
+        assert!(m.basis.contains("0.250 ticks crossed"), "{}", m.basis);
+        let s = model_for(&k, &[10], Some(0.25), Metric::LazyinitS);
+        assert!((s.value - (16384.0 * 0.045 + 2.5)).abs() < 1e-6, "{s:?}");
+        // Runs that disagree on L: no measured L, so no crossings either.
+        let d = model_for(&k, &[10, 20], Some(0.25), Metric::MsPerGroup);
+        assert_eq!((d.crossed_ticks, d.value), (None, d.ticks_only));
     }
 
     #[test]

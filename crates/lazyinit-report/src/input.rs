@@ -65,6 +65,26 @@ impl LoadedRow {
     }
 }
 
+impl LoadedRow {
+    /// Rows written before the `crossed_ticks` column: count it, at the
+    /// row's L, from the cell's per-group data when that is beside the CSV (an unreadable
+    /// file leaves it unknown; the cycle plot names the file).
+    fn fill_crossed_ticks(&mut self) {
+        let m = &self.row.measured;
+        if m.crossed_ticks.is_some() || m.estimated {
+            return;
+        }
+        let Some(l) = m.sleep_ticks else { return };
+        if let Ok(Some(g)) = self.groups() {
+            let spans = lazyinit_core::ticks::spans(&g.t_s, &g.zero_s);
+            if let Some(c) = lazyinit_core::ticks::count(&spans, self.row.hz.get()) {
+                // As the guest counts it: the cycle in ticks less L + 1.
+                self.row.measured.crossed_ticks = Some(c.ticks_per_cycle - (l as f64 + 1.0));
+            }
+        }
+    }
+}
+
 /// Reads every file; a row seen twice (same run, cell and start time) is
 /// refused, since counting it twice would shrink the intervals.
 pub fn load(paths: &[PathBuf]) -> Result<Vec<LoadedRow>, InputError> {
@@ -89,10 +109,12 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<LoadedRow>, InputError> {
                 });
             }
             seen.insert(id, path.display().to_string());
-            out.push(LoadedRow {
+            let mut loaded = LoadedRow {
                 row,
                 results_dir: dir.clone(),
-            });
+            };
+            loaded.fill_crossed_ticks();
+            out.push(loaded);
         }
     }
     if out.is_empty() {

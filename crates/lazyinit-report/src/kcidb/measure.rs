@@ -89,22 +89,32 @@ fn reported(row: &ResultRow, m: TestMetric, measured: Option<f64>) -> Option<Rep
     })
 }
 
-/// The model at the run's own L for times (as `report` does for a cell
-/// whose runs agree), and at the default zeroing time for L itself.
+/// The model at the run's own L (and its own ticks crossed) for times (as
+/// `report` does for a cell whose runs agree), and at the default zeroing time for L itself.
 fn modelled(row: &ResultRow, m: TestMetric, measured: Option<f64>) -> ModelFigure {
     let key = CellKey::of(row);
     let measured_l: Vec<u64> = row.measured.sleep_ticks.into_iter().collect();
     let (value, mv) = match m {
         TestMetric::LazyinitS => {
-            let mv = model_for(&key, &measured_l, Metric::LazyinitS);
+            let mv = model_for(
+                &key,
+                &measured_l,
+                row.measured.crossed_ticks,
+                Metric::LazyinitS,
+            );
             (mv.value, mv)
         }
         TestMetric::MsPerGroup => {
-            let mv = model_for(&key, &measured_l, Metric::MsPerGroup);
+            let mv = model_for(
+                &key,
+                &measured_l,
+                row.measured.crossed_ticks,
+                Metric::MsPerGroup,
+            );
             (mv.value, mv)
         }
         TestMetric::SleepTicks => {
-            let mv = model_for(&key, &[], Metric::MsPerGroup);
+            let mv = model_for(&key, &[], None, Metric::MsPerGroup);
             (mv.sleep_ticks as f64, mv)
         }
     };

@@ -27,6 +27,8 @@ const STATS: &[&str] = &[
     "estimate_groups",
     "pi95_lo",
     "pi95_hi",
+    "model_ticks_only",
+    "crossed_ticks",
 ];
 
 /// Every column, in order.
@@ -84,6 +86,8 @@ pub fn render(report: &Report) -> String {
                 .join(";"),
             opt(c.prediction.map(|p| p.lo)),
             opt(c.prediction.map(|p| p.hi)),
+            opt(Some(c.model.ticks_only)),
+            opt(c.model.crossed_ticks),
         ]);
         w.write_record(&rec).expect("writing to memory");
     }

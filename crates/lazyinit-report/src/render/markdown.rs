@@ -91,8 +91,8 @@ fn table(out: &mut String, r: &Report, lab: &Labeller) {
 }
 
 fn cell_stats(out: &mut String, r: &Report, lab: &Labeller) {
-    out.push_str("| cell | n | failed | mean | median | stddev | min | max | CV | 95% CI | L (ticks) | model | model basis |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|\n");
+    out.push_str("| cell | n | failed | mean | median | stddev | min | max | CV | 95% CI | L (ticks) | model | vs model | L + 1 ticks only | vs that | model basis |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|\n");
     let o = |x: Option<f64>| x.map(num).unwrap_or_else(|| "–".into());
     for c in &r.cells {
         let ls: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
@@ -104,7 +104,7 @@ fn cell_stats(out: &mut String, r: &Report, lab: &Labeller) {
         let s = c.summary.as_ref();
         writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {ls} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {ls} | {} | {} | {} | {} | {} |",
             lab.cell(&c.key),
             s.map_or(0, |s| s.n),
             c.failed,
@@ -122,9 +122,20 @@ fn cell_stats(out: &mut String, r: &Report, lab: &Labeller) {
                 (None, None) => "–".into(),
             },
             num(c.model.value),
+            vs(s.map(|s| s.mean), c.model.value),
+            num(c.model.ticks_only),
+            vs(s.map(|s| s.mean), c.model.ticks_only),
             c.model.basis,
         )
         .unwrap();
+    }
+}
+
+/// The measured mean against a model value, in percent.
+fn vs(mean: Option<f64>, model: f64) -> String {
+    match mean {
+        Some(m) if model > 0.0 => pct((m / model - 1.0) * 100.0),
+        _ => "–".into(),
     }
 }
 
