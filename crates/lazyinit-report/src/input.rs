@@ -271,6 +271,42 @@ mod tests {
     }
 
     #[test]
+    fn older_rows_get_their_crossed_ticks_from_groups_csv() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut row = crate::cells::tests_support::row("debian-6.1", 60.0);
+        row.cell_id = "c".into();
+        row.measured.crossed_ticks = None;
+        // HZ=100, L=10: zeroings of 3 ms start 0.5 ms after a tick; every
+        // fourth wakes 7.5 ms late and crosses one, so cycles are 11 or 12
+        // ticks, a quarter of a tick crossed on average.
+        let (tick, mut j) = (0.01, 100i64);
+        let mut text = String::from("group,t_s,zero_ms\n");
+        for g in 0..200 {
+            let start = j as f64 * tick + 0.0005 + if g % 4 == 0 { 0.0075 } else { 0.0 };
+            let end = start + 0.003;
+            text.push_str(&format!("{g},{end:.6},3.000\n"));
+            j = (end / tick).floor() as i64 + 1 + 10;
+        }
+        std::fs::create_dir(dir.path().join("c")).unwrap();
+        std::fs::write(dir.path().join("c/groups.csv"), &text).unwrap();
+        let mut l = LoadedRow {
+            row,
+            results_dir: dir.path().to_path_buf(),
+        };
+        l.fill_crossed_ticks();
+        let c = l.row.measured.crossed_ticks.unwrap();
+        assert!((c - 0.25).abs() < 0.02, "{c}");
+        // A row that has the column keeps it; one without L gets none.
+        l.row.measured.crossed_ticks = Some(9.0);
+        l.fill_crossed_ticks();
+        assert_eq!(l.row.measured.crossed_ticks, Some(9.0));
+        l.row.measured.crossed_ticks = None;
+        l.row.measured.sleep_ticks = None;
+        l.fill_crossed_ticks();
+        assert_eq!(l.row.measured.crossed_ticks, None);
+    }
+
+    #[test]
     fn groups_csv_gz_is_read_like_groups_csv() {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
