@@ -98,7 +98,8 @@ pub struct TraceSummary {
     pub zero_s: Vec<Option<f64>>,
     pub distinct_groups: u64,
     /// The lazy-init thread's sleeps, in ticks, as its timer was armed
-    /// (`timer_start` events), in trace order.
+    /// (the first `timer_start` of a process_timeout after each group
+    /// event), in trace order.
     pub sleep_timers: Vec<i64>,
 }
 
@@ -251,16 +252,24 @@ pub fn summarize(trace: &str) -> TraceSummary {
     let mut seen = std::collections::HashSet::new();
     // The lazy-init thread's latest journal start not yet matched to a group.
     let mut started: Option<f64> = None;
+    // Whether the thread has finished a zeroing and not yet armed its sleep:
+    // only the first sleep timer after a group event is the sleep L. A
+    // kernel with hung-task detection (distro configs) also arms a 60 s
+    // process_timeout for each zeroing's I/O wait (`[timeout=15000]` at
+    // HZ=250), inside the zeroing.
+    let mut after_group = false;
     for e in trace.lines().filter_map(trace_line) {
         match e.kind {
             EventKind::Group(g) => {
                 seen.insert(g);
                 s.groups.push((g, e.ts));
                 s.zero_s.push(started.take().map(|t0| e.ts - t0));
+                after_group = true;
             }
             EventKind::JournalStart => {
                 if e.task == LAZYINIT_TASK {
                     started = Some(e.ts);
+                    after_group = false;
                 }
             }
             EventKind::Marker(m) if m == "lazyinit-mount-start" => s.mount_start = Some(e.ts),
@@ -268,8 +277,9 @@ pub fn summarize(trace: &str) -> TraceSummary {
             EventKind::Marker(_) => {}
             EventKind::ThreadExit => s.thread_exit = Some(e.ts),
             EventKind::SleepTimer(t) => {
-                if e.task == LAZYINIT_TASK {
-                    s.sleep_timers.push(t)
+                if e.task == LAZYINIT_TASK && after_group {
+                    s.sleep_timers.push(t);
+                    after_group = false;
                 }
             }
         }
@@ -296,16 +306,65 @@ mod tests {
         ];
         assert_eq!(trace_line(lines[0]).unwrap().kind, EventKind::SleepTimer(9));
         assert_eq!(trace_line(lines[4]), None);
-        let s = summarize(&lines.join("\n"));
+        // Each sleep follows a group event.
+        let group = |i: usize| {
+            format!(
+                "     ext4lazyinit-181     [000] .....   328.{:04}: ext4_lazy_itable_init: dev 254,0 group {i}",
+                6190 + i * 400
+            )
+        };
+        let with_groups = |ls: &[&str]| -> String {
+            ls.iter()
+                .enumerate()
+                .map(|(i, l)| format!("{}\n{l}", group(i)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let s = summarize(&with_groups(&lines[..4]));
+        assert_eq!(s.sleep_timers, vec![9, 9, 8, 9]);
+        let s = summarize(&(with_groups(&lines[..4]) + "\n" + lines[4] + "\n" + lines[5]));
         assert_eq!(s.sleep_timers, vec![9, 9, 8, 9]);
         assert_eq!(s.kernel_sleep_ticks(), Some(9));
         // Fewer than 3 timers, or no majority: unknown.
-        assert_eq!(summarize(&lines[..2].join("\n")).kernel_sleep_ticks(), None);
+        assert_eq!(
+            summarize(&with_groups(&lines[..2])).kernel_sleep_ticks(),
+            None
+        );
+        // Without a group event before them, timers are not sleeps.
+        assert!(summarize(&lines.join("\n")).sleep_timers.is_empty());
         let split = TraceSummary {
             sleep_timers: vec![7, 8, 9, 10],
             ..Default::default()
         };
         assert_eq!(split.kernel_sleep_ticks(), None);
+    }
+
+    /// A distro-config kernel (hung-task detection on) arms a 60 s
+    /// process_timeout for each zeroing's I/O wait, inside the zeroing:
+    /// from `results/distro-config-64GiB` (6.1.192 with Debian's config).
+    #[test]
+    fn timers_armed_inside_a_zeroing_are_not_the_sleep() {
+        let trace = r#"
+    ext4lazyinit-187     [000] d..1.    18.501000: timer_start: timer=00000000aaaa0000 function=process_timeout expires=4294896001 [timeout=406] cpu=0 idx=1 flags=
+    ext4lazyinit-187     [000] .....    18.546779: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller ext4_init_inode_table+0xc6/0x3a0
+    ext4lazyinit-187     [000] d..2.    18.546808: timer_start: timer=00000000cd075fe2 function=commit_timeout expires=4294898250 [timeout=1386] cpu=0 idx=138 flags=
+    ext4lazyinit-187     [000] dN.1.    18.546911: timer_start: timer=0000000023ca6574 function=process_timeout expires=4294911864 [timeout=15000] cpu=0 idx=212 flags=
+    ext4lazyinit-187     [000] d..1.    18.549860: timer_start: timer=0000000021f2e468 function=blk_stat_timer_fn expires=4294896890 [timeout=25] cpu=0 idx=59 flags=
+    ext4lazyinit-187     [000] d..1.    18.549957: timer_start: timer=000000000cde6654 function=process_timeout expires=4294911865 [timeout=15000] cpu=0 idx=212 flags=
+    ext4lazyinit-187     [000] .....    18.550107: ext4_lazy_itable_init: dev 254,0 group 0
+    ext4lazyinit-187     [000] d..1.    18.550120: timer_start: timer=000000004ff08b9f function=process_timeout expires=4294896875 [timeout=10] cpu=0 idx=44 flags=
+    ext4lazyinit-187     [000] .....    18.592355: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller ext4_init_inode_table+0xc6/0x3a0
+    ext4lazyinit-187     [000] dN.1.    18.592524: timer_start: timer=0000000023ca6574 function=process_timeout expires=4294911876 [timeout=15000] cpu=0 idx=212 flags=
+    ext4lazyinit-187     [000] .....    18.595697: ext4_lazy_itable_init: dev 254,0 group 1
+    ext4lazyinit-187     [000] d..1.    18.595718: timer_start: timer=000000004ff08b9f function=process_timeout expires=4294896886 [timeout=10] cpu=0 idx=55 flags=
+    ext4lazyinit-187     [000] .....    18.636355: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller ext4_init_inode_table+0xc6/0x3a0
+    ext4lazyinit-187     [000] dN.1.    18.636524: timer_start: timer=0000000023ca6574 function=process_timeout expires=4294911887 [timeout=15000] cpu=0 idx=212 flags=
+    ext4lazyinit-187     [000] .....    18.639697: ext4_lazy_itable_init: dev 254,0 group 2
+    ext4lazyinit-187     [000] d..1.    18.639718: timer_start: timer=000000004ff08b9f function=process_timeout expires=4294896897 [timeout=10] cpu=0 idx=66 flags=
+"#;
+        let s = summarize(trace);
+        assert_eq!(s.sleep_timers, vec![10, 10, 10]);
+        assert_eq!(s.kernel_sleep_ticks(), Some(10));
     }
 
     #[test]
