@@ -14,9 +14,11 @@
 //! reaching past the tick it started in). `slept` is the kernel's part;
 //! `crossed` is the host's (a 3.5 ms zeroing at HZ=250 crosses the 4 ms
 //! tick whenever the thread wakes more than 0.5 ms late). The model
-//! (`model::predict`) is `L + 1` ticks; with the crossings measured here
-//! it accounts for the whole cycle, and what is left is the start delay
-//! and any cycle that did not sleep L.
+//! (`model::predict`) is `L + 1` ticks. [`TickCycles::crossed_at`] is the
+//! rest of the mean cycle at a given L: an accounting, not a prediction,
+//! that says how much of a run's time the host added. A cycle that slept
+//! another L is counted in it too; [`TickCycles::slept_exactly`] says how
+//! many did not.
 
 use std::collections::BTreeMap;
 
@@ -30,11 +32,19 @@ pub struct TickCycles {
     pub slept: u64,
     /// Cycles that slept exactly `slept`.
     pub slept_exactly: usize,
-    /// Mean ticks crossed by a zeroing, per cycle.
-    pub crossed_per_cycle: f64,
     /// Mean cycle, in ticks (`slept + 1 + crossed` on average, plus the
     /// cycles that slept another L).
     pub ticks_per_cycle: f64,
+}
+
+impl TickCycles {
+    /// Mean ticks a zeroing crossed per cycle at sleep `l` (the kernel's,
+    /// or this grid's `slept`): the mean cycle less `l + 1`. The guest's
+    /// rows (`crossed_ticks`) and `report` for older rows both take it
+    /// from here.
+    pub fn crossed_at(&self, l: u64) -> f64 {
+        self.ticks_per_cycle - (l as f64 + 1.0)
+    }
 }
 
 /// Fewest zeroings (after the first) the grid is fitted on: 13, so 12
@@ -71,11 +81,10 @@ pub fn count(spans: &[(f64, f64)], hz: u32) -> Option<TickCycles> {
     let phase = best.1 - tick / STEPS as f64;
     let jiffy = |t: f64| ((t - phase) / tick).floor() as i64;
     let mut slept_counts = BTreeMap::<i64, usize>::new();
-    let (mut crossed, mut total) = (0i64, 0i64);
+    let mut total = 0i64;
     for w in spans.windows(2) {
         let slept = jiffy(w[1].0) - jiffy(w[0].1) - 1;
         *slept_counts.entry(slept).or_default() += 1;
-        crossed += jiffy(w[0].1) - jiffy(w[0].0);
         total += jiffy(w[1].0) - jiffy(w[0].0);
     }
     let cycles = spans.len() - 1;
@@ -84,7 +93,6 @@ pub fn count(spans: &[(f64, f64)], hz: u32) -> Option<TickCycles> {
         cycles,
         slept: l as u64,
         slept_exactly: n,
-        crossed_per_cycle: crossed as f64 / cycles as f64,
         ticks_per_cycle: total as f64 / cycles as f64,
     })
 }
@@ -134,7 +142,7 @@ mod tests {
         let c = count(&run(10, 0.0035, &lats), 250).unwrap();
         assert_eq!(c.slept, 10);
         assert_eq!(c.slept_exactly, c.cycles);
-        assert!((c.crossed_per_cycle - 0.25).abs() < 0.01, "{c:?}");
+        assert!((c.crossed_at(c.slept) - 0.25).abs() < 0.01, "{c:?}");
         assert!((c.ticks_per_cycle - 11.25).abs() < 0.01, "{c:?}");
     }
 
@@ -143,7 +151,7 @@ mod tests {
         let lats = vec![0.0001; 100];
         let c = count(&run(8, 0.0030, &lats), 250).unwrap();
         assert_eq!((c.slept, c.cycles), (8, 99));
-        assert_eq!(c.crossed_per_cycle, 0.0);
+        assert_eq!(c.crossed_at(c.slept), 0.0);
         assert_eq!(c.ticks_per_cycle, 9.0);
     }
 

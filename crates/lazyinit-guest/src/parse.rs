@@ -168,15 +168,9 @@ impl TraceSummary {
             .then_some(l as u64)
     }
     /// The sleep L: the kernel's own ([`Self::kernel_sleep_ticks`]), or
-    /// else counted on the tick grid ([`Self::slept_ticks`]).
-    pub fn sleep(&self, hz: u32) -> Option<u64> {
-        self.kernel_sleep_ticks().or_else(|| self.slept_ticks(hz))
-    }
-    /// Mean ticks a zeroing crossed per cycle at sleep `l`: the cycles'
-    /// mean length in ticks (counted on the tick grid) less `l + 1`.
-    pub fn crossed_ticks(&self, hz: u32, l: u64) -> Option<f64> {
-        self.tick_cycles(hz)
-            .map(|c| c.ticks_per_cycle - (l as f64 + 1.0))
+    /// else the one `grid` counted ([`Self::tick_cycles`]).
+    pub fn sleep(&self, grid: Option<&lazyinit_core::ticks::TickCycles>) -> Option<u64> {
+        self.kernel_sleep_ticks().or(grid.map(|c| c.slept))
     }
     /// The run's cycles on the tick grid: the sleep L, and the ticks the
     /// zeroings crossed ([`lazyinit_core::ticks`]).
@@ -371,13 +365,18 @@ mod tests {
     fn the_kernels_sleep_wins_over_the_tick_grid() {
         // 3.2 ms zeroings 0.2 ms after a tick, L=8: 9-tick cycles.
         let mut s = ticking(250, 8, |_| 0.0032, |_| 0.0002);
-        assert_eq!((s.slept_ticks(250), s.sleep(250)), (Some(8), Some(8)));
+        let grid = s.tick_cycles(250);
+        assert_eq!(
+            (s.slept_ticks(250), s.sleep(grid.as_ref())),
+            (Some(8), Some(8))
+        );
         // Cycles are L + 1 + crossed ticks: none crossed at L=8, one at 7.
-        assert!(s.crossed_ticks(250, 8).unwrap().abs() < 1e-9);
-        assert!((s.crossed_ticks(250, 7).unwrap() - 1.0).abs() < 1e-9);
+        let grid = grid.unwrap();
+        assert!(grid.crossed_at(8).abs() < 1e-9);
+        assert!((grid.crossed_at(7) - 1.0).abs() < 1e-9);
         // Where the kernel's timer says otherwise, the kernel wins.
         s.sleep_timers = vec![9; 50];
-        assert_eq!(s.sleep(250), Some(9));
+        assert_eq!(s.sleep(Some(&grid)), Some(9));
     }
 
     /// Zeroings of `z` s starting `late` s after a tick, every `l` + 1

@@ -332,7 +332,7 @@ pub fn run(
         // decides where the groups are too few to count, and without the
         // fix (same storage for both variants).
         let slept = match exp.variant {
-            Variant::Fix => so_far.sleep(exp.hz.get()),
+            Variant::Fix => so_far.sleep(so_far.tick_cycles(exp.hz.get()).as_ref()),
             Variant::NoFix => None,
         };
         tracing::info!(cell = %cell, attempt, ?z1, ?slept, ?target_l, ?window, "critical span over: the sleep is set");
@@ -723,10 +723,12 @@ fn collect(
     };
     m.z1_ms = s.z1_s().map(|z| z * 1000.0);
     m.zero_median_ms = s.median_zero_s().map(|z| z * 1000.0);
+    // The tick grid, counted once: the sleep's fallback and the crossings.
+    let grid = s.tick_cycles(exp.hz.get());
     m.sleep_ticks = s
-        .sleep(exp.hz.get())
+        .sleep(grid.as_ref())
         .or_else(|| sleep_ticks(exp, opts.wait_mult, m.z1_ms, s.median_cycle_ms()));
-    m.crossed_ticks = m.sleep_ticks.and_then(|l| s.crossed_ticks(exp.hz.get(), l));
+    m.crossed_ticks = m.sleep_ticks.zip(grid).map(|(l, c)| c.crossed_at(l));
     if m.lazyinit_s.is_none() {
         return Err(GuestError::Parse {
             step: "collect trace",

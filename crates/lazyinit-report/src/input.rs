@@ -78,8 +78,8 @@ impl LoadedRow {
         if let Ok(Some(g)) = self.groups() {
             let spans = lazyinit_core::ticks::spans(&g.t_s, &g.zero_s);
             if let Some(c) = lazyinit_core::ticks::count(&spans, self.row.hz.get()) {
-                // As the guest counts it: the cycle in ticks less L + 1.
-                self.row.measured.crossed_ticks = Some(c.ticks_per_cycle - (l as f64 + 1.0));
+                // As the guest counts it, at the row's L.
+                self.row.measured.crossed_ticks = Some(c.crossed_at(l));
             }
         }
     }
