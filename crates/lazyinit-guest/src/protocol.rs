@@ -64,7 +64,8 @@ pub struct Expectation {
 /// - `measuring`: from the calibration to the thread's exit;
 /// - `critical`: the measured mount until the sleep between groups is
 ///   surely set (that one zeroing time sets it for the whole run, DESIGN
-///   §3). It may wait for the host to be free of other guests' critical
+///   §3), and with an early stop until the groups of its first check are
+///   read (the estimate extends them to the whole run). It may wait for the host to be free of other guests' critical
 ///   spans; it returns early, holding nothing, once the run is cancelled.
 pub trait Gate: Send + Sync {
     fn measuring(&self) -> Box<dyn Send>;
@@ -282,12 +283,14 @@ pub fn run(
     }
     // From here on the guest runs above unmeasured work on the host.
     let measuring = opts.gate.measuring();
+    let mut calibrated_part = None;
     if let Some(dev) = &opts.warmup_device {
         opts.events
             .note(cell, "calibrating the first zeroing on the scratch disk");
         if let Some(c) = calibrate(remote, opts, dev, &mount_opts)? {
             m.z1_target_ms = Some(ms(c.z1_target));
             m.guest_part_ms = Some(ms(c.guest_part));
+            calibrated_part = Some(c.guest_part);
         }
     }
     arm_trace(remote, &kb)?;
@@ -314,6 +317,8 @@ pub fn run(
         .map(|t| model::sleep_ticks(exp.hz, Variant::Fix, opts.wait_mult, t.as_secs_f64()));
     let mut mounted_at;
     let mut attempt = 1;
+    // The guest's own part of each missed first zeroing.
+    let mut missed_parts = Vec::new();
     loop {
         opts.events.phase(cell, Phase::Mount);
         mounted_at = mount(remote, opts, &mount_opts)?;
@@ -363,16 +368,21 @@ pub fn run(
                 attempt + 1
             ),
         );
-        // The missed zeroing is itself the best calibration sample: it ran
-        // under the very conditions of the next one (the host to itself).
-        // A calibration whose samples were all disturbed (every neighbour
-        // busy) aimed 0.5 ms low; this corrects it on the next attempt.
+        // The missed zeroing is a calibration sample taken under the very
+        // conditions of the next one (the host to itself). A calibration
+        // whose samples were all disturbed (every neighbour busy) aimed
+        // 0.5 ms low; the misses pull it back. Aimed at the median of the
+        // calibration and every miss, not at the last miss alone, whose
+        // own part swings by as much as the L interval is wide.
         if let (Some(h), Some(t), Some(z)) = (&opts.hold, opts.z1_target, z1) {
             let used = h.get();
             let part = Duration::from_secs_f64(z).saturating_sub(used);
-            let next = lazyinit_core::storage::hold_for(t, part);
+            missed_parts.push(part);
+            let aim = lazyinit_core::storage::next_guest_part(calibrated_part, &missed_parts)
+                .unwrap_or(part);
+            let next = lazyinit_core::storage::hold_for(t, aim);
             h.set(next);
-            tracing::info!(cell = %cell, attempt, hold_us = used.as_micros() as u64, guest_part_us = part.as_micros() as u64, next_hold_us = next.as_micros() as u64, "hold set again from the missed first zeroing");
+            tracing::info!(cell = %cell, attempt, hold_us = used.as_micros() as u64, guest_part_us = part.as_micros() as u64, aimed_part_us = aim.as_micros() as u64, next_hold_us = next.as_micros() as u64, "hold set again from the missed first zeroings");
             let _ = std::fs::OpenOptions::new()
                 .append(true)
                 .open(opts.folder.storage_txt())
@@ -380,8 +390,11 @@ pub fn run(
                     use std::io::Write;
                     writeln!(
                         f,
-                        "attempt_{attempt}_z1_us={}\nattempt_{}_hold_us={}",
+                        "attempt_{attempt}_z1_us={}\nattempt_{attempt}_guest_part_us={}\nattempt_{}_aimed_part_us={}\nattempt_{}_hold_us={}",
                         (z * 1e6).round() as u64,
+                        part.as_micros(),
+                        attempt + 1,
+                        aim.as_micros(),
                         attempt + 1,
                         next.as_micros()
                     )
@@ -399,9 +412,8 @@ pub fn run(
     // Recorded with the calibration that aimed the hold.
     m.z1_attempts = m.z1_target_ms.map(|_| attempt);
     m.zero_hold_ms = opts.hold.as_ref().map(|h| ms(h.get()));
-    drop(critical);
-
-    if crate::estimate::early_stop(remote, exp, opts, to_init, mounted_at, &mut m)? {
+    // An estimate keeps the critical span until its groups are read.
+    if crate::estimate::early_stop(remote, exp, opts, to_init, mounted_at, critical, &mut m)? {
         return Ok(m);
     }
     poll_until_done(remote, exp, opts, to_init, mounted_at, &mut m)?;
@@ -1094,6 +1106,34 @@ mod tests {
         g.facts = facts_for(&fix);
         let m = run(&mut g, &fix, &o).unwrap();
         assert_eq!(m.z1_attempts, Some(MAX_ATTEMPTS));
+        // Each next hold is aimed at the median of the calibrated guest
+        // part and every missed one, not at the last miss alone.
+        let kv = key_values(&std::fs::read_to_string(o.folder.storage_txt()).unwrap());
+        let us = |k: String| -> u64 { kv[&k].parse().unwrap() };
+        let calibrated = (m.guest_part_ms.unwrap() * 1000.0).round() as u64;
+        let mut parts = vec![calibrated];
+        for k in 1..MAX_ATTEMPTS {
+            parts.push(us(format!("attempt_{k}_guest_part_us")));
+            parts.sort();
+            let n = parts.len();
+            let median = if n % 2 == 1 {
+                parts[n / 2]
+            } else {
+                (parts[n / 2 - 1] + parts[n / 2]) / 2
+            };
+            let aimed = us(format!("attempt_{}_aimed_part_us", k + 1));
+            assert!(
+                aimed.abs_diff(median) <= 1,
+                "attempt {}: {aimed} vs {median} of {parts:?}",
+                k + 1
+            );
+            let hold = us(format!("attempt_{}_hold_us", k + 1));
+            assert!(
+                hold.abs_diff(3400 - aimed) <= 1,
+                "attempt {}: hold {hold}",
+                k + 1
+            );
+        }
     }
 
     fn facts_for(e: &Expectation) -> BTreeMap<String, String> {

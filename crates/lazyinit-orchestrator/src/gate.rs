@@ -15,7 +15,8 @@
 //!   (SCHED_FIFO 1), so its zeroings never wait behind unmeasured work;
 //! - from the end of its mount until a few dozen groups are traced (its
 //!   start delay, bitmap prefetch and first zeroings, long past the moment
-//!   the sleep is set) one real-time level higher, so another guest's mount
+//!   the sleep is set; with an early stop, every group the estimate reads
+//!   first) one real-time level higher, so another guest's mount
 //!   (a CPU burst at the lower level) never delays them.
 //!
 //! - and that span is exclusive: one guest at a time on the host, across

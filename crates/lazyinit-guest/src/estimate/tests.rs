@@ -1,6 +1,6 @@
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use lazyinit_core::estimate::synth::{self, generate, Run};
 use lazyinit_core::events::EventSink;
@@ -18,7 +18,9 @@ struct Lazyinit {
     run: synth::Trace,
     /// Guest clock, seconds since the end of the mount.
     now: f64,
-    scripts: Vec<String>,
+    /// What the protocol ran, in order, and when the critical span ended
+    /// (shared with the span's guard).
+    scripts: Arc<Mutex<Vec<String>>>,
     /// Set at the first wait (an interrupt while the groups come).
     cancel_at_wait: Option<Arc<AtomicBool>>,
 }
@@ -28,9 +30,15 @@ impl Lazyinit {
         Lazyinit {
             now: run.t_s[0] - 0.5,
             run,
-            scripts: Vec::new(),
+            scripts: Arc::default(),
             cancel_at_wait: None,
         }
+    }
+    fn record(&self, what: String) {
+        self.scripts.lock().unwrap().push(what);
+    }
+    fn scripts(&self) -> Vec<String> {
+        self.scripts.lock().unwrap().clone()
     }
     fn done(&self) -> usize {
         self.run.t_s.iter().filter(|&&t| t <= self.now).count()
@@ -76,7 +84,7 @@ fn ok(stdout: String) -> Result<RemoteOutput, GuestError> {
 impl Remote for Lazyinit {
     fn exec(&mut self, script: &str, _t: Duration) -> Result<RemoteOutput, GuestError> {
         if script == POLL_SH {
-            self.scripts.push("poll".into());
+            self.record("poll".into());
             let pid = if self.now < self.run.exit_s {
                 "120"
             } else {
@@ -94,7 +102,7 @@ impl Remote for Lazyinit {
                 .unwrap();
             let upto: usize = args.split_whitespace().next().unwrap().parse().unwrap();
             let k = upto.saturating_sub(self.done());
-            self.scripts.push(format!("wait {k}"));
+            self.record(format!("wait {k}"));
             if let Some(c) = &self.cancel_at_wait {
                 c.store(true, Ordering::SeqCst);
             }
@@ -105,7 +113,7 @@ impl Remote for Lazyinit {
             return ok(format!("seen={k}\n"));
         }
         if script == READ_TRACE {
-            self.scripts.push(format!("trace {}", self.done()));
+            self.record(format!("trace {}", self.done()));
             return ok(self.trace());
         }
         Err(GuestError::Ssh(format!("unexpected script: {script}")))
@@ -144,10 +152,20 @@ fn opts(dir: &Path, after: Option<u64>) -> ProtocolOptions {
     }
 }
 
+/// The critical span's guard: says in the guest's log when it is dropped.
+struct Critical(Arc<Mutex<Vec<String>>>);
+
+impl Drop for Critical {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().push("critical over".into());
+    }
+}
+
 fn stop(g: &mut Lazyinit, hz: u32, o: &ProtocolOptions) -> Result<(bool, Measurement), GuestError> {
     let mut m = Measurement::default();
     let to_init = g.run.t_s.len() as u64;
-    let stopped = early_stop(g, &exp(hz), o, to_init, Instant::now(), &mut m)?;
+    let critical = Box::new(Critical(g.scripts.clone()));
+    let stopped = early_stop(g, &exp(hz), o, to_init, Instant::now(), critical, &mut m)?;
     Ok((stopped, m))
 }
 
@@ -158,9 +176,18 @@ fn stops_once_n_groups_are_traced_and_the_cycle_locked() {
     let (stopped, m) = stop(&mut g, 100, &opts(dir.path(), Some(50))).unwrap();
     assert!(stopped);
     // Blocked in the guest in chunks of at most 32, then one trace read.
+    // The critical span lasts until the groups of the first check are read.
     assert_eq!(
-        g.scripts,
-        ["poll", "wait 32", "poll", "wait 18", "poll", "trace 50"]
+        g.scripts(),
+        [
+            "poll",
+            "wait 32",
+            "poll",
+            "wait 18",
+            "poll",
+            "trace 50",
+            "critical over"
+        ]
     );
     assert!(m.estimated);
     assert_eq!((m.estimate_groups, m.traced_groups), (Some(50), Some(50)));
@@ -196,12 +223,16 @@ fn goes_on_while_the_cycles_disagree() {
     }));
     let (stopped, m) = stop(&mut g, 100, &opts(dir.path(), Some(50))).unwrap();
     assert!(stopped);
-    let reads: Vec<&String> = g
-        .scripts
+    let scripts = g.scripts();
+    let reads: Vec<&String> = scripts
         .iter()
-        .filter(|s| s.starts_with("trace"))
+        .filter(|s| s.starts_with("trace") || s.starts_with("critical"))
         .collect();
-    assert_eq!(reads, ["trace 50", "trace 75", "trace 112"]);
+    // Only the first check's groups have the host to themselves.
+    assert_eq!(
+        reads,
+        ["trace 50", "critical over", "trace 75", "trace 112"]
+    );
     assert_eq!(m.estimate_groups, Some(112));
     let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
     assert!(log.contains("check at 50: group 40's cycle"), "{log}");
@@ -232,7 +263,8 @@ fn not_asked_does_nothing() {
     let mut g = Lazyinit::new(generate(&Run::clean(100, 3, 512)));
     let (stopped, _) = stop(&mut g, 100, &opts(dir.path(), None)).unwrap();
     assert!(!stopped);
-    assert!(g.scripts.is_empty());
+    // Not asked: the critical span ends at once, with nothing run.
+    assert_eq!(g.scripts(), ["critical over"]);
 }
 
 #[test]
@@ -245,5 +277,6 @@ fn ctrl_c_while_waiting_stops() {
         stop(&mut g, 100, &o),
         Err(GuestError::Interrupted)
     ));
-    assert_eq!(g.scripts, ["poll", "wait 32"]);
+    // Interrupted before the first check: the span ends on the way out.
+    assert_eq!(g.scripts(), ["poll", "wait 32", "critical over"]);
 }
