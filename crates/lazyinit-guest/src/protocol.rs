@@ -544,7 +544,8 @@ fn mkfs(
         .chain(std::iter::once(opts.device.clone()))
         .collect::<Vec<_>>()
         .join(" ");
-    // mkfs and dumpe2fs of a 3 TiB device take a while under emulation.
+    // mkfs of a 3 TiB device takes a while under emulation (3-7 s alone,
+    // longer beside other guests' work).
     let kv = key_values(&check(
         remote.exec(
             &script_with_args(MKFS_SH, &mkfs_args),

@@ -14,7 +14,7 @@ fn script() -> PathBuf {
 
 /// A PATH whose od, dd and awk are busybox's, as in the guest.
 fn busybox_path(dir: &Path) -> String {
-    let bb = Path::new("/usr/bin/busybox");
+    let bb = Path::new("/bin/busybox");
     assert!(
         bb.exists(),
         "busybox is missing: scripts/setup-host.sh installs busybox-static"
