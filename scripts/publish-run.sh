@@ -11,7 +11,7 @@
 # console.log (console-tail.log). Left out: trace.txt (the raw ftrace text:
 # 5-6 MB per 3 TiB cell; groups.csv carries every group event and zeroing it
 # holds), the full console.log (boot messages), qemu.stderr when empty,
-# sockets. Kept per run: results.csv, spec.toml, command.txt, run.log,
+# sockets, the run's .lock. Kept per run: results.csv, spec.toml, command.txt, run.log,
 # events.jsonl, report.md, report.svg, report-cycles.svg.
 set -euo pipefail
 dir="${1:?usage: $0 RESULTS_DIR}"
@@ -28,5 +28,7 @@ for cell in "$dir"/*/; do
   rm -f "$cell/trace.txt" "$cell"/*.sock
   [ -s "$cell/qemu.stderr" ] || rm -f "$cell/qemu.stderr"
 done
+# The run's lock holds the PID of a harness long gone.
+rm -f "$dir/.lock"
 "$bin" report "$dir/results.csv" --out "$dir/report.md" --svg "$dir/report.svg"
 du -sh "$dir"
