@@ -9,20 +9,19 @@ mkfs.ext4 -F -q "$@" "$dev" >"$tmp/mkfs.out" 2>&1 || { cat "$tmp/mkfs.out" >&2; 
 t1=$(cut -d' ' -f1 /proc/uptime)
 echo "mkfs_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')"
 dumpe2fs -h "$dev" 2>/dev/null >"$tmp/mkfs.sb"
-awk -F: '
-  /^Block count/ {gsub(/ /,"",$2); print "blocks=" $2}
-  /^Blocks per group/ {gsub(/ /,"",$2); print "blocks_per_group=" $2}
-  /^Block size/ {gsub(/ /,"",$2); print "block_size=" $2}
-  /^Inode size/ {gsub(/ /,"",$2); print "inode_size=" $2}
-  /^Inodes per group/ {gsub(/ /,"",$2); print "inodes_per_group=" $2}' "$tmp/mkfs.sb"
-# Groups marked ITABLE_ZEROED (bg_flags & 0x4), read from the group
-# descriptors alone. A whole dumpe2fs also lists every group's free blocks,
-# bit by bit from the bitmaps: under TCG that took 100-160 s for 3 TiB
-# volumes with eight guests at once, against 3-7 s for the mkfs itself.
 sb() { awk -F: -v k="$1" '$1 == k {gsub(/ /,"",$2); print $2}' "$tmp/mkfs.sb"; }
 blocks=$(sb "Block count"); bpg=$(sb "Blocks per group"); bs=$(sb "Block size")
 first=$(sb "First block"); ds=$(sb "Group descriptor size")
 ds=${ds:-32}
+echo "blocks=$blocks"
+echo "blocks_per_group=$bpg"
+echo "block_size=$bs"
+echo "inode_size=$(sb "Inode size")"
+echo "inodes_per_group=$(sb "Inodes per group")"
+# Groups marked ITABLE_ZEROED (bg_flags & 0x4), read from the group
+# descriptors alone. A whole dumpe2fs also lists every group's free blocks,
+# bit by bit from the bitmaps: under TCG that took 110-170 s for 3 TiB
+# volumes with eight guests at once, against 3-7 s for the mkfs itself.
 groups=$(( (blocks - first + bpg - 1) / bpg ))
 case "$(sb "Filesystem features")" in
 *meta_bg*)

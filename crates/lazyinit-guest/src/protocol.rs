@@ -65,8 +65,9 @@ pub struct Expectation {
 /// - `critical`: the measured mount until the sleep between groups is
 ///   surely set (that one zeroing time sets it for the whole run, DESIGN
 ///   §3), and with an early stop until the groups of its first check are
-///   read (the estimate extends them to the whole run). It may wait for the host to be free of other guests' critical
-///   spans; it returns early, holding nothing, once the run is cancelled.
+///   read (the estimate extends them to the whole run). It may wait for
+///   the host to be free of other guests' critical spans; it returns
+///   early, holding nothing, once the run is cancelled.
 pub trait Gate: Send + Sync {
     fn measuring(&self) -> Box<dyn Send>;
     fn critical(&self) -> Box<dyn Send>;
