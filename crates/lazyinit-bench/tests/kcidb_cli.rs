@@ -33,7 +33,7 @@ fn no_cache() -> tempfile::TempDir {
 fn committed_full_scale_runs_export_valid_reports() {
     let cache = no_cache();
     let c = cache.path().to_str().unwrap();
-    for run in ["reported-ebs", "reported-ebs-fix", "reported-full"] {
+    for run in ["archive/reported-ebs", "archive/reported-ebs-fix", "archive/reported-full"] {
         let csv = repo(&format!("results/{run}/results.csv"));
         let v = export_valid(&bin(), &csv, &["--cache-dir", c]);
         let rows = lazyinit_core::results::read_rows(&csv).unwrap();
@@ -44,7 +44,7 @@ fn committed_full_scale_runs_export_valid_reports() {
     // against 1842 s in 2021.
     let v = export_valid(
         &bin(),
-        &repo("results/reported-ebs/results.csv"),
+        &repo("results/archive/reported-ebs/results.csv"),
         &["--cache-dir", c],
     );
     assert_eq!(v["builds"].as_array().unwrap().len(), 4);
@@ -133,7 +133,7 @@ fn the_validator_refuses_a_broken_report() {
 fn a_bad_origin_is_bad_input() {
     let out = export(
         &bin(),
-        &repo("results/reported-ebs/results.csv"),
+        &repo("results/archive/reported-ebs/results.csv"),
         &["--origin", "Lazy-Init"],
     );
     assert_eq!(out.status.code(), Some(2));

@@ -14,7 +14,7 @@ use std::time::Duration;
 use lazyinit_core::events::{EventSink, Phase};
 use lazyinit_core::provider::Provider;
 use lazyinit_core::results::{ResultsError, ResultsWriter, Status};
-use lazyinit_core::{exit, Arch, Cell, RunFolder, StorageProfile, Variant};
+use lazyinit_core::{exit, Arch, Cell, Hz, KernelSource, RunFolder, StorageProfile, Variant};
 use lazyinit_guest::Connect;
 
 use crate::artifacts::{Artifacts, Kernel};
@@ -467,54 +467,99 @@ fn lock_folder(folder: &RunFolder) -> Result<nix::fcntl::Flock<std::fs::File>, R
 
 /// The way into the guests (first: making the project's keys needs host
 /// tools, which should be found missing before any build), then the
-/// kernels (one after another: each build already uses every core) and
-/// guest images the cells left to run boot. `None` when the run was
-/// interrupted first.
+/// kernels and guest images the cells left to run boot. `None` when the
+/// run was interrupted first.
+///
+/// Kernels of different build trees (arch, source, HZ) build side by side:
+/// each make already uses every core, but unpacking, configuring and
+/// linking are single-threaded, and two trees overlap those (the first
+/// `run quick` on a 2-core host: x86_64 and arm64 at once). The variants of
+/// one tree build one after another: they are switches in the same tree.
 async fn build_artifacts(
     todo: &[Cell],
     plan: &Plan,
     opts: &RunOptions,
 ) -> Result<Option<Built>, RunError> {
     let connect = opts.artifacts.connect().await.map_err(RunError::Connect)?;
-    let mut kernels = BTreeMap::new();
-    for need in &plan.kernels {
-        let waiting: Vec<String> = todo
-            .iter()
-            .filter(|c| KernelNeed::of(c) == *need)
-            .map(|c| c.id())
-            .collect();
-        let Some(first) = waiting.first().cloned() else {
-            continue;
-        };
-        if opts.cancel.load(Ordering::SeqCst) {
-            return Ok(None);
-        }
-        for id in &waiting {
-            opts.events.phase(id, Phase::Build);
-        }
-        let events = opts.events.clone();
-        let progress = Arc::new(move |step: String| events.note(&first, format!("kernel: {step}")));
-        let built = tokio::select! {
-            r = opts.artifacts.kernel(need, plan.kernel_profile, progress) => r,
-            _ = cancelled(&opts.cancel) => return Ok(None),
-        };
-        let kernel = built.map_err(|e| RunError::Kernel(need.clone(), e))?;
-        kernels.insert(need.clone(), kernel);
+    let trees = build_trees(&plan.kernels, todo);
+    if opts.cancel.load(Ordering::SeqCst) {
+        return Ok(None);
     }
-    let mut initramfs = BTreeMap::new();
-    for arch in todo.iter().map(|c| c.arch).collect::<BTreeSet<_>>() {
-        let path = opts
-            .artifacts
-            .initramfs(arch)
-            .await
-            .map_err(|e| RunError::Image(arch, e))?;
-        initramfs.insert(arch, path);
-    }
+    let builds = futures::future::try_join_all(
+        trees
+            .into_iter()
+            .map(|needs| build_tree(needs, todo, plan, opts)),
+    );
+    // The guest images (package downloads, cpio) build beside the kernels.
+    let images = futures::future::try_join_all(
+        todo.iter()
+            .map(|c| c.arch)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|arch| async move {
+                let path = opts.artifacts.initramfs(arch).await;
+                path.map(|p| (arch, p))
+                    .map_err(|e| RunError::Image(arch, e))
+            }),
+    );
+    let (kernels, initramfs): (BTreeMap<KernelNeed, Kernel>, BTreeMap<Arch, PathBuf>) = tokio::select! {
+        r = futures::future::try_join(builds, images) => {
+            let (k, i) = r?;
+            (k.into_iter().flatten().collect(), i.into_iter().collect())
+        }
+        _ = cancelled(&opts.cancel) => return Ok(None),
+    };
     Ok(Some(Built {
         kernels,
         initramfs,
         connect,
     }))
+}
+
+/// The kernels the cells left to run need, by build tree (arch, source,
+/// HZ): the trees may build at once, a tree's kernels one after another.
+fn build_trees<'a>(kernels: &'a [KernelNeed], todo: &[Cell]) -> Vec<Vec<&'a KernelNeed>> {
+    let mut trees: BTreeMap<(Arch, &KernelSource, Hz), Vec<&KernelNeed>> = BTreeMap::new();
+    for need in kernels {
+        if todo.iter().any(|c| KernelNeed::of(c) == *need) {
+            trees
+                .entry((need.arch, &need.source, need.hz))
+                .or_default()
+                .push(need);
+        }
+    }
+    trees.into_values().collect()
+}
+
+/// The kernels of one build tree, one after another, each announced to
+/// the cells that wait for it.
+async fn build_tree(
+    needs: Vec<&KernelNeed>,
+    todo: &[Cell],
+    plan: &Plan,
+    opts: &RunOptions,
+) -> Result<Vec<(KernelNeed, Kernel)>, RunError> {
+    let mut built = Vec::new();
+    for need in needs {
+        let waiting: Vec<String> = todo
+            .iter()
+            .filter(|c| KernelNeed::of(c) == *need)
+            .map(|c| c.id())
+            .collect();
+        for id in &waiting {
+            opts.events.phase(id, Phase::Build);
+        }
+        let events = opts.events.clone();
+        let first = waiting.first().cloned().unwrap_or_default();
+        let progress = Arc::new(move |step: String| events.note(&first, format!("kernel: {step}")));
+        let kernel = opts
+            .artifacts
+            .kernel(need, plan.kernel_profile, progress)
+            .await
+            .map_err(|e| RunError::Kernel(need.clone(), e))?;
+        built.push((need.clone(), kernel));
+    }
+    Ok(built)
 }
 
 /// Runs the cells, as many at once as the plan says, the longest expected
@@ -659,5 +704,49 @@ mod tests {
         );
         drop(held);
         lock_folder(&folder).unwrap();
+    }
+
+    fn cell(arch: Arch, hz: u32, variant: Variant) -> Cell {
+        Cell {
+            provider: "qemu".into(),
+            arch,
+            source: KernelSource::Debian61,
+            hz: Hz::new(hz).unwrap(),
+            variant,
+            volume: "64GiB".parse().unwrap(),
+            wait_mult: 10,
+            repetition: 1,
+        }
+    }
+
+    #[test]
+    fn trees_build_apart_and_a_trees_variants_together() {
+        let todo = [
+            cell(Arch::X86_64, 250, Variant::NoFix),
+            cell(Arch::X86_64, 250, Variant::Fix),
+            cell(Arch::Arm64, 100, Variant::Fix),
+            cell(Arch::Arm64, 100, Variant::NoFix),
+            cell(Arch::Arm64, 250, Variant::Fix),
+        ];
+        let mut needs: Vec<KernelNeed> = todo.iter().map(KernelNeed::of).collect();
+        // A kernel no cell left to run needs is not built.
+        needs.push(KernelNeed::of(&cell(Arch::X86_64, 1000, Variant::Fix)));
+        let trees = build_trees(&needs, &todo);
+        let shape: Vec<Vec<String>> = trees
+            .iter()
+            .map(|t| {
+                t.iter()
+                    .map(|n| format!("{}-{}-{}", n.arch, n.hz, n.variant))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                vec!["x86_64-250-nofix", "x86_64-250-fix"],
+                vec!["arm64-100-fix", "arm64-100-nofix"],
+                vec!["arm64-250-fix"],
+            ]
+        );
     }
 }
