@@ -239,8 +239,12 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     if a.profile.is_some() {
         cfg.profile = a.profile.clone();
     }
+    cfg.validate().map_err(|e| exit::bad_input(e.to_string()))?;
     let counter = client::ApiCounter::default();
-    let c = client::build(&cfg, None, counter.clone()).await;
+    let c = client::build_checked(&cfg, None, counter.clone())
+        .await
+        .map_err(|e| exit::bad_input(e.to_string()))?;
+    let budget = client::ApiBudget::of(&cfg);
     let owner = match a.all_owners {
         true => None,
         false => Some(a.owner.clone().unwrap_or_else(|| cfg.owner_tag())),
@@ -249,6 +253,10 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     let report = match lazyinit_ec2::cleanup(&c, &sweep, Pace::of(&cfg)).await {
         Ok(r) => r,
         Err(e @ Ec2Error::BadInput(_)) => return Err(exit::bad_input(e.to_string()).into()),
+        // Said in one line: the budget it ran out of is the whole story.
+        Err(e @ Ec2Error::NoAnswer { .. }) => {
+            anyhow::bail!("cleanup: {}", e.with_budget(&budget))
+        }
         Err(e) => return Err(e).context("cleanup could not list or remove resources"),
     };
     print!("{}", report.render());
