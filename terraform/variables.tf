@@ -24,24 +24,8 @@ variable "ssh_cidr" {
   # the network's own (10.1.2.0/24, not 10.1.2.3/24), so the CIDR says what
   # it admits.
   validation {
-    condition = (
-      can(cidrhost(var.ssh_cidr, 0))
-      && !strcontains(var.ssh_cidr, ":")
-      && try(tonumber(split("/", var.ssh_cidr)[1]) >= var.ssh_cidr_min_prefix, false)
-      && try(cidrhost(var.ssh_cidr, 0) == split("/", var.ssh_cidr)[0], false)
-    )
+    condition     = can(regex("^[0-9.]+/[0-9]+$", var.ssh_cidr)) && can(cidrhost(var.ssh_cidr, 0)) && try(tonumber(split("/", var.ssh_cidr)[1]) >= 16, false) && try(cidrhost(var.ssh_cidr, 0) == split("/", var.ssh_cidr)[0], false)
     error_message = "ssh_cidr must be an IPv4 network of /16 or narrower written with its network address (your address as a.b.c.d/32)."
-  }
-}
-
-variable "ssh_cidr_min_prefix" {
-  description = "Widest ssh_cidr accepted, as a prefix length (16: a /16 at most)."
-  type        = number
-  default     = 16
-
-  validation {
-    condition     = var.ssh_cidr_min_prefix >= 8 && var.ssh_cidr_min_prefix <= 32
-    error_message = "ssh_cidr_min_prefix must be between 8 and 32."
   }
 }
 
