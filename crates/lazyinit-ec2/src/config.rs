@@ -480,6 +480,7 @@ mod tests {
           "subnet_id": {"sensitive": false, "type": "string", "value": "subnet-0a"},
           "security_group_id": {"sensitive": false, "type": "string", "value": "sg-0b"},
           "key_name": {"sensitive": false, "type": "string", "value": "lazyinit-bench"},
+          "owner": {"sensitive": false, "type": "string", "value": "ci"},
           "harness_policy_arn": {"sensitive": false, "type": "string", "value": "arn:x"}
         }"#;
         let t = from_terraform_outputs(json).unwrap();
@@ -490,6 +491,8 @@ mod tests {
         assert_eq!(c.subnet_id.as_deref(), Some("subnet-0a"));
         assert_eq!(c.security_group_id.as_deref(), Some("sg-0b"));
         assert_eq!(c.region.as_deref(), Some("us-east-1"));
+        // The Owner tag the IAM policy requires.
+        assert_eq!(c.owner.as_deref(), Some("ci"));
         let e = from_terraform_outputs("{}").unwrap_err();
         assert!(e.to_string().contains("terraform apply"), "{e}");
     }
