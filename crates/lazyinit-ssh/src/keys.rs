@@ -125,6 +125,7 @@ impl Keys {
             // `tmp` unless renamed into place.
             let tmp = tempfile::Builder::new()
                 .prefix(&format!(".{KEYS_DIR}.tmp-"))
+                .permissions(fs::Permissions::from_mode(0o700))
                 .tempdir_in(state_dir)
                 .map_err(|source| SshError::KeyFile {
                     action: "create a temporary key folder in",

@@ -10,7 +10,7 @@
 //! next run or `cleanup` sweeps it ([`RunKeys::sweep_stale`]).
 
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -34,6 +34,7 @@ impl RunKeys {
         create_dir_private(base)?;
         let dir = tempfile::Builder::new()
             .prefix(prefix)
+            .permissions(fs::Permissions::from_mode(0o700))
             .tempdir_in(base)
             .map_err(|source| SshError::KeyFile {
                 action: "create a run's key folder in",
@@ -137,6 +138,8 @@ mod tests {
         assert!(a.keys.host_private.starts_with(a.state_dir()));
         let (dir, private) = (a.state_dir().to_path_buf(), a.keys.host_private.clone());
         assert!(private.exists());
+        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "the run's key folder is private");
         drop(a);
         assert!(
             !dir.exists() && !private.exists(),
