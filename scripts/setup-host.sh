@@ -26,6 +26,18 @@ PKGS=(
   python3-venv                           # EC2 API emulator (moto) for tests
 )
 
+# The host-wide token's directory (crates/lazyinit-orchestrator/src/token.rs):
+# root's and sticky like /tmp, so every user's runs share one token and no
+# user can replace another's lock file; made again at each boot (/run is a
+# tmpfs) by systemd-tmpfiles where there is systemd.
+if [ ! -d /run/lazyinit-bench ] || [ -L /run/lazyinit-bench ]; then
+  $SUDO rm -f /run/lazyinit-bench
+  $SUDO install -d -m 1777 -o root -g root /run/lazyinit-bench
+fi
+if [ -d /etc/tmpfiles.d ] && [ ! -f /etc/tmpfiles.d/lazyinit-bench.conf ]; then
+  echo 'd /run/lazyinit-bench 1777 root root -' | $SUDO tee /etc/tmpfiles.d/lazyinit-bench.conf >/dev/null
+fi
+
 need=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")

@@ -22,5 +22,12 @@ checkov="${LAZYINIT_CACHE_DIR:-$HOME/.cache/lazyinit-bench}/venv-checkov/bin/che
 #   CKV2_AWS_5   the security group is attached by the harness's RunInstances,
 #                not by a terraform resource
 # --skip-download: no network here (checkov would fetch guidelines).
-"$checkov" --quiet --compact --skip-download -d "$here" --framework terraform \
-    --skip-check CKV_AWS_130,CKV2_AWS_11,CKV2_AWS_5
+# checkov exits 0 on a file it cannot parse (its checks then never ran on
+# that file): a parsing error fails here.
+out="$("$checkov" --quiet --compact --skip-download -d "$here" --framework terraform \
+    --skip-check CKV_AWS_130,CKV2_AWS_11,CKV2_AWS_5)" || { echo "$out"; exit 1; }
+echo "$out"
+if grep -q "Parsing errors" <<<"$out"; then
+  echo "check.sh: checkov could not parse a file (run checkov without --quiet to see which)" >&2
+  exit 1
+fi

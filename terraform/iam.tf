@@ -27,7 +27,6 @@ data "aws_iam_policy_document" "harness" {
     effect  = "Allow"
     actions = ["ec2:RunInstances"]
     resources = [
-      "${local.arn_prefix}::image/*",
       "${local.account_arn}:subnet/${aws_subnet.bench.id}",
       "${local.account_arn}:security-group/${aws_security_group.ssh.id}",
       "${local.account_arn}:key-pair/${aws_key_pair.harness.key_name}",
@@ -35,19 +34,71 @@ data "aws_iam_policy_document" "harness" {
     ]
   }
 
-  # New instances and volumes must carry the project tag from creation on.
+  # Images only of the accounts the project boots (Debian's by default).
   statement {
-    sid     = "CreateOnlyTagged"
+    sid       = "LaunchProjectImages"
+    effect    = "Allow"
+    actions   = ["ec2:RunInstances"]
+    resources = ["${local.arn_prefix}::image/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:Owner"
+      values   = var.image_owners
+    }
+  }
+
+  # New instances: the project's tags from creation on, the report's
+  # instance types only, and IMDSv2 with one hop (the user data carries the
+  # run's host key; see crates/lazyinit-ec2/src/provider.rs).
+  statement {
+    sid       = "LaunchOnlyTaggedInstances"
+    effect    = "Allow"
+    actions   = ["ec2:RunInstances"]
+    resources = ["${local.account_arn}:instance/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/Project"
+      values   = ["lazyinit-bench"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/Owner"
+      values   = [var.owner]
+    }
+    condition {
+      test     = "StringLike"
+      variable = "ec2:InstanceType"
+      values   = var.instance_types
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:MetadataHttpTokens"
+      values   = ["required"]
+    }
+    condition {
+      test     = "NumericLessThanEquals"
+      variable = "ec2:MetadataHttpPutResponseHopLimit"
+      values   = ["1"]
+    }
+  }
+
+  # New volumes (a cell's, and an instance's root volume) carry the tags too.
+  statement {
+    sid     = "CreateOnlyTaggedVolumes"
     effect  = "Allow"
     actions = ["ec2:RunInstances", "ec2:CreateVolume"]
     resources = [
-      "${local.account_arn}:instance/*",
       "${local.account_arn}:volume/*",
     ]
     condition {
       test     = "StringEquals"
       variable = "aws:RequestTag/Project"
       values   = ["lazyinit-bench"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/Owner"
+      values   = [var.owner]
     }
   }
 
@@ -76,7 +127,6 @@ data "aws_iam_policy_document" "harness" {
       "ec2:DeleteVolume",
       "ec2:DetachVolume",
       "ec2:GetConsoleOutput",
-      "ec2:ModifyInstanceAttribute",
       "ec2:TerminateInstances",
     ]
     resources = [
@@ -87,6 +137,26 @@ data "aws_iam_policy_document" "harness" {
       test     = "StringEquals"
       variable = "aws:ResourceTag/Project"
       values   = ["lazyinit-bench"]
+    }
+  }
+
+  # The one attribute the harness changes: delete-on-termination of the
+  # cell's volume (BlockDeviceMapping), never the instance type, user
+  # data, shutdown behaviour or security groups.
+  statement {
+    sid       = "ModifyOnlyVolumeDeletion"
+    effect    = "Allow"
+    actions   = ["ec2:ModifyInstanceAttribute"]
+    resources = ["${local.account_arn}:instance/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "aws:ResourceTag/Project"
+      values   = ["lazyinit-bench"]
+    }
+    condition {
+      test     = "StringEqualsIgnoreCase"
+      variable = "ec2:Attribute"
+      values   = ["BlockDeviceMapping"]
     }
   }
 }

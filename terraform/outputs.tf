@@ -1,4 +1,4 @@
-# The first four are the network keys of the spec's [provider-config.ec2] table;
+# The first five are the keys of the spec's [provider-config.ec2] table;
 # lazyinit_ec2::config::from_terraform_outputs reads these names from
 # `terraform output -json` (see README.md here).
 
@@ -20,6 +20,11 @@ output "security_group_id" {
 output "key_name" {
   description = "key-name of [provider-config.ec2]"
   value       = aws_key_pair.harness.key_name
+}
+
+output "owner" {
+  description = "owner of [provider-config.ec2]: the Owner tag the IAM policy requires"
+  value       = var.owner
 }
 
 output "vpc_id" {

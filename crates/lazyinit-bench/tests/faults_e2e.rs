@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use lazyinit_core::results::{read_rows, ResultRow, Status};
 
+mod leftovers;
+use leftovers::{files_under, sockets};
+
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench"))
 }
@@ -78,30 +81,11 @@ fn qemu_with(needle: &Path) -> Vec<u32> {
     lazyinit_qemu::process::qemu_pids_with(needle.to_str().unwrap())
 }
 
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if e.path().is_dir() {
-            v.extend(files_under(&e.path()));
-        } else {
-            v.push(e.path());
-        }
-    }
-    v
-}
-
 /// Volume files (`.raw`) under `dir`.
 fn volumes(dir: &Path) -> Vec<PathBuf> {
     files_under(dir)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "raw"))
-        .collect()
-}
-
-fn sockets(dir: &Path) -> Vec<PathBuf> {
-    files_under(dir)
-        .into_iter()
-        .filter(|p| p.to_string_lossy().ends_with(".sock"))
         .collect()
 }
 

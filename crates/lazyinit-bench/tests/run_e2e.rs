@@ -12,6 +12,8 @@ use lazyinit_core::{model, Variant};
 use lazyinit_guest::protocol::MAX_ATTEMPTS;
 
 mod kcidb_support;
+mod leftovers;
+use leftovers::{files_under, sockets};
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench"))
@@ -53,26 +55,6 @@ fn all_threads_fifo(pid: u32) -> bool {
 }
 
 /// No QMP or NBD socket left in a results folder.
-fn no_sockets(dir: &Path) -> bool {
-    files_under(dir)
-        .iter()
-        .all(|p| !p.to_string_lossy().ends_with(".sock"))
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.path().is_dir() {
-                v.extend(files_under(&e.path()));
-            } else {
-                v.push(e.path());
-            }
-        }
-    }
-    v
-}
-
 #[test]
 fn smoke_run_measures_both_variants() {
     let out = tempfile::tempdir().unwrap();
@@ -247,7 +229,8 @@ fn smoke_run_measures_both_variants() {
     );
     assert!(qemu_processes_with(vols.path().to_str().unwrap()).is_empty());
     assert!(qemu_processes_with(out.path().to_str().unwrap()).is_empty());
-    assert!(no_sockets(&out.path().join("res")));
+    let left = sockets(&out.path().join("res"));
+    assert!(left.is_empty(), "sockets left: {left:?}");
 
     // Rerunning the same spec into the same folder resumes: nothing to do,
     // no duplicated rows.
@@ -329,7 +312,8 @@ fn interrupt_during(phase: &str) {
             && qemu_processes_with(res.to_str().unwrap()).is_empty(),
         "QEMU left running"
     );
-    assert!(no_sockets(&res), "sockets left: {:?}", files_under(&res));
+    let left = sockets(&res);
+    assert!(left.is_empty(), "sockets left: {left:?}");
     assert!(
         files_under(vols.path()).is_empty(),
         "volumes left: {:?}",

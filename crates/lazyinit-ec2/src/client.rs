@@ -1,18 +1,89 @@
 //! The SDK client: standard credential chain, profile, region, endpoint
-//! override, and a counter of the API calls it makes.
+//! override, a time budget for every call ([`ApiBudget`]), and a counter
+//! of the API calls it makes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
 use aws_sdk_ec2::config::interceptors::{
     BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
 };
-use aws_sdk_ec2::config::{ConfigBag, Credentials, Intercept, RuntimeComponents};
+use aws_sdk_ec2::config::{
+    ConfigBag, Credentials, Intercept, ProvideCredentials, RuntimeComponents,
+};
 use aws_sdk_ec2::error::BoxError;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 
 use crate::config::Ec2Config;
+use crate::error::Ec2Error;
+
+/// How long one EC2 API call may take: a TCP connect, a wait for the next
+/// byte of an answer, one attempt, and the whole operation with its
+/// retries. Without these an endpoint that accepts and never answers held
+/// `cleanup` and `run` forever (the SDK's defaults bound only the connect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiBudget {
+    pub connect: Duration,
+    pub read: Duration,
+    pub attempt: Duration,
+    /// Every attempt and the pauses between them (`api-timeout`).
+    pub operation: Duration,
+    /// Attempts per operation, the first included (standard retry mode:
+    /// throttling, 5xx and timeouts are retried, with backoff).
+    pub attempts: u32,
+}
+
+impl ApiBudget {
+    /// The budget of `cfg`: its `api-timeout` for the operation; no part
+    /// longer than the whole.
+    pub fn of(cfg: &Ec2Config) -> ApiBudget {
+        let op = cfg.api_timeout;
+        // An EC2 call answers in well under a second; 10 s without a byte
+        // is a dead endpoint, and three such attempts fit in the default
+        // 40 s operation.
+        ApiBudget {
+            connect: Duration::from_secs(5).min(op),
+            read: Duration::from_secs(10).min(op),
+            attempt: Duration::from_secs(12).min(op),
+            operation: op,
+            attempts: 3,
+        }
+    }
+
+    pub fn timeouts(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .read_timeout(self.read)
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+
+    pub fn retries(&self) -> RetryConfig {
+        RetryConfig::standard()
+            .with_max_attempts(self.attempts)
+            .with_initial_backoff(Duration::from_millis(500))
+            .with_max_backoff(Duration::from_secs(5))
+    }
+}
+
+impl std::fmt::Display for ApiBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = |d: Duration| humantime::format_duration(d).to_string();
+        write!(
+            f,
+            "{} per call ({} attempts, connect {}, read {})",
+            d(self.operation),
+            self.attempts,
+            d(self.connect),
+            d(self.read)
+        )
+    }
+}
 
 /// Calls (operations) and attempts (HTTP requests, retries included) per
 /// EC2 operation name, counted by an SDK interceptor so nothing that goes
@@ -106,6 +177,32 @@ pub async fn build(
     credentials: Option<Credentials>,
     counter: ApiCounter,
 ) -> aws_sdk_ec2::Client {
+    client_of(&shared(cfg, credentials).await, counter)
+}
+
+/// [`build`], having asked the credential chain for credentials once, so
+/// that a machine without any gets one line saying what to configure
+/// rather than the chain's every attempt at the first API call.
+pub async fn build_checked(
+    cfg: &Ec2Config,
+    credentials: Option<Credentials>,
+    counter: ApiCounter,
+) -> Result<aws_sdk_ec2::Client, Ec2Error> {
+    let shared = shared(cfg, credentials).await;
+    let Some(provider) = shared.credentials_provider() else {
+        return Err(Ec2Error::NoCredentials);
+    };
+    if let Err(e) = provider.provide_credentials().await {
+        tracing::debug!(
+            "no credentials: {}",
+            aws_sdk_ec2::error::DisplayErrorContext(&e)
+        );
+        return Err(Ec2Error::NoCredentials);
+    }
+    Ok(client_of(&shared, counter))
+}
+
+async fn shared(cfg: &Ec2Config, credentials: Option<Credentials>) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if let Some(r) = &cfg.region {
         loader = loader.region(Region::new(r.clone()));
@@ -119,8 +216,16 @@ pub async fn build(
     if let Some(c) = credentials {
         loader = loader.credentials_provider(c);
     }
-    let shared = loader.load().await;
-    let conf = aws_sdk_ec2::config::Builder::from(&shared)
+    let budget = ApiBudget::of(cfg);
+    loader
+        .timeout_config(budget.timeouts())
+        .retry_config(budget.retries())
+        .load()
+        .await
+}
+
+fn client_of(shared: &aws_config::SdkConfig, counter: ApiCounter) -> aws_sdk_ec2::Client {
+    let conf = aws_sdk_ec2::config::Builder::from(shared)
         .interceptor(counter)
         .build();
     aws_sdk_ec2::Client::from_conf(conf)
@@ -145,3 +250,34 @@ pub const IAM_ACTIONS: &[&str] = &[
     "RunInstances",
     "TerminateInstances",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_call_has_a_bounded_budget() {
+        let cfg = Ec2Config::default();
+        let b = ApiBudget::of(&cfg);
+        assert_eq!(b.operation, Duration::from_secs(40));
+        let t = b.timeouts();
+        assert_eq!(t.connect_timeout(), Some(Duration::from_secs(5)));
+        assert_eq!(t.read_timeout(), Some(Duration::from_secs(10)));
+        assert_eq!(t.operation_attempt_timeout(), Some(Duration::from_secs(12)));
+        assert_eq!(t.operation_timeout(), Some(Duration::from_secs(40)));
+        assert_eq!(b.retries().max_attempts(), 3);
+        // A short api-timeout bounds every part.
+        let short = Ec2Config {
+            api_timeout: Duration::from_secs(3),
+            ..Ec2Config::default()
+        };
+        let b = ApiBudget::of(&short);
+        assert!([b.connect, b.read, b.attempt]
+            .iter()
+            .all(|d| *d <= b.operation));
+        assert_eq!(
+            b.to_string(),
+            "3s per call (3 attempts, connect 3s, read 3s)"
+        );
+    }
+}

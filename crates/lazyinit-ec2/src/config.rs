@@ -60,6 +60,10 @@ pub struct Ec2Config {
     pub device_name: String,
     #[serde(with = "humantime_serde", default = "default_poll_interval")]
     pub poll_interval: Duration,
+    /// Longest one API call may take, its retries included (connect,
+    /// read and attempt timeouts fit inside: see `client::ApiBudget`).
+    #[serde(with = "humantime_serde", default = "default_api_timeout")]
+    pub api_timeout: Duration,
     /// Longest wait for one state change (running, available, attached, terminated).
     #[serde(with = "humantime_serde", default = "default_state_timeout")]
     pub state_timeout: Duration,
@@ -226,6 +230,12 @@ fn default_device_name() -> String {
 fn default_poll_interval() -> Duration {
     Duration::from_secs(5)
 }
+fn default_api_timeout() -> Duration {
+    Duration::from_secs(40)
+}
+/// Longer than any answer EC2 takes, short enough that a dead endpoint
+/// is said within minutes.
+pub const MAX_API_TIMEOUT: Duration = Duration::from_secs(600);
 fn default_state_timeout() -> Duration {
     Duration::from_secs(600)
 }
@@ -265,6 +275,13 @@ impl Ec2Config {
             return Err(ConfigError(
                 "poll-interval must be positive and below state-timeout".into(),
             ));
+        }
+        if self.api_timeout < Duration::from_secs(1) || self.api_timeout > MAX_API_TIMEOUT {
+            return Err(ConfigError(format!(
+                "api-timeout {} must be between 1s and {}",
+                humantime::format_duration(self.api_timeout),
+                humantime::format_duration(MAX_API_TIMEOUT)
+            )));
         }
         if !self.device_name.starts_with("/dev/") {
             return Err(ConfigError(format!(
@@ -359,6 +376,8 @@ pub fn from_terraform_outputs(json: &str) -> Result<String, ConfigError> {
         ("subnet_id", "subnet-id"),
         ("security_group_id", "security-group-id"),
         ("key_name", "key-name"),
+        // The policy refuses launches tagged with any other Owner.
+        ("owner", "owner"),
     ] {
         t.insert(key.into(), toml::Value::String(get(out)?));
     }
@@ -424,6 +443,10 @@ mod tests {
         assert!(e.to_string().contains("not an AMI id"), "{e}");
         let e = Ec2Config::from_toml("device-name = \"sdf\"").unwrap_err();
         assert!(e.to_string().contains("/dev path"), "{e}");
+        for t in ["0s", "11m"] {
+            let e = Ec2Config::from_toml(&format!("api-timeout = \"{t}\"")).unwrap_err();
+            assert!(e.to_string().contains("between 1s and 10m"), "{e}");
+        }
     }
 
     #[test]
@@ -457,6 +480,7 @@ mod tests {
           "subnet_id": {"sensitive": false, "type": "string", "value": "subnet-0a"},
           "security_group_id": {"sensitive": false, "type": "string", "value": "sg-0b"},
           "key_name": {"sensitive": false, "type": "string", "value": "lazyinit-bench"},
+          "owner": {"sensitive": false, "type": "string", "value": "ci"},
           "harness_policy_arn": {"sensitive": false, "type": "string", "value": "arn:x"}
         }"#;
         let t = from_terraform_outputs(json).unwrap();
@@ -467,6 +491,8 @@ mod tests {
         assert_eq!(c.subnet_id.as_deref(), Some("subnet-0a"));
         assert_eq!(c.security_group_id.as_deref(), Some("sg-0b"));
         assert_eq!(c.region.as_deref(), Some("us-east-1"));
+        // The Owner tag the IAM policy requires.
+        assert_eq!(c.owner.as_deref(), Some("ci"));
         let e = from_terraform_outputs("{}").unwrap_err();
         assert!(e.to_string().contains("terraform apply"), "{e}");
     }

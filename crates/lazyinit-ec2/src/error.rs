@@ -26,6 +26,11 @@ pub enum Ec2Error {
         state: String,
         wanted: String,
     },
+    /// The endpoint took TCP but gave no (whole) answer within the budget.
+    #[error("EC2 {op}: no answer within {budget}: check the endpoint, region and network (or raise api-timeout)")]
+    NoAnswer { op: &'static str, budget: String },
+    #[error("no AWS credentials: configure them (`aws configure`, AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) and rerun")]
+    NoCredentials,
     #[error("no AMI for {arch}: {detail}")]
     NoAmi { arch: String, detail: String },
     #[error(transparent)]
@@ -52,10 +57,33 @@ impl Ec2Error {
         E: ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug,
     {
+        let timed_out = match &e {
+            SdkError::TimeoutError(_) => true,
+            SdkError::DispatchFailure(d) => d.is_timeout(),
+            _ => false,
+        };
+        if timed_out {
+            tracing::debug!("EC2 {op}: {}", DisplayErrorContext(&e));
+            return Ec2Error::NoAnswer {
+                op,
+                budget: "the api-timeout".into(),
+            };
+        }
         Ec2Error::Api {
             op,
             code: e.code().map(str::to_string),
             detail: DisplayErrorContext(&e).to_string(),
+        }
+    }
+
+    /// Names the budget a [`Ec2Error::NoAnswer`] ran out of.
+    pub fn with_budget(self, budget: &crate::client::ApiBudget) -> Ec2Error {
+        match self {
+            Ec2Error::NoAnswer { op, .. } => Ec2Error::NoAnswer {
+                op,
+                budget: budget.to_string(),
+            },
+            other => other,
         }
     }
 
@@ -74,6 +102,7 @@ impl From<Ec2Error> for ProviderError {
             Ec2Error::Config(_)
             | Ec2Error::Keys(_)
             | Ec2Error::BadInput(_)
+            | Ec2Error::NoCredentials
             | Ec2Error::NoAmi { .. } => ProviderError::BadInput(e.to_string()),
             Ec2Error::Api { op, code, detail } => ProviderError::Infrastructure {
                 message: format!(

@@ -143,6 +143,10 @@ impl Ec2Provider {
         Pace::of(&self.cfg)
     }
 
+    fn budget(&self) -> client::ApiBudget {
+        client::ApiBudget::of(&self.cfg)
+    }
+
     /// Tears down everything this provider still owns and waits for
     /// background cleanups. Call it on Ctrl-C and at the end of a run.
     pub async fn release_all(&self) -> Result<(), Ec2Error> {
@@ -464,12 +468,20 @@ impl Provider for Ec2Provider {
         }
         // Read now, so a missing dropbearconvert fails before any build.
         self.keys().await?;
+        self.client
+            .get_or_try_init(|| {
+                client::build_checked(&self.cfg, self.credentials.clone(), self.counter.clone())
+            })
+            .await?;
         let mut archs: Vec<Arch> = cells.iter().map(|c| c.arch).collect();
         archs.sort();
         archs.dedup();
         for arch in archs {
-            self.check_instance_type(arch).await?;
-            self.resolve_ami(arch).await?;
+            let checked = match self.check_instance_type(arch).await {
+                Ok(()) => self.resolve_ami(arch).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            checked.map_err(|e| e.with_budget(&self.budget()))?;
         }
         Ok(())
     }
@@ -490,7 +502,13 @@ impl Provider for Ec2Provider {
             self.pace(),
             &self.cfg.cleanup_command(&req.run_id),
         );
-        let record = match self.launch_inner(req, &guard).await {
+        // The launch record is the only note of what was made: a cell that
+        // cannot write it fails, and what was made goes.
+        let launched = match self.launch_inner(req, &guard).await {
+            Ok(r) => write_record(&req.folder, &r).map(|()| r),
+            Err(e) => Err(e.with_budget(&self.budget())),
+        };
+        let record = match launched {
             Ok(r) => r,
             Err(e) => {
                 let err: ProviderError = e.into();
@@ -500,10 +518,6 @@ impl Provider for Ec2Provider {
                 });
             }
         };
-        req.folder.create().ok();
-        if let Ok(json) = serde_json::to_string_pretty(&record) {
-            let _ = std::fs::write(req.folder.ec2_json(), json);
-        }
         Ok(Box::new(Ec2Machine {
             guard,
             client: self.client().await.clone(),
@@ -515,6 +529,28 @@ impl Provider for Ec2Provider {
             torn_down: false,
         }))
     }
+}
+
+/// Writes `ec2.json` into the cell's folder whole (a temporary file
+/// renamed over it), or says why not.
+fn write_record(folder: &lazyinit_core::CellFolder, r: &LaunchRecord) -> Result<(), Ec2Error> {
+    use std::io::Write;
+    let path = folder.ec2_json();
+    let fail = |e: &dyn std::fmt::Display| {
+        Ec2Error::Unexpected(format!(
+            "cannot record the launch in {}: {e}",
+            path.display()
+        ))
+    };
+    folder.create().map_err(|e| fail(&e))?;
+    let json = serde_json::to_string_pretty(r).map_err(|e| fail(&e))?;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| fail(&e))?;
+    tmp.write_all(json.as_bytes())
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| fail(&e))?;
+    tmp.persist(&path).map_err(|e| fail(&e.error))?;
+    Ok(())
 }
 
 #[cfg(test)]

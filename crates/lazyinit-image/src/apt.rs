@@ -207,10 +207,17 @@ pub fn resolve_cached(
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    // Losing this file only costs the next build a few seconds.
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    if std::fs::write(&tmp, text).is_ok() {
-        let _ = std::fs::rename(&tmp, &path);
+    // Losing this file only costs the next build a few seconds: said, not fatal.
+    let written = (|| {
+        use std::io::Write;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut f = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+        f.write_all(text.as_bytes())?;
+        f.persist(&path).map_err(|e| e.error)?;
+        Ok::<(), std::io::Error>(())
+    })();
+    if let Err(e) = written {
+        tracing::warn!("cannot save the package list {}: {e}", path.display());
     }
     Ok(packages)
 }
@@ -228,8 +235,12 @@ pub fn fetch(arch: Arch, pkgs: &[Package], debs_dir: &Path) -> Result<Vec<PathBu
         .filter(|p| !deb_path(debs_dir, p).exists())
         .collect();
     if !missing.is_empty() {
-        let tmp = debs_dir.join(format!(".download-{}", std::process::id()));
-        std::fs::create_dir_all(&tmp).map_err(|e| ImageError::io("create", &tmp, e))?;
+        std::fs::create_dir_all(debs_dir).map_err(|e| ImageError::io("create", debs_dir, e))?;
+        let tmp_dir = tempfile::Builder::new()
+            .prefix(".download-")
+            .tempdir_in(debs_dir)
+            .map_err(|e| ImageError::io("create", debs_dir, e))?;
+        let tmp = tmp_dir.path().to_path_buf();
         let mut cmd = Command::new("apt-get");
         cmd.current_dir(&tmp).arg("download");
         cmd.args(
@@ -261,7 +272,7 @@ pub fn fetch(arch: Arch, pkgs: &[Package], debs_dir: &Path) -> Result<Vec<PathBu
             }
             Ok(())
         });
-        let _ = std::fs::remove_dir_all(&tmp);
+        drop(tmp_dir);
         result?;
     }
     pkgs.iter()

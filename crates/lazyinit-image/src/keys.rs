@@ -2,7 +2,7 @@
 //! the guest's host private key and the client key root may log in with.
 
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use lazyinit_ssh::Keys;
@@ -56,25 +56,23 @@ fn private_dir(dir: &Path) -> Result<(), ImageError> {
 }
 
 /// Writes `bytes` to `path` as a 0600 file, atomically.
+/// The temporary file (0600, of an unpredictable name, removed unless
+/// renamed) is tempfile's.
 fn write_private(path: &Path, parts: &[&[u8]]) -> Result<(), ImageError> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut f = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .permissions(std::fs::Permissions::from_mode(0o600))
+            .tempfile_in(dir)?;
         for p in parts {
             f.write_all(p)?;
         }
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        f.as_file().sync_all()?;
+        f.persist(path).map_err(|e| e.error)?;
+        Ok(())
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(|e| ImageError::io("write", path, e))
+    result.map_err(|e: std::io::Error| ImageError::io("write", path, e))
 }
 
 /// Writes the gzip'd keys archive to `dir/guest-keys.cpio.gz` (0600).

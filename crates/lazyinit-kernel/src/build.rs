@@ -705,15 +705,15 @@ fn publish(
 ) -> Result<(), KernelError> {
     let parent = final_dir.parent().unwrap();
     std::fs::create_dir_all(parent).map_err(|e| KernelError::io(parent, e))?;
-    let tmp = parent.join(format!(
-        ".tmp-{}-{}",
-        final_dir.file_name().unwrap().to_string_lossy(),
-        std::process::id()
-    ));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| KernelError::io(&tmp, e))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(|e| KernelError::io(&tmp, e))?;
+    // Gone with `tmp_dir` unless renamed into place.
+    let tmp_dir = tempfile::Builder::new()
+        .prefix(&format!(
+            ".tmp-{}-",
+            final_dir.file_name().unwrap().to_string_lossy()
+        ))
+        .tempdir_in(parent)
+        .map_err(|e| KernelError::io(parent, e))?;
+    let tmp = tmp_dir.path();
     let w = |name: &str, bytes: &[u8]| {
         let p = tmp.join(name);
         std::fs::write(&p, bytes).map_err(|e| KernelError::io(&p, e))
@@ -731,17 +731,11 @@ fn publish(
         "manifest.json",
         &serde_json::to_vec_pretty(manifest).expect("manifest serialises"),
     )?;
-    match std::fs::rename(&tmp, final_dir) {
+    match std::fs::rename(tmp, final_dir) {
         Ok(()) => Ok(()),
         // Someone published the same key first: theirs is as good.
-        Err(_) if cache::load(final_dir).is_some() => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            Ok(())
-        }
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            Err(KernelError::io(final_dir, e))
-        }
+        Err(_) if cache::load(final_dir).is_some() => Ok(()),
+        Err(e) => Err(KernelError::io(final_dir, e)),
     }
 }
 

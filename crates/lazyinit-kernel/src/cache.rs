@@ -120,6 +120,19 @@ pub fn key_material(
     m
 }
 
+/// Writes `bytes` to `path` whole: into a temporary file of an
+/// unpredictable name beside it, then renamed over it, so a reader sees
+/// the old file or the new one and no other process can plant the name.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 pub fn cache_key(material: &str) -> String {
     lazyinit_core::paths::sha256_hex(material)
 }
@@ -198,12 +211,26 @@ pub fn slot_dir(
 }
 
 /// Read a finished build directory; `None` if it is not a complete build
-/// (no manifest, unreadable manifest, or an image of the wrong size).
+/// (no manifest, unreadable manifest, or an image whose size or sha256 is
+/// not the one recorded when it was built: a truncated copy, a disk error
+/// or an edit is rebuilt, never booted). Hashing an image takes tens of
+/// milliseconds; a boot takes seconds.
 pub fn load(dir: &Path) -> Option<(Manifest, PathBuf)> {
     let manifest_path = dir.join("manifest.json");
     let m: Manifest = serde_json::from_slice(&std::fs::read(&manifest_path).ok()?).ok()?;
     let image = dir.join(&m.image_file);
-    (std::fs::metadata(&image).ok()?.len() == m.image_bytes).then_some((m, manifest_path))
+    if std::fs::metadata(&image).ok()?.len() != m.image_bytes {
+        return None;
+    }
+    let bytes = std::fs::read(&image).ok()?;
+    if lazyinit_core::paths::sha256_hex(&bytes) != m.image_sha256 {
+        tracing::warn!(
+            "{}: not the image that was built (its sha256 differs from manifest.json): it is built again",
+            image.display()
+        );
+        return None;
+    }
+    Some((m, manifest_path))
 }
 
 /// Every complete build in the cache, oldest first.
@@ -335,6 +362,39 @@ mod tests {
             Some("0123456789abcdef"),
         );
         assert!(slot.ends_with("s-x86_64-hz250-cfg01234567"));
+    }
+
+    /// A build whose image changed after it was recorded (same size, other
+    /// bytes) is not a build: it is neither loaded nor listed.
+    #[test]
+    fn an_image_is_trusted_by_its_hash_not_its_size() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = builds_dir(d.path()).join("b");
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = b"kernel image bytes".to_vec();
+        std::fs::write(dir.join("bzImage"), &image).unwrap();
+        let m = serde_json::json!({
+            "arch": "x86_64", "hz": 250, "variant": "fix", "profile": "qemu",
+            "source": "debian-6.1", "source_identity": "sha256:aa",
+            "source_version": "6.1.1", "kernel_release": "6.1.1-x",
+            "localversion": "-x", "variant_method": "as-released", "patch": null,
+            "patch_sha256": null, "released_variant": null, "config_sha256": "c",
+            "fragment_sha256": "f", "image_file": "bzImage",
+            "image_sha256": lazyinit_core::paths::sha256_hex(&image),
+            "image_bytes": image.len(), "compiler": "gcc", "build_seconds": 1.0,
+            "built_at": "2026-12-01T00:00:00Z", "cache_key": "k", "recipe_version": 1
+        });
+        std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
+        assert!(load(&dir).is_some(), "the intact build loads");
+        assert_eq!(list(d.path()).len(), 1);
+        let mut other = image.clone();
+        other[0] ^= 1;
+        std::fs::write(dir.join("bzImage"), &other).unwrap();
+        assert!(
+            load(&dir).is_none(),
+            "a changed image of the same size loaded"
+        );
+        assert!(list(d.path()).is_empty());
     }
 
     #[test]

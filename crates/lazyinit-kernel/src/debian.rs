@@ -208,11 +208,14 @@ pub fn fetch(
         Command::new("apt-get").args(&opts).args(["-q", "update"]),
         "apt-get update",
     )?;
-    let dl = debian_dir(cache_dir).join(format!(".download-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dl);
-    std::fs::create_dir_all(&dl).map_err(|e| KernelError::io(&dl, e))?;
-    let result = fetch_into(cache_dir, pkg, &opts, &dl, &step);
-    let _ = std::fs::remove_dir_all(&dl);
+    let base = debian_dir(cache_dir);
+    std::fs::create_dir_all(&base).map_err(|e| KernelError::io(&base, e))?;
+    let dl = tempfile::Builder::new()
+        .prefix(".download-")
+        .tempdir_in(&base)
+        .map_err(|e| KernelError::io(&base, e))?;
+    let result = fetch_into(cache_dir, pkg, &opts, dl.path(), &step);
+    drop(dl);
     result
 }
 
@@ -256,11 +259,13 @@ pub fn install_deb(
         KernelError::Step(format!("cannot read the version of {}", deb.display()))
     })?;
     let pkg_dir = debian_dir(cache_dir).join(pkg.name);
-    let tmp = pkg_dir.join(format!(".unpack-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(|e| KernelError::io(&tmp, e))?;
-    let r = install_from(cache_dir, pkg, deb, &version, &tmp);
-    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&pkg_dir).map_err(|e| KernelError::io(&pkg_dir, e))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".unpack-")
+        .tempdir_in(&pkg_dir)
+        .map_err(|e| KernelError::io(&pkg_dir, e))?;
+    let r = install_from(cache_dir, pkg, deb, &version, tmp.path());
+    drop(tmp);
     r.map(|(path, facts)| (path, version, facts))
 }
 
@@ -298,9 +303,8 @@ fn install_from(
         std::fs::rename(&tarball, &dest).map_err(|e| KernelError::io(&dest, e))?;
     }
     let current = pkg_dir.join("current");
-    let next = pkg_dir.join(format!(".current.{}", std::process::id()));
-    std::fs::write(&next, format!("{version}\n")).map_err(|e| KernelError::io(&next, e))?;
-    std::fs::rename(&next, &current).map_err(|e| KernelError::io(&current, e))?;
+    crate::cache::write_whole(&current, format!("{version}\n").as_bytes())
+        .map_err(|e| KernelError::io(&current, e))?;
     source::remember_tarball(cache_dir, &dest, &facts)?;
     Ok((dest, facts))
 }

@@ -149,11 +149,10 @@ fn write_memo(cache_dir: &Path, key: String, facts: &SourceFacts) -> Result<(), 
     let mut memo = read_memo(cache_dir);
     memo.insert(key, facts.clone());
     let path = memo_path(cache_dir);
-    let tmp = path.with_extension(format!("json.{}", std::process::id()));
-    std::fs::create_dir_all(path.parent().unwrap()).map_err(|e| KernelError::io(&path, e))?;
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&memo).unwrap())
-        .map_err(|e| KernelError::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| KernelError::io(&path, e))
+    let dir = path.parent().unwrap();
+    std::fs::create_dir_all(dir).map_err(|e| KernelError::io(&path, e))?;
+    crate::cache::write_whole(&path, &serde_json::to_vec_pretty(&memo).unwrap())
+        .map_err(|e| KernelError::io(&path, e))
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>, KernelError> {
@@ -195,7 +194,11 @@ fn tarball_facts(path: &Path) -> Result<SourceFacts, KernelError> {
         .next()
         .unwrap_or_default()
         .to_string();
-    let tmp = tempdir_in_tmp()?;
+    let tmp = tempfile::Builder::new()
+        .prefix("lazyinit-kernel-")
+        .tempdir()
+        .map_err(|e| KernelError::io(&std::env::temp_dir(), e))?;
+    let tmp = tmp.path();
     // Only the top-level Makefile and ext4's super.c, whatever the top
     // directory is called.
     let r = run(
@@ -203,7 +206,7 @@ fn tarball_facts(path: &Path) -> Result<SourceFacts, KernelError> {
             .arg("-xf")
             .arg(path)
             .arg("-C")
-            .arg(&tmp)
+            .arg(tmp)
             .args(["--wildcards", "--no-wildcards-match-slash"])
             .args(["*/Makefile", "*/fs/ext4/super.c"]),
         &format!("reading {}", path.display()),
@@ -218,7 +221,7 @@ fn tarball_facts(path: &Path) -> Result<SourceFacts, KernelError> {
         ))
     });
     let facts = r.and_then(|_| {
-        let top = std::fs::read_dir(&tmp)
+        let top = std::fs::read_dir(tmp)
             .ok()
             .and_then(|mut d| d.next())
             .and_then(|e| e.ok())
@@ -226,7 +229,6 @@ fn tarball_facts(path: &Path) -> Result<SourceFacts, KernelError> {
             .ok_or_else(|| not_a_tree(path))?;
         tree_text_facts(&top, format!("sha256:{hex}"), path)
     });
-    let _ = std::fs::remove_dir_all(&tmp);
     facts
 }
 
@@ -251,19 +253,6 @@ fn tree_text_facts(
         version,
         released: variant::detect_file(&super_c),
     })
-}
-
-fn tempdir_in_tmp() -> Result<PathBuf, KernelError> {
-    let p = std::env::temp_dir().join(format!(
-        "lazyinit-kernel-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    ));
-    std::fs::create_dir_all(&p).map_err(|e| KernelError::io(&p, e))?;
-    Ok(p)
 }
 
 /// A tree's fingerprint: its path, and the size and mtime of every file

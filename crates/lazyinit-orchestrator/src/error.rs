@@ -41,6 +41,8 @@ pub enum RunError {
     Results(#[source] ResultsError),
     #[error("cannot write {}", .0.display())]
     Write(PathBuf, #[source] std::io::Error),
+    #[error(transparent)]
+    Token(crate::token::TokenError),
     #[error("building the {} HZ={} {} kernel from {}", .0.arch, .0.hz, .0.variant, .0.source)]
     Kernel(KernelNeed, #[source] BoxError),
     #[error("preparing the {0} guest image")]

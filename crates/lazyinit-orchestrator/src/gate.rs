@@ -27,10 +27,9 @@
 //! Guests are idle between zeroings, so real-time priority costs the others
 //! nothing measurable; only the critical spans are serialized.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lazyinit_core::provider::{Priority, Provider};
 
@@ -95,66 +94,7 @@ pub fn nice_by_duration(durations: &[f64]) -> Vec<u8> {
         .collect()
 }
 
-/// The host-wide token of the critical span: an exclusive `flock` on a
-/// file every harness process on the host opens (`$LAZYINIT_RUNTIME_DIR`,
-/// else the temporary directory). Released when its guard drops, or when
-/// the process dies, whatever way it dies.
-#[derive(Debug, Clone)]
-pub struct HostToken {
-    path: PathBuf,
-}
-
-impl HostToken {
-    pub fn at(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
-    }
-
-    /// The token every run on this host shares.
-    pub fn host() -> Self {
-        let dir = std::env::var_os("LAZYINIT_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        Self::at(dir.join("lazyinit-bench-critical.lock"))
-    }
-
-    /// Waits for the token; None once `cancel` is set, or if the lock file
-    /// cannot be opened (then nothing is serialized, and that is logged).
-    pub fn acquire(&self, cancel: &AtomicBool) -> Option<TokenGuard> {
-        use nix::fcntl::{Flock, FlockArg};
-        let open = || {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&self.path)
-                .or_else(|_| std::fs::File::open(&self.path))
-        };
-        let mut file = match open() {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::warn!(path = %self.path.display(), "cannot open the host token ({e}): critical spans are not serialized");
-                return None;
-            }
-        };
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Some(TokenGuard { _lock: lock }),
-                Err((f, _)) => {
-                    if cancel.load(Ordering::SeqCst) {
-                        return None;
-                    }
-                    file = f;
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
-    }
-}
-
-/// Holds the host token until dropped.
-pub struct TokenGuard {
-    _lock: nix::fcntl::Flock<std::fs::File>,
-}
+pub use crate::token::{HostToken, TokenGuard};
 
 /// A cell's view of the gate.
 #[derive(Clone)]
@@ -252,7 +192,9 @@ mod tests {
     use async_trait::async_trait;
     use lazyinit_core::provider::{LaunchRequest, Machine, ProviderError};
     use lazyinit_guest::Gate;
+    use std::sync::atomic::Ordering;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     /// Records prioritize calls.
     #[derive(Default)]
@@ -335,7 +277,7 @@ mod tests {
     #[test]
     fn host_token_is_exclusive_across_opens_and_cancellable() {
         let dir = tempfile::tempdir().unwrap();
-        let token = HostToken::at(dir.path().join("t.lock"));
+        let token = HostToken::in_dir(dir.path());
         let never = AtomicBool::new(false);
         let held = token.acquire(&never).expect("free token");
         // A second holder (another cell, or another run) waits...
@@ -360,7 +302,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rec = Arc::new(Recorder::default());
         let host = HostGate::new(true).prioritizing(rec.clone()).exclusive(
-            HostToken::at(dir.path().join("t.lock")),
+            HostToken::in_dir(dir.path()),
             Arc::new(AtomicBool::new(false)),
         );
         let inside = Arc::new(std::sync::atomic::AtomicU32::new(0));

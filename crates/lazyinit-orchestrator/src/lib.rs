@@ -14,6 +14,7 @@ pub mod gate;
 pub mod plan;
 pub mod runner;
 pub mod spec;
+pub mod token;
 
 pub use error::{CellError, RunError};
 pub use plan::{plan, Plan};

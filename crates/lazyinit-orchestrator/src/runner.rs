@@ -239,6 +239,13 @@ async fn prepare<C: ProviderConfigs>(
             .preflight(&todo, &spec.storage_profile)
             .await
             .map_err(refused)?;
+        // A token directory someone else planted stops the run here, with
+        // what to do, rather than leaving its cells unserialized.
+        if provider.shares_host() && opts.prioritize_sensitive {
+            crate::gate::HostToken::host()
+                .open()
+                .map_err(RunError::Token)?;
+        }
     }
     let (lock, mut writer) = claim_folder(folder, spec)?;
     recover(plan, provider, folder, &done, &mut writer).await?;
@@ -445,10 +452,13 @@ fn lock_folder(folder: &RunFolder) -> Result<nix::fcntl::Flock<std::fs::File>, R
         .map_err(|e| RunError::Folder(path.clone(), e))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
-            let _ = lock
-                .set_len(0)
+            // The pid is what a second run names when it finds the folder
+            // busy: a lock without it is not taken.
+            lock.set_len(0)
                 .and_then(|()| lock.rewind())
-                .and_then(|()| write!(lock, "{}", std::process::id()));
+                .and_then(|()| write!(lock, "{}", std::process::id()))
+                .and_then(|()| lock.flush())
+                .map_err(|e| RunError::Write(path.clone(), e))?;
             Ok(lock)
         }
         Err((mut file, _)) => {

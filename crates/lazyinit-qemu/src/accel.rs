@@ -85,6 +85,13 @@ pub async fn probe_kvm(
     .map_err(|e| e.to_string())?;
     let exited = p.wait_exit(deadline).await;
     p.stop(Duration::from_millis(10)).await;
+    // QEMU leaves its QMP socket behind when it exits; the probe is over.
+    match std::fs::remove_file(&qmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!("cannot remove {}: {e}", qmp.display())
+        }
+        _ => {}
+    }
     let out = tail_file(&console, 16 * 1024);
     match exited {
         Some(_) if out.contains("Linux version") => Ok(()),

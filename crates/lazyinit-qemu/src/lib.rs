@@ -291,11 +291,15 @@ impl Provider for QemuProvider {
         }
         // The filesystem must hold a sparse file of the largest size at all.
         if let Some(max) = cells.iter().map(|c| c.volume).max() {
-            let probe = self
-                .volume_dir
-                .join(format!(".size-probe-{}", std::process::id()));
-            let _ = std::fs::remove_file(&probe);
-            volume::SparseVolume::create(probe, max).map_err(|e| {
+            // A file of an unpredictable name, gone when dropped.
+            let probe = std::fs::create_dir_all(&self.volume_dir).and_then(|()| {
+                let f = tempfile::Builder::new()
+                    .prefix(".size-probe-")
+                    .tempfile_in(&self.volume_dir)?;
+                f.as_file().set_len(max.0)?;
+                Ok(f)
+            });
+            probe.map_err(|e| {
                 ProviderError::BadInput(format!(
                     "{} cannot hold a sparse file of {max}: {e}; set volume-dir to a filesystem that can",
                     self.volume_dir.display()

@@ -121,10 +121,18 @@ impl Keys {
         let dir = state_dir.join(KEYS_DIR);
         if !dir.join(KNOWN_HOSTS).exists() {
             create_dir_private(state_dir)?;
-            let tmp = state_dir.join(format!(".{KEYS_DIR}.tmp-{}", std::process::id()));
-            let _ = fs::remove_dir_all(&tmp);
-            create_dir_private(&tmp)?;
-            let made = generate(&tmp).and_then(|()| match fs::rename(&tmp, &dir) {
+            // A private folder of an unpredictable name (0700), gone with
+            // `tmp` unless renamed into place.
+            let tmp = tempfile::Builder::new()
+                .prefix(&format!(".{KEYS_DIR}.tmp-"))
+                .permissions(fs::Permissions::from_mode(0o700))
+                .tempdir_in(state_dir)
+                .map_err(|source| SshError::KeyFile {
+                    action: "create a temporary key folder in",
+                    path: state_dir.to_path_buf(),
+                    source,
+                })?;
+            let made = generate(tmp.path()).and_then(|()| match fs::rename(tmp.path(), &dir) {
                 Ok(()) => Ok(()),
                 // Someone else won the race: theirs are the keys.
                 Err(_) if dir.join(KNOWN_HOSTS).exists() => Ok(()),
@@ -134,7 +142,7 @@ impl Keys {
                     source,
                 }),
             });
-            let _ = fs::remove_dir_all(&tmp);
+            drop(tmp);
             made?;
             tracing::info!(dir = %dir.display(), "generated the project's SSH keys");
         }
@@ -190,39 +198,7 @@ impl Keys {
     }
 }
 
-/// Keys made for one run, in a private folder under a base directory that
-/// goes (private keys included) when this is dropped. For a cloud run: the
-/// host key's private half travels in every instance's user data, so it
-/// must not be one key for every instance forever.
-#[derive(Debug)]
-pub struct RunKeys {
-    dir: tempfile::TempDir,
-    pub keys: Keys,
-}
-
-impl RunKeys {
-    pub fn create(base: &Path, prefix: &str) -> Result<RunKeys, SshError> {
-        create_dir_private(base)?;
-        let dir = tempfile::Builder::new()
-            .prefix(prefix)
-            .tempdir_in(base)
-            .map_err(|source| SshError::KeyFile {
-                action: "create a run's key folder in",
-                path: base.to_path_buf(),
-                source,
-            })?;
-        let keys = Keys::load_or_create(dir.path())?;
-        Ok(RunKeys { dir, keys })
-    }
-
-    /// The run's state folder: its keys, and whatever else is keyed with
-    /// them (initramfs copies).
-    pub fn state_dir(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-fn create_dir_private(dir: &Path) -> Result<(), SshError> {
+pub(crate) fn create_dir_private(dir: &Path) -> Result<(), SshError> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -363,25 +339,5 @@ mod tests {
             pin.fingerprint(),
             "SHA256:J+funKfAO+VTScZuy7xzyEB0ZOykNHyo9A5X+PhWQao"
         );
-    }
-
-    /// With the real ssh-keygen and dropbearkey: each run has a host key of
-    /// its own, and dropping the run's keys removes them.
-    #[test]
-    fn each_run_gets_its_own_keys_gone_with_it() {
-        let base = tempfile::tempdir().unwrap();
-        let a = RunKeys::create(base.path(), "run-").unwrap();
-        let b = RunKeys::create(base.path(), "run-").unwrap();
-        assert_ne!(a.keys.host_public, b.keys.host_public);
-        assert_ne!(a.keys.client_public, b.keys.client_public);
-        assert!(a.keys.host_private.starts_with(a.state_dir()));
-        let (dir, private) = (a.state_dir().to_path_buf(), a.keys.host_private.clone());
-        assert!(private.exists());
-        drop(a);
-        assert!(
-            !dir.exists() && !private.exists(),
-            "the run's keys outlived it"
-        );
-        assert!(b.keys.host_private.exists());
     }
 }

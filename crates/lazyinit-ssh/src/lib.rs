@@ -7,8 +7,10 @@
 
 mod error;
 mod keys;
+mod runkeys;
 mod session;
 
 pub use error::SshError;
-pub use keys::{fingerprint, HostKeyPin, Keys, RunKeys};
+pub use keys::{fingerprint, HostKeyPin, Keys};
+pub use runkeys::RunKeys;
 pub use session::{wait_until_ready, Output, Session, UploadSource};

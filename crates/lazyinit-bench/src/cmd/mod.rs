@@ -73,9 +73,11 @@ pub fn init_logging(verbose: u8) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{fmt, EnvFilter, Layer};
+    // The SDK warns once per credential source it tries and per retry, each
+    // a debug dump: the harness's own error says what failed, in one line.
     let default = match verbose {
-        0 => "warn",
-        1 => "info",
+        0 => "warn,aws_config=error,aws_smithy_runtime=error",
+        1 => "info,aws_config=error,aws_smithy_runtime=error",
         2 => "debug",
         _ => "trace",
     };
@@ -87,6 +89,7 @@ pub fn init_logging(verbose: u8) {
         .with(
             fmt::layer()
                 .with_writer(|| StderrUnlessBars)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_target(false)
                 .with_filter(stderr_filter),
         )

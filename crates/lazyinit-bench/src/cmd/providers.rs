@@ -138,6 +138,28 @@ impl RunKeys {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+    /// The folder that goes with the run (none for the project's own
+    /// keys): what a `process::exit` must remove itself.
+    pub fn own_dir(&self) -> Option<&Path> {
+        self._own.as_ref().map(|o| o.state_dir())
+    }
+}
+
+/// Removes the key folders of `provider`'s runs that were killed (nothing
+/// holds them), saying so; a run and `cleanup` call it.
+pub fn sweep_stale_keys(provider: &str) -> anyhow::Result<()> {
+    let state = lazyinit_core::paths::state_dir();
+    for dir in lazyinit_ssh::RunKeys::sweep_stale(&state, &run_keys_prefix(provider))? {
+        eprintln!(
+            "removed the key folder of a run that was killed: {}",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+fn run_keys_prefix(provider: &str) -> String {
+    format!("{provider}-run-")
 }
 
 /// The keys a run of `spec` uses (see [`RunKeys`]).
@@ -149,7 +171,8 @@ pub fn run_keys(spec: &Spec) -> anyhow::Result<RunKeys> {
             _own: None,
         });
     }
-    let own = lazyinit_ssh::RunKeys::create(&state, &format!("{}-run-", spec.provider))?;
+    sweep_stale_keys(&spec.provider)?;
+    let own = lazyinit_ssh::RunKeys::create(&state, &run_keys_prefix(&spec.provider))?;
     Ok(RunKeys {
         dir: own.state_dir().to_path_buf(),
         _own: Some(own),
@@ -226,6 +249,9 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
             exit::bad_input("say what to clean up: --run-id ID, --expired, or both").into(),
         );
     }
+    if !a.dry_run {
+        sweep_stale_keys("ec2")?;
+    }
     let mut cfg = match &a.config {
         Some(p) => config::from_spec_file(p).map_err(|e| exit::bad_input(e.to_string()))?,
         None => config::Ec2Config::default(),
@@ -239,8 +265,12 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     if a.profile.is_some() {
         cfg.profile = a.profile.clone();
     }
+    cfg.validate().map_err(|e| exit::bad_input(e.to_string()))?;
     let counter = client::ApiCounter::default();
-    let c = client::build(&cfg, None, counter.clone()).await;
+    let c = client::build_checked(&cfg, None, counter.clone())
+        .await
+        .map_err(|e| exit::bad_input(e.to_string()))?;
+    let budget = client::ApiBudget::of(&cfg);
     let owner = match a.all_owners {
         true => None,
         false => Some(a.owner.clone().unwrap_or_else(|| cfg.owner_tag())),
@@ -249,6 +279,10 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     let report = match lazyinit_ec2::cleanup(&c, &sweep, Pace::of(&cfg)).await {
         Ok(r) => r,
         Err(e @ Ec2Error::BadInput(_)) => return Err(exit::bad_input(e.to_string()).into()),
+        // Said in one line: the budget it ran out of is the whole story.
+        Err(e @ Ec2Error::NoAnswer { .. }) => {
+            anyhow::bail!("cleanup: {}", e.with_budget(&budget))
+        }
         Err(e) => return Err(e).context("cleanup could not list or remove resources"),
     };
     print!("{}", report.render());

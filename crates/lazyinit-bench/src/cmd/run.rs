@@ -193,7 +193,9 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
 /// guest gives way at once). A second signal forces: the process exits at
 /// once with 130, its guests die with it (`PR_SET_PDEATHSIG`), and the next
 /// run into the folder removes the volumes and records the lost rows.
-fn install_signal_handler(cancel: Arc<AtomicBool>) {
+/// `keys_dir`, the run's own key folder, goes before that exit (drops do
+/// not run on `process::exit`).
+fn install_signal_handler(cancel: Arc<AtomicBool>, keys_dir: Option<PathBuf>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut int), Ok(mut term)) = (
@@ -208,6 +210,14 @@ fn install_signal_handler(cancel: Arc<AtomicBool>) {
                 _ = term.recv() => {}
             }
             if cancel.swap(true, Ordering::SeqCst) {
+                if let Some(dir) = &keys_dir {
+                    if let Err(e) = lazyinit_ssh::RunKeys::remove_now(dir) {
+                        eprintln!(
+                            "cannot remove the run's keys {}: {e}; the next run removes them",
+                            dir.display()
+                        );
+                    }
+                }
                 eprintln!("forced: exiting now; the guests end with this process, and rerunning the same command removes their volumes and resumes");
                 std::process::exit(exit::INTERRUPTED.into());
             }
@@ -241,7 +251,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         out.set_file_name(format!("{name}-alone"));
     }
     let cancel = Arc::new(AtomicBool::new(false));
-    install_signal_handler(cancel.clone());
+    install_signal_handler(cancel.clone(), keys.own_dir().map(PathBuf::from));
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let folder = RunFolder::new(&out);
