@@ -617,7 +617,7 @@ fn spread_of(tr: &Trace, first: usize, last: usize, m: u64) -> Result<Spread, No
     let (near_tick, shift_s) = match &margins {
         Some(mg) => {
             let regime = spread::regime_shift(mg, (mg.len() / 8).max(MIN_WINDOW as usize));
-            let shift = spread::allowed_shift(regime);
+            let shift = spread::allowed_shift(regime, tr.load);
             let (floor_gain, floor_lose) = spread::near_tick(mg, spread::FLOOR_SHIFT_S);
             if !capped && floor_gain + floor_lose > STRADDLE_SHARE {
                 return Err(NotLocked::Straddle {
