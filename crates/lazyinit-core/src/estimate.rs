@@ -173,7 +173,9 @@ impl Estimate {
         let sp = &self.spread;
         let mut why = Vec::new();
         if sp.capped {
-            why.push(format!("stopped at the {UNCERTAIN_CAP}-group cap still uncertain"));
+            why.push(format!(
+                "stopped at the {UNCERTAIN_CAP}-group cap still uncertain"
+            ));
         }
         if sp.near_tick.0 + sp.near_tick.1 > 0.0 {
             why.push(format!(
@@ -183,7 +185,10 @@ impl Estimate {
             ));
         }
         if sp.block_cycles >= 2.0 {
-            why.push(format!("extra ticks in runs of ~{:.0} cycles", sp.block_cycles));
+            why.push(format!(
+                "extra ticks in runs of ~{:.0} cycles",
+                sp.block_cycles
+            ));
         }
         if sp.load.changing > 0 {
             why.push(format!(
@@ -585,9 +590,7 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
         tail_s,
         lazyinit_s,
         lo_s: lazyinit_s - below - f * (lose * tick + sp.drift_ms / 1000.0),
-        hi_s: lazyinit_s
-            + above
-            + f * ((gain + sp.load_ticks) * tick + sp.drift_ms / 1000.0),
+        hi_s: lazyinit_s + above + f * ((gain + sp.load_ticks) * tick + sp.drift_ms / 1000.0),
         spread: sp,
     })
 }
@@ -636,7 +639,10 @@ fn spread_of(tr: &Trace, first: usize, last: usize, m: u64) -> Result<Spread, No
         });
     }
     let uncertain = near_tick.0 + near_tick.1 > STRADDLE_SHARE || w / block_cycles < MIN_LOOKS;
-    let cycles: Vec<f64> = tr.t_s[first..=last].windows(2).map(|c| c[1] - c[0]).collect();
+    let cycles: Vec<f64> = tr.t_s[first..=last]
+        .windows(2)
+        .map(|c| c[1] - c[0])
+        .collect();
     Ok(Spread {
         block_cycles,
         shift_ms: shift_s * 1000.0,

@@ -704,7 +704,8 @@ mod tests {
         e.measured.estimate_cycle_ms = Some(44.0);
         e.measured.lazyinit_lo_s = Some(726.0);
         e.measured.lazyinit_hi_s = Some(729.5);
-        e.measured.estimate_caveat = Some("extra ticks in runs of ~40 cycles; 2 other guest(s)".into());
+        e.measured.estimate_caveat =
+            Some("extra ticks in runs of ~40 cycles; 2 other guest(s)".into());
         ResultsWriter::open(&p).unwrap().append(&e).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(

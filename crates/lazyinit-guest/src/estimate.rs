@@ -204,7 +204,7 @@ fn summary(e: &Estimate) -> String {
         sp.capped,
         e.caveat().unwrap_or_default()
     );
-    why + &format!(
+    let head = format!(
         "groups_traced={}\nwindow={}\nticks={}\ncycle_ms={:.4}\ntail_ms={:.3}\nfirst_group_s={:.6}\nlazyinit_s={:.3}\nlo_s={:.3}\nhi_s={:.3}\n",
         e.groups_traced,
         e.window,
@@ -215,7 +215,8 @@ fn summary(e: &Estimate) -> String {
         e.lazyinit_s,
         e.lo_s,
         e.hi_s
-    )
+    );
+    head + &why
 }
 
 #[cfg(test)]

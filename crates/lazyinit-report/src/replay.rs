@@ -242,8 +242,10 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
 }
 
 fn folder_name(dir: &Path) -> String {
-    dir.file_name()
-        .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// The run's phases; none when it kept no events.jsonl (every check

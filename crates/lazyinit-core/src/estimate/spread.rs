@@ -76,11 +76,19 @@ pub fn block_length(ticks: &[f64]) -> f64 {
     if c0 <= 0.0 {
         return 1.0;
     }
-    let rho = |h: usize| d[..n - h].iter().zip(&d[h..]).map(|(a, b)| a * b).sum::<f64>() / n as f64 / c0;
+    let rho = |h: usize| {
+        d[..n - h]
+            .iter()
+            .zip(&d[h..])
+            .map(|(a, b)| a * b)
+            .sum::<f64>()
+            / n as f64
+            / c0
+    };
     let max_lag = n / 4;
     let mut tau = 1.0;
     let mut h = 1;
-    while h + 1 <= max_lag {
+    while h < max_lag {
         let pair = rho(h) + rho(h + 1);
         if pair <= 0.0 {
             break;
@@ -213,7 +221,10 @@ pub fn tick_drift(cycles: &[f64], tick: f64) -> f64 {
     if cycles.len() < 2 {
         return 0.0;
     }
-    let r: Vec<f64> = cycles.iter().map(|c| c - (c / tick).round() * tick).collect();
+    let r: Vec<f64> = cycles
+        .iter()
+        .map(|c| c - (c / tick).round() * tick)
+        .collect();
     let n = r.len() as f64;
     let m = r.iter().sum::<f64>() / n;
     let sd = (r.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();

@@ -167,7 +167,8 @@ pub fn csv(r: &Replay) -> String {
                 f(e.map(|e| e.spread.block_cycles)),
                 f(e.map(|e| 100.0 * (e.spread.near_tick.0 + e.spread.near_tick.1))),
                 f(e.map(|e| e.spread.shift_ms)),
-                e.map(|e| e.spread.load.changing.to_string()).unwrap_or_default(),
+                e.map(|e| e.spread.load.changing.to_string())
+                    .unwrap_or_default(),
                 e.and_then(|e| e.caveat()).unwrap_or_default(),
             ])
             .expect("writing to memory");
