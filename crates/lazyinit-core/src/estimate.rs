@@ -39,6 +39,22 @@ use statrs::distribution::{ContinuousCDF, DiscreteCDF, NegativeBinomial, Student
 
 use crate::cell::Hz;
 
+pub use spread::Load;
+
+/// Groups an early stop traces at most while the zeroings straddle a
+/// tick or the extra ticks come in long runs ([`NotLocked::Straddle`],
+/// [`NotLocked::Regimes`]): past it, it stops with the interval widened
+/// for what it could not see, and says so ([`Estimate::caveat`]).
+pub const UNCERTAIN_CAP: u64 = 1000;
+
+/// A window's cycles straddle a tick when a [`spread::FLOOR_SHIFT_S`]
+/// shift would give or take a tick to more than this share of them.
+const STRADDLE_SHARE: f64 = 0.2;
+
+/// Independent looks at the extra-tick rate (window / block length) the
+/// stop wants before it trusts the rate, below [`UNCERTAIN_CAP`].
+const MIN_LOOKS: f64 = 8.0;
+
 /// Cycles the lock needs in the clean recent part of the trace, at least.
 pub const MIN_WINDOW: u64 = 12;
 
@@ -67,6 +83,8 @@ pub struct Trace<'a> {
     /// Each group's zeroing time, seconds, where traced (may be shorter
     /// than `t_s`, or empty).
     pub zero_s: &'a [Option<f64>],
+    /// What the rest of the matrix will do to the host meanwhile.
+    pub load: Load,
 }
 
 /// A prediction of `lazyinit_s` from the first `groups_traced` groups.
@@ -94,6 +112,44 @@ pub struct Estimate {
     /// [`CONFIDENCE`] prediction interval of `lazyinit_s`.
     pub lo_s: f64,
     pub hi_s: f64,
+    /// Why the interval is wider than independent cycles would make it.
+    pub spread: Spread,
+}
+
+/// What widened the interval past independent cycles (docs/estimates.md).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    /// Cycles one independent look at the extra-tick rate is worth
+    /// ([`spread::block_length`]; 1: independent).
+    pub block_cycles: f64,
+    /// The shift of the zeroings' ends allowed for, ms.
+    pub shift_ms: f64,
+    /// How far the ticks may run from nominal, ms a cycle, both ways
+    /// ([`spread::tick_drift`]).
+    pub drift_ms: f64,
+    /// Extra ticks a cycle the rest of the matrix may add
+    /// ([`spread::load_ticks`]), above only.
+    pub load_ticks: f64,
+    /// Shares of cycles that shift would give (first) or take a tick.
+    pub near_tick: (f64, f64),
+    pub load: Load,
+    /// The stop came at [`UNCERTAIN_CAP`] still straddling a tick or
+    /// seeing runs of extra ticks.
+    pub capped: bool,
+}
+
+impl Spread {
+    fn none(load: Load) -> Spread {
+        Spread {
+            block_cycles: 1.0,
+            shift_ms: 0.0,
+            drift_ms: 0.0,
+            load_ticks: 0.0,
+            near_tick: (0.0, 0.0),
+            load,
+            capped: false,
+        }
+    }
 }
 
 impl Estimate {
@@ -109,6 +165,38 @@ impl Estimate {
     /// `lazyinit_s` that the random start delay does not move.
     pub fn from_first_group_s(&self) -> f64 {
         self.lazyinit_s - self.first_group_s
+    }
+    /// Why the interval was widened, in one line (`estimate_caveat` in
+    /// the row); None when the cycles looked independent and clear of a
+    /// tick, on a host no other guest will change.
+    pub fn caveat(&self) -> Option<String> {
+        let sp = &self.spread;
+        let mut why = Vec::new();
+        if sp.capped {
+            why.push(format!(
+                "stopped at the {UNCERTAIN_CAP}-group cap still uncertain"
+            ));
+        }
+        if sp.near_tick.0 + sp.near_tick.1 > 0.0 {
+            why.push(format!(
+                "{:.0}% of cycles within {:.2} ms of a tick",
+                100.0 * (sp.near_tick.0 + sp.near_tick.1),
+                sp.shift_ms
+            ));
+        }
+        if sp.block_cycles >= 2.0 {
+            why.push(format!(
+                "extra ticks in runs of ~{:.0} cycles",
+                sp.block_cycles
+            ));
+        }
+        if sp.load.changing > 0 {
+            why.push(format!(
+                "{} other guest(s) still starting when it stopped",
+                sp.load.changing
+            ));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
     }
 }
 
@@ -139,6 +227,12 @@ pub enum NotLocked {
         second_ms: f64,
         allowed_ms: f64,
     },
+    /// The zeroings end so close to a tick that a small shift would give
+    /// or take a tick to many cycles: trace on, up to [`UNCERTAIN_CAP`].
+    Straddle { near_pct: f64, shift_ms: f64 },
+    /// Extra ticks come in runs too long for the window to have seen
+    /// enough of them: trace on, up to [`UNCERTAIN_CAP`].
+    Regimes { block_cycles: f64, window: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -190,6 +284,17 @@ impl std::fmt::Display for NotLocked {
             } => write!(
                 f,
                 "the recent cycles drift: {first_ms:.3} ms then {second_ms:.3} ms (more than the {allowed_ms:.3} ms their noise allows)"
+            ),
+            NotLocked::Straddle { near_pct, shift_ms } => write!(
+                f,
+                "the zeroings straddle a tick: {near_pct:.0}% of cycles would gain or lose one if they ended {shift_ms:.2} ms later or earlier; tracing on (up to {UNCERTAIN_CAP} groups)"
+            ),
+            NotLocked::Regimes {
+                block_cycles,
+                window,
+            } => write!(
+                f,
+                "extra ticks come in runs of ~{block_cycles:.0} cycles: {window} cycles are fewer than {MIN_LOOKS} runs; tracing on (up to {UNCERTAIN_CAP} groups)"
             ),
         }
     }
@@ -261,20 +366,32 @@ fn noise(cycles: &[f64], tick: f64, m: u64) -> Noise {
 }
 
 /// How far below and above the prediction the [`CONFIDENCE`] interval of
-/// `future` more cycles reaches, from a window of `w` cycles.
+/// `future` more cycles reaches, from a window of `w` cycles whose extra
+/// ticks come in runs of `block` cycles.
 ///
 /// Tick-locked, the window had `extra` = x ticks past m ticks a cycle.
-/// Extra ticks come at a rate with a Jeffreys posterior Gamma(x + 1/2, w);
-/// the future ones are then negative binomial, NB(x + 1/2, w / (w +
-/// future)): the spread of the future and the error of the rate in one,
-/// never below no extra tick at all. The jitter at the two ends (a late
-/// wakeup of the last traced group or of the exit) adds to both sides.
-/// Not tick-locked: Student t on the raw cycles, for a sum of `future`
-/// more of them.
-fn interval(w: f64, extra: Option<f64>, tick: f64, nz: &Noise, future: u64) -> (f64, f64) {
+/// Extra ticks come at a rate with a Jeffreys posterior; counted in
+/// blocks of `block` cycles (one independent look each: w / block of them
+/// with x / block extra ticks), the future ones are negative binomial,
+/// NB(x / block + 1/2, w / (w + future)), times the block: the spread of
+/// the future and the error of the rate in one, never below no extra
+/// tick at all. The jitter at the two ends (a late wakeup of the last
+/// traced group or of the exit) adds to both sides. Not tick-locked:
+/// Student t on the raw cycles, for a sum of `future` more of them, the
+/// variance times the block.
+fn interval(
+    w: f64,
+    extra: Option<f64>,
+    tick: f64,
+    nz: &Noise,
+    future: u64,
+    block: f64,
+) -> (f64, f64) {
     let f = future as f64;
     let Some(x) = extra else {
-        let half = t_quantile(w - 1.0) * (f * nz.per_cycle + f * f * nz.per_cycle / w).sqrt();
+        let looks = (w / block).max(2.0);
+        let v = block * nz.per_cycle;
+        let half = t_quantile(looks - 1.0) * (f * v + f * f * v / w).sqrt();
         return (half, half);
     };
     // Fewer than none (a timer base a tick behind shortens a cycle):
@@ -282,12 +399,12 @@ fn interval(w: f64, extra: Option<f64>, tick: f64, nz: &Noise, future: u64) -> (
     let x = x.max(0.0);
     let expected = f * x / w;
     let ends = 1.96 * nz.ends.sqrt();
-    let Ok(nb) = NegativeBinomial::new(x + 0.5, w / (w + f)) else {
+    let Ok(nb) = NegativeBinomial::new(x / block + 0.5, w / (w + f)) else {
         return (ends, ends);
     };
     let alpha = 1.0 - CONFIDENCE;
-    let lo = quantile(&nb, alpha / 2.0) as f64;
-    let hi = quantile(&nb, 1.0 - alpha / 2.0) as f64;
+    let lo = block * quantile(&nb, alpha / 2.0) as f64;
+    let hi = block * quantile(&nb, 1.0 - alpha / 2.0) as f64;
     (
         (expected - lo).max(0.0) * tick + ends,
         (hi - expected).max(0.0) * tick + ends,
@@ -448,6 +565,7 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
         z.sort_by(f64::total_cmp);
         z[z.len() / 2]
     };
+    let sp = spread_of(tr, first, last, m)?;
     // The last group sets the next wake one cycle on; the thread finds no
     // group left there and exits, without zeroing.
     let tail_s = (cycle_s - zero).max(0.0);
@@ -455,7 +573,12 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
     let groups_span_s = tr.t_s[last] - tr.t_s[0] + after as f64 * cycle_s;
     let lazyinit_s = tr.first_group_s + groups_span_s + tail_s;
     // To come: the cycles after the last counted group and the tail.
-    let (below, above) = interval(w, extra, tick, &nz, after + 1);
+    let future = after + 1;
+    let (below, above) = interval(w, extra, tick, &nz, future, sp.block_cycles);
+    // The rate may move by the share of cycles a shift of the zeroings
+    // would give or take a tick, on top of its own error.
+    let (gain, lose) = sp.near_tick;
+    let f = future as f64;
     Ok(Estimate {
         groups_traced: n,
         to_init: tr.to_init,
@@ -466,8 +589,68 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
         cycle_s,
         tail_s,
         lazyinit_s,
-        lo_s: lazyinit_s - below,
-        hi_s: lazyinit_s + above,
+        lo_s: lazyinit_s - below - f * (lose * tick + sp.drift_ms / 1000.0),
+        hi_s: lazyinit_s + above + f * ((gain + sp.load_ticks) * tick + sp.drift_ms / 1000.0),
+        spread: sp,
+    })
+}
+
+/// The window's persistence and closeness to a tick (module `spread`),
+/// from its first group (`first`, trace index) to the last counted one;
+/// or the refusal when either leaves the rate unknown and the trace is
+/// still under [`UNCERTAIN_CAP`].
+fn spread_of(tr: &Trace, first: usize, last: usize, m: u64) -> Result<Spread, NotLocked> {
+    let n = tr.t_s.len() as u64;
+    if m == 0 || last <= first + 1 {
+        return Ok(Spread::none(tr.load));
+    }
+    let tick = tr.hz.tick_s();
+    let ticks: Vec<f64> = tr.t_s[first..=last]
+        .windows(2)
+        .map(|c| ((c[1] - c[0]) / tick).round())
+        .collect();
+    let block_cycles = spread::block_length(&ticks);
+    let capped = n >= UNCERTAIN_CAP;
+    let w = ticks.len() as f64;
+    let zero = &tr.zero_s[first.min(tr.zero_s.len())..(last + 1).min(tr.zero_s.len())];
+    // The cycle after group i is set by where group i's zeroing ended:
+    // every group of the window but the last counted one.
+    let t = &tr.t_s[first..last];
+    let margins = spread::margins(t, &zero[..zero.len().min(t.len())], tick);
+    let (near_tick, shift_s) = match &margins {
+        Some(mg) => {
+            let regime = spread::regime_shift(mg, (mg.len() / 8).max(MIN_WINDOW as usize));
+            let shift = spread::allowed_shift(regime, tr.load);
+            let (floor_gain, floor_lose) = spread::near_tick(mg, spread::FLOOR_SHIFT_S);
+            if !capped && floor_gain + floor_lose > STRADDLE_SHARE {
+                return Err(NotLocked::Straddle {
+                    near_pct: 100.0 * (floor_gain + floor_lose),
+                    shift_ms: spread::FLOOR_SHIFT_S * 1000.0,
+                });
+            }
+            (spread::near_tick(mg, shift), shift)
+        }
+        None => ((0.0, 0.0), 0.0),
+    };
+    if !capped && w / block_cycles < MIN_LOOKS {
+        return Err(NotLocked::Regimes {
+            block_cycles,
+            window: w as u64,
+        });
+    }
+    let uncertain = near_tick.0 + near_tick.1 > STRADDLE_SHARE || w / block_cycles < MIN_LOOKS;
+    let cycles: Vec<f64> = tr.t_s[first..=last]
+        .windows(2)
+        .map(|c| c[1] - c[0])
+        .collect();
+    Ok(Spread {
+        block_cycles,
+        shift_ms: shift_s * 1000.0,
+        drift_ms: spread::tick_drift(&cycles, tick) * 1000.0,
+        load_ticks: spread::load_ticks(tr.load),
+        near_tick,
+        load: tr.load,
+        capped: capped && uncertain,
     })
 }
 
@@ -485,6 +668,12 @@ pub struct Replay {
 /// every group), checking at `after` groups, then on [`next_check`]'s
 /// schedule, as the guest protocol does.
 pub fn replay(tr: &Trace, after: u64) -> Replay {
+    replay_with(tr, after, |_| tr.load)
+}
+
+/// [`replay`] with the matrix's load at each check: `load_at(n)` is what
+/// the host's other guests were doing when group n was traced.
+pub fn replay_with(tr: &Trace, after: u64, load_at: impl Fn(u64) -> Load) -> Replay {
     let mut out = Replay {
         after,
         refused: Vec::new(),
@@ -496,6 +685,7 @@ pub fn replay(tr: &Trace, after: u64) -> Replay {
         let cut = Trace {
             t_s: &tr.t_s[..n as usize],
             zero_s: &tr.zero_s[..(n as usize).min(tr.zero_s.len())],
+            load: load_at(n),
             ..*tr
         };
         match check(&cut) {
@@ -510,6 +700,7 @@ pub fn replay(tr: &Trace, after: u64) -> Replay {
     out
 }
 
+pub mod spread;
 pub mod synth;
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! Typed progress events. The orchestrator and providers emit them; the
 //! terminal UI and the log consume them. Nothing below the CLI prints.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
 use serde::Serialize;
 
 /// The phases a cell goes through, in order.
@@ -54,19 +57,46 @@ pub enum Event {
 #[derive(Clone)]
 pub struct EventSink {
     tx: Option<tokio::sync::mpsc::UnboundedSender<Event>>,
+    /// Each cell's latest phase, shared by every clone: what an early
+    /// stop asks about the rest of the matrix ([`EventSink::load_beside`]).
+    phases: Arc<Mutex<BTreeMap<String, Phase>>>,
 }
 
 impl EventSink {
     pub fn new(tx: tokio::sync::mpsc::UnboundedSender<Event>) -> Self {
-        Self { tx: Some(tx) }
+        Self {
+            tx: Some(tx),
+            phases: Arc::default(),
+        }
     }
     /// A sink that drops everything (tests, library use).
     pub fn discard() -> Self {
-        Self { tx: None }
+        Self {
+            tx: None,
+            phases: Arc::default(),
+        }
     }
     pub fn emit(&self, e: Event) {
+        if let Event::Phase { cell, phase } = &e {
+            if let Ok(mut p) = self.phases.lock() {
+                p.insert(cell.clone(), *phase);
+            }
+        }
         if let Some(tx) = &self.tx {
             let _ = tx.send(e);
+        }
+    }
+    /// The other cells of this harness whose phase will still change:
+    /// queued or not yet in lazy-init (guests of another harness process
+    /// on the same host are not seen).
+    pub fn load_beside(&self, cell: &str) -> crate::estimate::Load {
+        let changing = self.phases.lock().map_or(0, |p| {
+            p.iter()
+                .filter(|(c, ph)| c.as_str() != cell && **ph < Phase::Lazyinit)
+                .count()
+        });
+        crate::estimate::Load {
+            changing: changing as u32,
         }
     }
     pub fn phase(&self, cell: &str, phase: Phase) {
@@ -80,5 +110,28 @@ impl EventSink {
             cell: cell.to_string(),
             message: message.into(),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_load_beside_a_cell_counts_the_others_not_yet_in_lazyinit() {
+        let sink = EventSink::discard();
+        let clone = sink.clone();
+        for (c, p) in [
+            ("a", Phase::Lazyinit),
+            ("b", Phase::Mkfs),
+            ("c", Phase::Queued),
+            ("d", Phase::Done),
+        ] {
+            clone.phase(c, p);
+        }
+        assert_eq!(sink.load_beside("a").changing, 2);
+        assert_eq!(sink.load_beside("b").changing, 1);
+        clone.phase("b", Phase::Lazyinit);
+        assert_eq!(sink.load_beside("a").changing, 1);
     }
 }

@@ -143,6 +143,10 @@ pub struct Measurement {
     /// The host's part of the cycle (wake-up latency plus zeroing time past
     /// the tick), where `sleep_ticks + 1` is the kernel's.
     pub crossed_ticks: Option<f64>,
+    /// Why an estimate's interval is wider than independent cycles would
+    /// make it, or why it stopped at the cap still uncertain
+    /// (`estimate::Estimate::caveat`); empty for measurements.
+    pub estimate_caveat: Option<String>,
 }
 
 /// The row as the CSV holds it: every column, in order. Only the
@@ -207,6 +211,8 @@ struct Flat {
     lazyinit_hi_s: Option<f64>,
     #[serde(default)]
     crossed_ticks: Option<f64>,
+    #[serde(default)]
+    estimate_caveat: Option<String>,
 }
 
 impl From<ResultRow> for Flat {
@@ -257,6 +263,7 @@ impl From<ResultRow> for Flat {
             lazyinit_lo_s: m.lazyinit_lo_s,
             lazyinit_hi_s: m.lazyinit_hi_s,
             crossed_ticks: m.crossed_ticks,
+            estimate_caveat: m.estimate_caveat,
         }
     }
 }
@@ -309,6 +316,7 @@ impl From<Flat> for ResultRow {
                 lazyinit_lo_s: f.lazyinit_lo_s,
                 lazyinit_hi_s: f.lazyinit_hi_s,
                 crossed_ticks: f.crossed_ticks,
+                estimate_caveat: f.estimate_caveat,
             },
         }
     }
@@ -379,6 +387,7 @@ pub const COLUMNS: &[&str] = &[
     "lazyinit_lo_s",
     "lazyinit_hi_s",
     "crossed_ticks",
+    "estimate_caveat",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -614,6 +623,7 @@ mod tests {
                 lazyinit_lo_s: None,
                 lazyinit_hi_s: None,
                 crossed_ticks: Some(0.125),
+                estimate_caveat: None,
             },
         }
     }
@@ -640,9 +650,9 @@ mod tests {
         failed.measured = Measurement::default();
         w.append(&failed).unwrap();
         let want = concat!(
-            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,\n",
+            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,\n",
         );
         assert_eq!(std::fs::read_to_string(&p).unwrap(), want);
         assert_eq!(read_rows(&p).unwrap(), vec![sample(), failed]);
@@ -694,13 +704,14 @@ mod tests {
         e.measured.estimate_cycle_ms = Some(44.0);
         e.measured.lazyinit_lo_s = Some(726.0);
         e.measured.lazyinit_hi_s = Some(729.5);
+        e.measured.estimate_caveat =
+            Some("extra ticks in runs of ~40 cycles; 2 other guest(s)".into());
         ResultsWriter::open(&p).unwrap().append(&e).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(
-            text.lines()
-                .nth(1)
-                .unwrap()
-                .ends_with(",true,50,75,44.0,726.0,729.5,0.125"),
+            text.lines().nth(1).unwrap().ends_with(
+                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s)"
+            ),
             "{text}"
         );
         assert_eq!(read_rows(&p).unwrap(), vec![e]);

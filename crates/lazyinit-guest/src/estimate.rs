@@ -77,6 +77,7 @@ pub(crate) fn early_stop(
             first_group_s: first - done,
             t_s: &t_s,
             zero_s: &s.zero_s,
+            load: opts.events.load_beside(cell),
         };
         match estimate::check(&tr) {
             Ok(e) => {
@@ -186,11 +187,24 @@ fn fill(m: &mut Measurement, s: &parse::TraceSummary, mount_done: f64, e: &Estim
     m.estimate_cycle_ms = Some(e.cycle_s * 1000.0);
     m.lazyinit_lo_s = Some(e.lo_s);
     m.lazyinit_hi_s = Some(e.hi_s);
+    m.estimate_caveat = e.caveat();
 }
 
-/// `key=value` lines of an estimate, for the cell's estimate.txt.
+/// `key=value` lines of an estimate, for the cell's estimate.txt: the
+/// prediction, then what widened its interval and why.
 fn summary(e: &Estimate) -> String {
-    format!(
+    let sp = &e.spread;
+    let why = format!(
+        "block_cycles={:.1}\nshift_ms={:.3}\nnear_tick_gain={:.3}\nnear_tick_lose={:.3}\nothers_changing={}\ncapped={}\ncaveat={}\n",
+        sp.block_cycles,
+        sp.shift_ms,
+        sp.near_tick.0,
+        sp.near_tick.1,
+        sp.load.changing,
+        sp.capped,
+        e.caveat().unwrap_or_default()
+    );
+    let head = format!(
         "groups_traced={}\nwindow={}\nticks={}\ncycle_ms={:.4}\ntail_ms={:.3}\nfirst_group_s={:.6}\nlazyinit_s={:.3}\nlo_s={:.3}\nhi_s={:.3}\n",
         e.groups_traced,
         e.window,
@@ -201,7 +215,8 @@ fn summary(e: &Estimate) -> String {
         e.lazyinit_s,
         e.lo_s,
         e.hi_s
-    )
+    );
+    head + &why
 }
 
 #[cfg(test)]

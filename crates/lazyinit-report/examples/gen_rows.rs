@@ -126,6 +126,7 @@ fn main() {
                 lazyinit_lo_s: None,
                 lazyinit_hi_s: None,
                 crossed_ticks: None,
+                estimate_caveat: None,
             },
         };
         w.serialize(&row).expect("writing a row");

@@ -423,6 +423,7 @@ pub(crate) mod tests_support {
                 lazyinit_lo_s: None,
                 lazyinit_hi_s: None,
                 crossed_ticks: None,
+                estimate_caveat: None,
             },
         }
     }

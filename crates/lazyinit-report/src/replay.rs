@@ -3,11 +3,17 @@
 //! have predicted, at the point a live run would have stopped, beside what
 //! the run measured (`lazyinit_core::estimate::replay`).
 
-use lazyinit_core::estimate::{self, Estimate, Trace};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use lazyinit_core::estimate::{self, Estimate, Load, Trace};
 use lazyinit_core::results::Status;
 use serde::Serialize;
 
 use crate::input::LoadedRow;
+
+mod phases;
+pub use phases::Phases;
 
 /// One N on one full run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,6 +35,9 @@ pub struct Point {
 /// One full run and its replays.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Run {
+    /// The results folder's name: the condition it ran under (alone, 8
+    /// or 24 at once, near a tick).
+    pub folder: String,
     pub run_id: String,
     pub cell_id: String,
     pub hz: u32,
@@ -55,11 +64,29 @@ pub struct Summary {
     pub covered: usize,
 }
 
+/// Coverage of one results folder at one N.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FolderSummary {
+    pub folder: String,
+    pub after: u64,
+    pub runs: usize,
+    pub stopped: usize,
+    /// Stopped runs whose interval holds the measured total.
+    pub covered: usize,
+    /// Runs within the tolerance on the part after the first group.
+    pub within: usize,
+    /// Median width of the stopped runs' intervals, percent of the
+    /// prediction.
+    pub median_width_pct: f64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Replay {
     pub tolerance_pct: f64,
     pub runs: Vec<Run>,
     pub summary: Vec<Summary>,
+    /// The same per results folder.
+    pub by_folder: Vec<FolderSummary>,
     /// The smallest N at which every run is within the tolerance.
     pub smallest_within: Option<u64>,
     /// Rows left out, and why.
@@ -74,6 +101,7 @@ fn pct(x: f64, of: f64) -> f64 {
 pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay {
     let mut runs = Vec::new();
     let mut skipped = Vec::new();
+    let mut events: BTreeMap<PathBuf, Phases> = BTreeMap::new();
     for l in rows {
         let r = &l.row;
         let name = format!("{}/{}", r.run_id, r.cell_id);
@@ -122,12 +150,26 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
             first_group_s,
             t_s: &g.t_s,
             zero_s: &g.zero_s,
+            load: Load::default(),
+        };
+        let ph = events
+            .entry(l.results_dir.clone())
+            .or_insert_with(|| read_phases(&l.results_dir));
+        // Host time of group n: the measured mount's lazy-init phase, the
+        // first group's delay, then the trace.
+        let mounted = ph.lazyinit_at(&r.cell_id);
+        let load_at = |k: u64| match mounted {
+            Some(at) => {
+                let i = (k as usize).clamp(1, g.t_s.len()) - 1;
+                ph.load_at(&r.cell_id, at + first_group_s + g.t_s[i] - g.t_s[0])
+            }
+            None => Load::default(),
         };
         let from_first = measured_s - first_group_s;
         let points = afters
             .iter()
             .map(|&after| {
-                let rp = estimate::replay(&tr, after);
+                let rp = estimate::replay_with(&tr, after, load_at);
                 let (error_pct, ff, covered) = match &rp.estimate {
                     Some(e) => (
                         pct(e.lazyinit_s, measured_s),
@@ -147,6 +189,7 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
             })
             .collect();
         runs.push(Run {
+            folder: folder_name(&l.results_dir),
             run_id: r.run_id.clone(),
             cell_id: r.cell_id.clone(),
             hz: r.hz.get(),
@@ -190,9 +233,60 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
         .min();
     Replay {
         tolerance_pct,
+        by_folder: by_folder(&runs, afters, tolerance_pct),
         runs,
         summary,
         smallest_within,
         skipped,
     }
+}
+
+fn folder_name(dir: &Path) -> String {
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// The run's phases; none when it kept no events.jsonl (every check
+/// then sees an unchanging host).
+fn read_phases(dir: &Path) -> Phases {
+    std::fs::read_to_string(lazyinit_core::layout::RunFolder::new(dir).events_jsonl())
+        .map(|t| Phases::parse(&t))
+        .unwrap_or_default()
+}
+
+fn by_folder(runs: &[Run], afters: &[u64], tolerance_pct: f64) -> Vec<FolderSummary> {
+    let mut folders: Vec<&str> = runs.iter().map(|r| r.folder.as_str()).collect();
+    folders.dedup();
+    folders.sort_unstable();
+    folders.dedup();
+    let mut out = Vec::new();
+    for f in folders {
+        for (i, &after) in afters.iter().enumerate() {
+            let pts: Vec<&Point> = runs
+                .iter()
+                .filter(|r| r.folder == f)
+                .map(|r| &r.points[i])
+                .collect();
+            let mut widths: Vec<f64> = pts
+                .iter()
+                .filter_map(|p| p.estimate.map(|e| (e.hi_s - e.lo_s) / e.lazyinit_s * 100.0))
+                .collect();
+            widths.sort_by(f64::total_cmp);
+            out.push(FolderSummary {
+                folder: f.to_string(),
+                after,
+                runs: pts.len(),
+                stopped: widths.len(),
+                covered: pts.iter().filter(|p| p.covered == Some(true)).count(),
+                within: pts
+                    .iter()
+                    .filter(|p| p.from_first_group_error_pct.abs() <= tolerance_pct)
+                    .count(),
+                median_width_pct: widths.get(widths.len() / 2).copied().unwrap_or(0.0),
+            });
+        }
+    }
+    out
 }

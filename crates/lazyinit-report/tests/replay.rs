@@ -61,9 +61,12 @@ fn full_runs(dir: &Path) {
 
 #[test]
 fn replay_puts_predictions_beside_full_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    full_runs(dir.path());
-    let rows = load(&[dir.path().join("results.csv")]).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // A folder of a fixed name: the coverage is summed per folder.
+    let dir = tmp.path().join("reported-synth");
+    std::fs::create_dir(&dir).unwrap();
+    full_runs(&dir);
+    let rows = load(&[dir.join("results.csv")]).unwrap();
     let r = replay(&rows, &[25, 50, 100, 200, 500], 0.5);
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);
     assert_eq!(r.runs.len(), 8);

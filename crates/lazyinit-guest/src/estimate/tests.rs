@@ -210,6 +210,15 @@ fn stops_once_n_groups_are_traced_and_the_cycle_locked() {
         log.contains("check at 50: locked\ngroups_traced=50\n"),
         "{log}"
     );
+    // What widened the interval is said beside it.
+    assert!(
+        log.contains("\nblock_cycles=") && log.contains("\ncaveat="),
+        "{log}"
+    );
+    assert_eq!(
+        m.estimate_caveat.is_some(),
+        log.contains("\ncaveat=") && !log.ends_with("caveat=\n")
+    );
     assert!(dir.path().join("trace.txt").exists());
 }
 

@@ -51,6 +51,27 @@ pub fn markdown(r: &Replay) -> String {
         None => writeln!(out, "\nNo N given has every run within {tol}%."),
     }
     .unwrap();
+    out.push_str(
+        "\n## Coverage by results folder\n\nThe condition each ran under is its folder's NOTES.md. \
+         PI width: the median over the stopped runs, percent of the prediction.\n\n\
+         | folder | N | runs | stopped early | PI covers | within the tolerance | PI width |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for f in &r.by_folder {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {}/{} | {}/{} | {:.2}% |",
+            f.folder,
+            f.after,
+            f.runs,
+            f.stopped,
+            f.covered,
+            f.stopped,
+            f.within,
+            f.runs,
+            f.median_width_pct
+        )
+        .unwrap();
+    }
     out.push_str("\n## Runs\n\n| run | cell | groups | measured (s) | N | stopped at | L | predicted (s) | 95% PI | error | from first group | covered |\n|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n");
     for run in &r.runs {
         for p in &run.points {
@@ -115,6 +136,11 @@ pub fn csv(r: &Replay) -> String {
         "error_pct",
         "from_first_group_error_pct",
         "covered",
+        "block_cycles",
+        "near_tick_pct",
+        "shift_ms",
+        "load_changing",
+        "caveat",
     ])
     .expect("writing to memory");
     for run in &r.runs {
@@ -138,6 +164,12 @@ pub fn csv(r: &Replay) -> String {
                 f(Some(p.error_pct)),
                 f(Some(p.from_first_group_error_pct)),
                 p.covered.map(|c| c.to_string()).unwrap_or_default(),
+                f(e.map(|e| e.spread.block_cycles)),
+                f(e.map(|e| 100.0 * (e.spread.near_tick.0 + e.spread.near_tick.1))),
+                f(e.map(|e| e.spread.shift_ms)),
+                e.map(|e| e.spread.load.changing.to_string())
+                    .unwrap_or_default(),
+                e.and_then(|e| e.caveat()).unwrap_or_default(),
             ])
             .expect("writing to memory");
         }

@@ -1,0 +1,117 @@
+//! What the other guests of a matrix were doing while one cell ran, from
+//! the run's `events.jsonl` (every phase each cell entered, with its host
+//! time): the [`Load`] a live early stop would have seen at each check.
+
+use std::collections::BTreeMap;
+
+use lazyinit_core::estimate::Load;
+use serde::Deserialize;
+
+/// Each cell's phase changes, host time order.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Phases {
+    cells: BTreeMap<String, Vec<(f64, String)>>,
+}
+
+#[derive(Deserialize)]
+struct Line {
+    at: String,
+    cell: String,
+    event: String,
+    #[serde(default)]
+    phase: Option<String>,
+}
+
+/// Phases in which a guest's load on the host is still to change:
+/// before lazy-init (a new mkfs after a missed z1 counts too).
+fn changing(phase: &str) -> bool {
+    matches!(
+        phase,
+        "queued" | "build" | "launch" | "boot" | "verify" | "mkfs" | "mount"
+    )
+}
+
+impl Phases {
+    /// Reads `events.jsonl` text; lines that are not phase events, or not
+    /// JSON, are skipped (a run cut short may end in half a line).
+    pub fn parse(text: &str) -> Phases {
+        let mut cells: BTreeMap<String, Vec<(f64, String)>> = BTreeMap::new();
+        for l in text.lines() {
+            let Ok(l) = serde_json::from_str::<Line>(l) else {
+                continue;
+            };
+            let (Some(phase), Ok(at)) = (l.phase, l.at.parse::<f64>()) else {
+                continue;
+            };
+            if l.event == "phase" {
+                cells.entry(l.cell).or_default().push((at, phase));
+            }
+        }
+        for v in cells.values_mut() {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        Phases { cells }
+    }
+
+    /// When `cell` last entered lazy-init (its measured mount), host time.
+    pub fn lazyinit_at(&self, cell: &str) -> Option<f64> {
+        self.cells
+            .get(cell)?
+            .iter()
+            .rev()
+            .find(|(_, p)| p == "lazyinit")
+            .map(|(t, _)| *t)
+    }
+
+    /// The other cells still to change phase at host time `at`.
+    pub fn load_at(&self, cell: &str, at: f64) -> Load {
+        let changing = self
+            .cells
+            .iter()
+            .filter(|(c, _)| c.as_str() != cell)
+            .filter(|(_, v)| {
+                v.iter()
+                    .rev()
+                    .find(|(t, _)| *t <= at)
+                    .is_some_and(|(_, p)| changing(p))
+            })
+            .count();
+        Load {
+            changing: changing as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVENTS: &str = r#"{"at":"100.0","cell":"a","event":"phase","phase":"queued"}
+{"at":"100.0","cell":"b","event":"phase","phase":"queued"}
+{"at":"100.0","cell":"c","event":"phase","phase":"queued"}
+{"at":"110.0","cell":"a","event":"phase","phase":"mkfs"}
+{"at":"120.0","cell":"a","event":"phase","phase":"lazyinit"}
+{"at":"121.0","cell":"a","event":"note","message":"hi"}
+{"at":"125.0","cell":"b","event":"phase","phase":"lazyinit"}
+{"at":"130.0","cell":"a","event":"phase","phase":"mkfs"}
+{"at":"140.0","cell":"a","event":"phase","phase":"lazyinit"}
+{"at":"500.0","cell":"c","event":"phase","phase":"mkfs"}
+{"at":"600.0","cell":"c","event":"phase","phase":"lazyinit"}
+{"at":"60"#;
+
+    #[test]
+    fn the_other_cells_before_lazyinit_count_as_changing() {
+        let p = Phases::parse(EVENTS);
+        // The measured mount is the last lazy-init (after a new mkfs).
+        assert_eq!(p.lazyinit_at("a"), Some(140.0));
+        assert_eq!(p.lazyinit_at("nope"), None);
+        // At 141 s: b in lazy-init, c queued.
+        assert_eq!(p.load_at("a", 141.0), Load { changing: 1 });
+        // At 123 s: b still queued, c queued.
+        assert_eq!(p.load_at("a", 123.0), Load { changing: 2 });
+        // At 700 s every other cell is in lazy-init.
+        assert_eq!(p.load_at("a", 700.0), Load { changing: 0 });
+        // b at 126 s: a in lazy-init, c queued.
+        assert_eq!(p.load_at("b", 126.0), Load { changing: 1 });
+    }
+}
