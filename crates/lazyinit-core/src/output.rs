@@ -83,6 +83,21 @@ pub fn open(flag: &'static str, dest: &Path, inputs: &[&Path]) -> Result<OutputF
             input: input.display().to_string(),
         });
     }
+    // A device or FIFO at the end of the links: the node itself, opened
+    // as given (`/dev/stdout` on a pipe is a link into /proc that only
+    // opening follows; it resolves to no path).
+    if let Ok(m) = std::fs::metadata(dest) {
+        if m.file_type().is_char_device() || m.file_type().is_fifo() {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dest)
+                .map_err(|e| refused(format!("cannot open it for writing: {e}")))?;
+            return Ok(OutputFile {
+                shown: dest.into(),
+                kind: Kind::Through(f),
+            });
+        }
+    }
     let target = resolve(dest).map_err(refused)?;
     match std::fs::metadata(&target) {
         Ok(m) if m.is_dir() => Err(refused(
@@ -91,18 +106,6 @@ pub fn open(flag: &'static str, dest: &Path, inputs: &[&Path]) -> Result<OutputF
         Ok(m) if m.file_type().is_block_device() => Err(refused(
             "is a block device; write the output to a file".into(),
         )),
-        Ok(m) if m.file_type().is_char_device() || m.file_type().is_fifo() => {
-            // The node itself, opened as given (`/dev/stdout` is a link
-            // into /proc that only opening follows correctly).
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(dest)
-                .map_err(|e| refused(format!("cannot open it for writing: {e}")))?;
-            Ok(OutputFile {
-                shown: dest.into(),
-                kind: Kind::Through(f),
-            })
-        }
         Ok(m) if !m.is_file() => Err(refused(
             "is neither a file nor a device; write the output to a file".into(),
         )),
