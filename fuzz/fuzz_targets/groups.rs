@@ -2,16 +2,24 @@
 //! and estimated from at every prefix a live run could check: no panic.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
 use lazyinit_core::estimate::{check, Trace};
 use lazyinit_core::{ticks, Hz};
+use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
-    let Ok(text) = std::str::from_utf8(rest) else { return };
-    let Ok(g) = lazyinit_report::input::parse_groups(text) else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let Ok(g) = lazyinit_report::input::parse_groups(text) else {
+        return;
+    };
     let all = Hz::SUPPORTED;
-    let Ok(hz) = Hz::new(all[sel as usize % all.len()]) else { return };
+    let Ok(hz) = Hz::new(all[sel as usize % all.len()]) else {
+        return;
+    };
     let spans = ticks::spans(&g.t_s, &g.zero_s);
     if let Some(c) = ticks::count(&spans, hz.get()) {
         let _ = c.crossed_at(u64::from(sel));

@@ -1,8 +1,8 @@
 //! The results CSV reader over any bytes: rows it accepts are measurements.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
 use lazyinit_core::results::{read_rows_from, Status};
+use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(rows) = read_rows_from(data, std::path::Path::new("fuzz.csv")) {

@@ -1,8 +1,8 @@
 //! The spec parser and validator over any text: an error, never a panic.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
 use lazyinit_orchestrator::spec::{ProviderConfigs, Spec};
+use libfuzzer_sys::fuzz_target;
 
 /// Provider tables left untyped, as the orchestrator's own tests read them.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -51,8 +51,15 @@ fn error_line(o: &Output) -> String {
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     let errors: Vec<&&str> = lines.iter().filter(|l| l.starts_with("error: ")).collect();
     assert_eq!(errors.len(), 1, "one error line expected: {err}");
-    assert_eq!(lines.last(), errors.first().copied(), "the error comes last: {err}");
-    assert!(!err.contains("panicked") && !err.contains("caused by"), "{err}");
+    assert_eq!(
+        lines.last(),
+        errors.first().copied(),
+        "the error comes last: {err}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("caused by"),
+        "{err}"
+    );
     errors[0].to_string()
 }
 
@@ -125,7 +132,15 @@ fn an_output_onto_an_input_is_refused_and_the_input_kept() {
     }
     refused(
         d.path(),
-        &["compare", "--baseline", s(&csv), "--candidate", s(&csv), "--out", s(&link)],
+        &[
+            "compare",
+            "--baseline",
+            s(&csv),
+            "--candidate",
+            s(&csv),
+            "--out",
+            s(&link),
+        ],
         2,
         "is the input",
     );
@@ -137,12 +152,27 @@ fn a_failed_command_leaves_no_output_file() {
     let empty = d.path().join("empty.csv");
     std::fs::write(&empty, "").unwrap();
     let out = d.path().join("r.md");
-    refused(d.path(), &["replay", s(&empty), "--out", s(&out)], 2, "empty.csv");
-    refused(d.path(), &["report", s(&empty), "--out", s(&out)], 2, "empty.csv");
+    refused(
+        d.path(),
+        &["replay", s(&empty), "--out", s(&out)],
+        2,
+        "empty.csv",
+    );
+    refused(
+        d.path(),
+        &["report", s(&empty), "--out", s(&out)],
+        2,
+        "empty.csv",
+    );
     // A run without per-group data: refused before any table is written.
     refused(
         d.path(),
-        &["replay", s(&fixture("reported/results.csv")), "--out", s(&out)],
+        &[
+            "replay",
+            s(&fixture("reported/results.csv")),
+            "--out",
+            s(&out),
+        ],
         2,
         "no full run with per-group data",
     );
@@ -158,7 +188,10 @@ fn a_symlink_or_device_output_is_written_through_never_replaced() {
     std::os::unix::fs::symlink(&target, &link).unwrap();
     let o = bin(&["report", s(&csv), "--out", s(&link)]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
-    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert!(std::fs::read_to_string(&target).unwrap().contains("| cell"));
 
     let o = bin(&["report", s(&csv), "--out", "/dev/stdout", "--format", "csv"]);
@@ -168,7 +201,10 @@ fn a_symlink_or_device_output_is_written_through_never_replaced() {
         let o = bin(&["report", s(&csv), "--out", dev]);
         assert_eq!(o.status.code(), Some(0), "{dev}: {o:?}");
     }
-    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+    assert!(std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
 }
 
 #[test]
@@ -185,7 +221,12 @@ fn bad_measurements_are_refused_with_file_and_line() {
     ] {
         with_first_lazyinit(&cand, v);
         let c = s(&cand);
-        refused(d.path(), &["compare", "--baseline", s(&base), "--candidate", c], 2, needle);
+        refused(
+            d.path(),
+            &["compare", "--baseline", s(&base), "--candidate", c],
+            2,
+            needle,
+        );
         refused(d.path(), &["report", c], 2, needle);
         refused(d.path(), &["report", c, "--format", "kcidb"], 2, needle);
         refused(d.path(), &["replay", c], 2, needle);
@@ -201,7 +242,12 @@ fn bad_measurements_are_refused_with_file_and_line() {
         })
         .collect();
     std::fs::write(&cand, cut).unwrap();
-    refused(d.path(), &["report", s(&cand)], 2, "results.csv:1: no `lazyinit_s` column");
+    refused(
+        d.path(),
+        &["report", s(&cand)],
+        2,
+        "results.csv:1: no `lazyinit_s` column",
+    );
 }
 
 #[test]
@@ -256,8 +302,14 @@ fn specs_and_overrides_are_validated_alike() {
         std::fs::write(&p, format!("name = \"t\"\nhz = [250]\n{body}\n")).unwrap();
         p.to_str().unwrap().to_string()
     };
-    let dup_arch = spec("a.toml", "arches = [\"x86_64\", \"x86_64\"]\nsizes = [\"8GiB\"]");
-    let dup_size = spec("s.toml", "arches = [\"x86_64\"]\nsizes = [\"2TiB\", \"2048GiB\"]");
+    let dup_arch = spec(
+        "a.toml",
+        "arches = [\"x86_64\", \"x86_64\"]\nsizes = [\"8GiB\"]",
+    );
+    let dup_size = spec(
+        "s.toml",
+        "arches = [\"x86_64\"]\nsizes = [\"2TiB\", \"2048GiB\"]",
+    );
     let neg = spec("n.toml", "arches = [\"x86_64\"]\nsizes = [-1]");
     let huge = spec("h.toml", "arches = [\"x86_64\"]\nsizes = [\"16777215TiB\"]");
     let out = d.path().join("res");
@@ -265,16 +317,34 @@ fn specs_and_overrides_are_validated_alike() {
     for (args, needle) in [
         (vec!["plan", &dup_arch], "arches: `x86_64` is listed twice"),
         (vec!["plan", &dup_size], "sizes: `2TiB` is listed twice"),
-        (vec!["plan", &neg], "sizes: -1 is negative; write a size like \"64GiB\""),
-        (vec!["plan", &huge], "sizes: 16777215TiB is too large; use at most 1024TiB"),
-        (vec!["run", "quick", "--repetitions", "0", "--out", o], "repetitions: use 1 to 100"),
-        (vec!["plan", "quick", "--repetitions", "4294967295"], "repetitions: use 1 to 100"),
-        (vec!["plan", "quick", "--concurrency", "100000"], "from 1 to 1024"),
+        (
+            vec!["plan", &neg],
+            "sizes: -1 is negative; write a size like \"64GiB\"",
+        ),
+        (
+            vec!["plan", &huge],
+            "sizes: 16777215TiB is too large; use at most 1024TiB",
+        ),
+        (
+            vec!["run", "quick", "--repetitions", "0", "--out", o],
+            "repetitions: use 1 to 100",
+        ),
+        (
+            vec!["plan", "quick", "--repetitions", "4294967295"],
+            "repetitions: use 1 to 100",
+        ),
+        (
+            vec!["plan", "quick", "--concurrency", "100000"],
+            "from 1 to 1024",
+        ),
         (
             vec!["plan", "quick", "--estimate-after", "100000000000"],
             "estimate-after: use at most 8388608",
         ),
-        (vec!["run", "quick", "--boot-timeout", "0", "--out", o], "--boot-timeout: use 1 to 86400"),
+        (
+            vec!["run", "quick", "--boot-timeout", "0", "--out", o],
+            "--boot-timeout: use 1 to 86400",
+        ),
     ] {
         refused(d.path(), &args, 2, needle);
     }
@@ -283,14 +353,26 @@ fn specs_and_overrides_are_validated_alike() {
 #[test]
 fn a_source_flag_cannot_inject_spec_keys() {
     let o = bin(&[
-        "plan", "--arch", "x86_64", "--hz", "250", "--variant", "fix", "--size", "8GiB",
-        "--source", "/x\"]\nrepetitions = 7\nsources = [\"debian-6.1",
+        "plan",
+        "--arch",
+        "x86_64",
+        "--hz",
+        "250",
+        "--variant",
+        "fix",
+        "--size",
+        "8GiB",
+        "--source",
+        "/x\"]\nrepetitions = 7\nsources = [\"debian-6.1",
     ]);
     // The flag is one source path (plan does not need it to exist yet; run
     // refuses it): one cell, not the 7 repetitions it tried to add.
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
-    assert!(out.starts_with("run cell-") && out.contains(" 1 cells,"), "{out}");
+    assert!(
+        out.starts_with("run cell-") && out.contains(" 1 cells,"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -307,14 +389,34 @@ fn bad_output_places_are_refused_before_the_banner() {
     ] {
         refused(d.path(), &["run", "quick", "--out", out], 2, needle);
     }
-    refused(d.path(), &["report", s(&csv), "--out", s(d.path())], 2, "is a folder; name a file");
+    refused(
+        d.path(),
+        &["report", s(&csv), "--out", s(d.path())],
+        2,
+        "is a folder; name a file",
+    );
     let no_dir = d.path().join("no/r.svg");
-    refused(d.path(), &["report", s(&csv), "--svg", s(&no_dir)], 2, "does not exist; create it first");
+    refused(
+        d.path(),
+        &["report", s(&csv), "--svg", s(&no_dir)],
+        2,
+        "does not exist; create it first",
+    );
     refused(
         d.path(),
         &[
-            "kernel", "build", "--arch", "x86_64", "--hz", "250", "--variant", "fix", "--config",
-            "/nonexistent", "--cache-dir", s(&d.path().join("cache")),
+            "kernel",
+            "build",
+            "--arch",
+            "x86_64",
+            "--hz",
+            "250",
+            "--variant",
+            "fix",
+            "--config",
+            "/nonexistent",
+            "--cache-dir",
+            s(&d.path().join("cache")),
         ],
         2,
         "--config /nonexistent: not a file",

@@ -83,20 +83,26 @@ pub fn open(flag: &'static str, dest: &Path, inputs: &[&Path]) -> Result<OutputF
             input: input.display().to_string(),
         });
     }
-    // A device or FIFO at the end of the links: the node itself, opened
-    // as given (`/dev/stdout` on a pipe is a link into /proc that only
-    // opening follows; it resolves to no path).
-    if let Ok(m) = std::fs::metadata(dest) {
-        if m.file_type().is_char_device() || m.file_type().is_fifo() {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(dest)
-                .map_err(|e| refused(format!("cannot open it for writing: {e}")))?;
-            return Ok(OutputFile {
-                shown: dest.into(),
-                kind: Kind::Through(f),
-            });
-        }
+    // A device or FIFO at the end of the links, or any path the kernel
+    // provides (`/dev/stdout` is a link into /proc that only opening
+    // follows; on a pipe it resolves to no path, on a redirected file to
+    // the shell's file, which must not be renamed over): the node itself,
+    // opened as given, appended to like the shell's own `>>`.
+    let meta = std::fs::metadata(dest);
+    let special = meta
+        .as_ref()
+        .is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_fifo())
+        || (meta.as_ref().is_ok_and(|m| m.is_file())
+            && (dest.starts_with("/dev") || dest.starts_with("/proc")));
+    if special {
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dest)
+            .map_err(|e| refused(format!("cannot open it for writing: {e}")))?;
+        return Ok(OutputFile {
+            shown: dest.into(),
+            kind: Kind::Through(f),
+        });
     }
     let target = resolve(dest).map_err(refused)?;
     match std::fs::metadata(&target) {

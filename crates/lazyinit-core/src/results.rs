@@ -547,6 +547,13 @@ pub fn read_rows_from(r: impl std::io::Read, path: &Path) -> Result<Vec<ResultRo
     };
     let mut rdr = csv::ReaderBuilder::new().flexible(false).from_reader(r);
     let headers = rdr.headers().map_err(|e| parse(1, e.to_string()))?.clone();
+    if headers.is_empty() {
+        return Err(parse(
+            1,
+            "the file is empty: pass the results.csv of a run that has finished at least one cell"
+                .into(),
+        ));
+    }
     if let Some(c) = check::required_columns().find(|c| !headers.iter().any(|h| h == *c)) {
         return Err(parse(
             1,

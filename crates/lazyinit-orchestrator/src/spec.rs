@@ -439,14 +439,35 @@ mod tests {
     fn duplicates_and_bounds_are_refused_naming_them() {
         let base = "name='x'\nhz=[100]\n";
         for (extra, needle) in [
-            ("arches=['x86_64','x86_64']\nsizes=['8GiB']", "arches: `x86_64` is listed twice"),
-            ("arches=['x86_64']\nsizes=['8GiB','8192MiB']", "sizes: `8GiB` is listed twice"),
-            ("arches=['x86_64']\nsizes=['8GiB']\nvariants=['fix','fix']", "variants: `fix` is listed twice"),
-            ("arches=['x86_64']\nsizes=['16777215TiB']", "use at most 1024TiB"),
+            (
+                "arches=['x86_64','x86_64']\nsizes=['8GiB']",
+                "arches: `x86_64` is listed twice",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['8GiB','8192MiB']",
+                "sizes: `8GiB` is listed twice",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['8GiB']\nvariants=['fix','fix']",
+                "variants: `fix` is listed twice",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['16777215TiB']",
+                "use at most 1024TiB",
+            ),
             ("arches=['x86_64']\nsizes=[-1]", "sizes: -1 is negative"),
-            ("arches=['x86_64']\nsizes=['8GiB']\nconcurrency=5000", "from 1 to 1024"),
-            ("arches=['x86_64']\nsizes=['8GiB']\nestimate-after=9000000000", "at most 8388608"),
-            ("arches=['x86_64']\nsizes=['8GiB']\npoll-interval='1000h'", "200ms to 10min"),
+            (
+                "arches=['x86_64']\nsizes=['8GiB']\nconcurrency=5000",
+                "from 1 to 1024",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['8GiB']\nestimate-after=9000000000",
+                "at most 8388608",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['8GiB']\npoll-interval='1000h'",
+                "200ms to 10min",
+            ),
         ] {
             let e = RawSpec::parse(&format!("{base}{extra}\n"), "t.toml")
                 .unwrap_err()

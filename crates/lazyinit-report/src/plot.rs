@@ -255,8 +255,8 @@ fn draw_cycles(series: &[Cycles], path: &Path, svg: &mut String) -> Result<(), P
     const LEGEND_MAX: usize = 12;
     const ROW: i32 = 18;
     let legend_rows = series.len().min(LEGEND_MAX) as u32;
-    let root =
-        SVGBackend::with_string(svg, (1000, 480 + 16 + legend_rows * ROW as u32)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (1000, 480 + 16 + legend_rows * ROW as u32))
+        .into_drawing_area();
     tryp!(root.fill(&WHITE), path);
     let (plot_area, legend_area) = root.split_vertically(480);
     let mut chart = tryp!(
