@@ -29,5 +29,9 @@ if ! command -v terraform >/dev/null 2>&1; then
   exit 4
 fi
 bash terraform/check.sh
+# Fuzzing (docs/bad-input.md): each parser target for FUZZ_SECONDS
+# (default 30; 4 targets, ~2 min plus a first build of ~7 min); installs
+# cargo-fuzz when missing. A crash fails the suite.
+bash scripts/fuzz.sh
 # Debug builds: the AWS SDK takes ~4 min in debug and ~11 in release.
 exec cargo nextest run --workspace --no-fail-fast "$@"

@@ -69,7 +69,10 @@ fn replay_prints_predicted_vs_measured_per_n() {
     for n in ["| 25 | 2 |", "| 50 | 2 |", "| 100 | 2 |"] {
         assert!(md.contains(n), "{n}: {md}");
     }
-    assert!(md.contains("Smallest N with every run within 0.5%") || md.contains("No N given"));
+    assert!(
+        md.contains("Smallest N with every run within 0.5% (from first group): 25."),
+        "{md}"
+    );
 
     let json = dir.path().join("replay.json");
     let out = run(&[

@@ -304,7 +304,7 @@ impl std::fmt::Display for NotLocked {
 /// as many groups again (at least [`MIN_WINDOW`]), so that reading the
 /// trace so far costs O(G) in all however long the lock takes.
 pub fn next_check(n: u64) -> u64 {
-    n + (n / 2).max(MIN_WINDOW)
+    n.saturating_add((n / 2).max(MIN_WINDOW))
 }
 
 fn median_u64(v: &mut [u64]) -> u64 {
@@ -478,7 +478,8 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
     let recent = &cycles[cycles.len() - MIN_WINDOW as usize..];
     let m = median_u64(&mut recent.iter().map(|&c| ticks_of(c)).collect::<Vec<_>>());
     let short = |c: f64| c < (m as f64 - 1.5) * tick;
-    let stall = |c: f64| c > (m + 2.max(m.div_ceil(2))) as f64 * tick;
+    // Saturating: a trace from a file may hold any time (1e300 s).
+    let stall = |c: f64| c > m.saturating_add(2.max(m.div_ceil(2))) as f64 * tick;
     // Never the first cycle: it follows the start delay and the bitmap
     // prefetch, and may be a tick short (a timer base left behind while
     // the CPU idled) or long.

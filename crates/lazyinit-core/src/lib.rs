@@ -13,6 +13,7 @@ pub mod events;
 pub mod exit;
 pub mod layout;
 pub mod model;
+pub mod output;
 pub mod paths;
 pub mod provider;
 pub mod reported;

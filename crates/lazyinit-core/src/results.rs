@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cell::{Arch, Hz, Variant};
 
+mod check;
+
 /// How a cell run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -197,7 +199,7 @@ struct Flat {
     zero_median_ms: Option<f64>,
     #[serde(default)]
     z1_attempts: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "check::blank_is_false")]
     estimated: bool,
     #[serde(default)]
     estimate_after: Option<u64>,
@@ -392,7 +394,7 @@ pub const COLUMNS: &[&str] = &[
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
-    #[error("cannot open results file {path}")]
+    #[error("cannot open results file {path}: {}", open_reason(.source))]
     Open {
         path: PathBuf,
         source: std::io::Error,
@@ -535,41 +537,80 @@ pub fn read_whole_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, Results
 /// Reads every row of a results CSV, with line-numbered errors.
 pub fn read_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|source| ResultsError::Open {
+    // Read whole: a folder opens, and only reading says what it is.
+    let bytes = std::fs::read(path).map_err(|source| ResultsError::Open {
         path: path.into(),
         source,
     })?;
-    read_rows_from(file, path)
+    read_rows_from(&bytes[..], path)
 }
 
+/// Reads rows with errors naming the file and line (the header is line
+/// 1), refusing a header without a required column and any row that is
+/// not a measurement (see `check`).
 pub fn read_rows_from(r: impl std::io::Read, path: &Path) -> Result<Vec<ResultRow>, ResultsError> {
+    let parse = |line: u64, message: String| ResultsError::Parse {
+        path: path.into(),
+        line,
+        message,
+    };
     let mut rdr = csv::ReaderBuilder::new().flexible(false).from_reader(r);
+    let headers = rdr.headers().map_err(|e| parse(1, e.to_string()))?.clone();
+    if headers.is_empty() {
+        return Err(parse(
+            1,
+            "the file is empty: pass the results.csv of a run that has finished at least one cell"
+                .into(),
+        ));
+    }
+    if let Some(c) = check::required_columns().find(|c| !headers.iter().any(|h| h == *c)) {
+        return Err(parse(
+            1,
+            format!("no `{c}` column: pass a results.csv written by lazyinit-bench"),
+        ));
+    }
     let mut rows = Vec::new();
-    for rec in rdr.deserialize::<ResultRow>() {
-        match rec {
-            Ok(row) => rows.push(row),
+    let mut rec = csv::StringRecord::new();
+    loop {
+        match rdr.read_record(&mut rec) {
+            Ok(false) => break,
+            Ok(true) => {}
             Err(e) => {
-                let line = e.position().map(|p| p.line()).unwrap_or(0);
-                let message = match e.kind() {
-                    csv::ErrorKind::Deserialize { err, .. } => match err.field() {
-                        Some(i) => format!(
-                            "column `{}`: {}",
-                            COLUMNS.get(i as usize).copied().unwrap_or("?"),
-                            err.kind()
-                        ),
-                        None => err.kind().to_string(),
-                    },
-                    _ => e.to_string(),
-                };
-                return Err(ResultsError::Parse {
-                    path: path.into(),
-                    line,
-                    message,
-                });
+                let line = e.position().map_or(0, |p| p.line());
+                return Err(parse(line, e.to_string()));
             }
         }
+        let line = rec.position().map_or(0, |p| p.line());
+        let row: ResultRow = rec.deserialize(Some(&headers)).map_err(|e| {
+            let message = match e.kind() {
+                csv::ErrorKind::Deserialize { err, .. } => match err.field() {
+                    Some(i) => format!(
+                        "column `{}`: {}",
+                        headers.get(i as usize).unwrap_or("?"),
+                        err.kind()
+                    ),
+                    None => err.kind().to_string(),
+                },
+                _ => e.to_string(),
+            };
+            parse(line, message)
+        })?;
+        check::check(&row).map_err(|m| parse(line, m))?;
+        rows.push(row);
     }
     Ok(rows)
+}
+
+/// The reason a results file did not open, in words a user acts on.
+fn open_reason(e: &std::io::Error) -> String {
+    const ELOOP: i32 = 40;
+    const EISDIR: i32 = 21;
+    match e.raw_os_error() {
+        Some(ELOOP) => "a symlink loop".into(),
+        Some(EISDIR) => "a folder; pass the results.csv in it".into(),
+        _ if e.kind() == std::io::ErrorKind::NotFound => "no such file".into(),
+        _ => e.to_string(),
+    }
 }
 
 #[cfg(test)]

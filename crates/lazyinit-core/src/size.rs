@@ -65,18 +65,36 @@ impl Serialize for ByteSize {
     }
 }
 
+// A visitor, so a bad value is named (an untagged enum only says "no
+// variant matched").
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size like \"64GiB\" or a number of bytes")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(n))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<ByteSize, E> {
+                u64::try_from(n).map(ByteSize).map_err(|_| {
+                    E::custom(format!(
+                        "sizes: {n} is negative; write a size like \"64GiB\""
+                    ))
+                })
+            }
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<ByteSize, E> {
+                Err(E::custom(format!(
+                    "sizes: {n} is not a whole number of bytes; write a size like \"64GiB\""
+                )))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ByteSize, E> {
+                s.parse().map_err(E::custom)
+            }
         }
-        match Raw::deserialize(d)? {
-            Raw::N(n) => Ok(ByteSize(n)),
-            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
-        }
+        d.deserialize_any(V)
     }
 }
 

@@ -60,6 +60,10 @@ pub fn count(spans: &[(f64, f64)], hz: u32) -> Option<TickCycles> {
     if spans.len() < MIN_SPANS || hz == 0 {
         return None;
     }
+    // Times from a file: a non-finite one has no tick.
+    if spans.iter().any(|(s, e)| !s.is_finite() || !e.is_finite()) {
+        return None;
+    }
     let tick = 1.0 / hz as f64;
     // The phase that puts the starts closest after a tick: the one with
     // the smallest 95th percentile of start - tick.
@@ -79,9 +83,11 @@ pub fn count(spans: &[(f64, f64)], hz: u32) -> Option<TickCycles> {
     // A step earlier, so the starts right at the chosen phase stay in
     // their tick.
     let phase = best.1 - tick / STEPS as f64;
-    let jiffy = |t: f64| ((t - phase) / tick).floor() as i64;
-    let mut slept_counts = BTreeMap::<i64, usize>::new();
-    let mut total = 0i64;
+    // i128 over a saturating cast: times of any size (1e300 s) count
+    // without overflow; such a trace then just locks to no sleep.
+    let jiffy = |t: f64| ((t - phase) / tick).floor() as i64 as i128;
+    let mut slept_counts = BTreeMap::<i128, usize>::new();
+    let mut total = 0i128;
     for w in spans.windows(2) {
         let slept = jiffy(w[1].0) - jiffy(w[0].1) - 1;
         *slept_counts.entry(slept).or_default() += 1;
@@ -89,9 +95,10 @@ pub fn count(spans: &[(f64, f64)], hz: u32) -> Option<TickCycles> {
     }
     let cycles = spans.len() - 1;
     let (&l, &n) = slept_counts.iter().max_by_key(|(_, &n)| n)?;
-    (l >= 0 && 2 * n >= cycles).then(|| TickCycles {
+    let slept = u64::try_from(l).ok()?;
+    (2 * n >= cycles).then(|| TickCycles {
         cycles,
-        slept: l as u64,
+        slept,
         slept_exactly: n,
         ticks_per_cycle: total as f64 / cycles as f64,
     })

@@ -271,6 +271,14 @@ impl Ec2Config {
                 humantime::format_duration(self.expiry)
             )));
         }
+        // Bounded: an ExpiresAt tag past it would keep a leak alive for
+        // ages (and a huge one overflows the date arithmetic).
+        if self.expiry > Duration::from_secs(7 * 86_400) {
+            return Err(ConfigError(format!(
+                "expiry {} is over 7 days: use at most 7d (a run that long is a leak)",
+                humantime::format_duration(self.expiry)
+            )));
+        }
         if self.poll_interval.is_zero() || self.state_timeout < self.poll_interval {
             return Err(ConfigError(
                 "poll-interval must be positive and below state-timeout".into(),

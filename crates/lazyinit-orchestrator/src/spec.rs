@@ -199,7 +199,8 @@ impl<C: ProviderConfigs> Spec<C> {
         Self::parse(&text, &path.display().to_string())
     }
 
-    fn validate(&self) -> Result<(), String> {
+    /// Every rule a spec obeys; also run after command-line overrides.
+    pub fn validate(&self) -> Result<(), String> {
         if !self
             .name
             .chars()
@@ -226,11 +227,17 @@ impl<C: ProviderConfigs> Spec<C> {
                 return Err(format!("hz: no value for arch {a}"));
             }
         }
+        self.check_unique()?;
         for s in &self.sizes {
             if s.0 < lazyinit_core::model::GROUP_BYTES * 8 {
                 return Err(format!(
                     "sizes: {s} is too small; use at least 1GiB (8 block groups)"
                 ));
+            }
+        }
+        for s in &self.sizes {
+            if s.0 > MAX_SIZE.0 {
+                return Err(format!("sizes: {s} is too large; use at most {MAX_SIZE}"));
             }
         }
         if self.repetitions == 0 || self.repetitions > 100 {
@@ -239,11 +246,23 @@ impl<C: ProviderConfigs> Spec<C> {
         if self.wait_mult == 0 || self.wait_mult > 1000 {
             return Err("wait-mult: use 1 to 1000 (the kernel's init_itable=n)".into());
         }
-        if let Concurrency::Fixed(0) = self.concurrency {
-            return Err("concurrency: use auto or a number >= 1".into());
+        if let Concurrency::Fixed(c) = self.concurrency {
+            if c == 0 || c > MAX_CONCURRENCY {
+                return Err(format!(
+                    "concurrency: use auto or a number from 1 to {MAX_CONCURRENCY}"
+                ));
+            }
         }
-        if self.poll_interval < Duration::from_millis(200) {
-            return Err("poll-interval: use at least 200ms".into());
+        if self.poll_interval < Duration::from_millis(200)
+            || self.poll_interval > Duration::from_secs(600)
+        {
+            return Err("poll-interval: use 200ms to 10min".into());
+        }
+        let cells = self.cell_count();
+        if cells > MAX_CELLS {
+            return Err(format!(
+                "the matrix has {cells} cells; use at most {MAX_CELLS} (fewer axis values or repetitions)"
+            ));
         }
         if let Some(n) = self.estimate_after {
             check_estimate_after(n)?;
@@ -254,6 +273,45 @@ impl<C: ProviderConfigs> Spec<C> {
             }
         }
         Ok(())
+    }
+
+    /// Every axis lists each value once: two equal cells would share one
+    /// cell id, so one folder, volume and QMP socket.
+    fn check_unique(&self) -> Result<(), String> {
+        fn dup<T: PartialEq + std::fmt::Display>(what: &str, v: &[T]) -> Result<(), String> {
+            match v.iter().enumerate().find(|(i, x)| v[..*i].contains(x)) {
+                Some((_, x)) => Err(format!(
+                    "{what}: `{x}` is listed twice; list each value once (use repetitions for more runs)"
+                )),
+                None => Ok(()),
+            }
+        }
+        dup("arches", &self.arches)?;
+        dup("sources", &self.sources)?;
+        dup("variants", &self.variants)?;
+        dup("sizes", &self.sizes)?;
+        for a in &self.arches {
+            dup(&format!("hz ({a})"), &self.hz.for_arch(*a))?;
+        }
+        Ok(())
+    }
+
+    /// Cells of the matrix, counted without making them (saturating: the
+    /// count is only compared with [`MAX_CELLS`]).
+    pub fn cell_count(&self) -> u64 {
+        let hz: u64 = self
+            .arches
+            .iter()
+            .map(|a| self.hz.for_arch(*a).len() as u64)
+            .fold(0, u64::saturating_add);
+        [
+            self.sources.len() as u64,
+            self.variants.len() as u64,
+            self.sizes.len() as u64,
+            u64::from(self.repetitions),
+        ]
+        .into_iter()
+        .fold(hz, u64::saturating_mul)
     }
 
     /// Short content hash: a spec names its results folder, so rerunning the
@@ -274,6 +332,15 @@ impl<C: ProviderConfigs> Spec<C> {
     }
 }
 
+/// The largest volume a spec may ask for (16 times EBS's largest, 64 TiB).
+pub const MAX_SIZE: lazyinit_core::ByteSize = lazyinit_core::ByteSize(1 << 50);
+/// The most cells one spec may plan (the reported matrix has 8).
+pub const MAX_CELLS: u64 = 10_000;
+/// The most cells that may run at once.
+pub const MAX_CONCURRENCY: u32 = 1024;
+/// The largest `estimate-after`: the block groups of a [`MAX_SIZE`] volume.
+pub const MAX_ESTIMATE_AFTER: u64 = MAX_SIZE.0 / lazyinit_core::model::GROUP_BYTES;
+
 /// `estimate-after` (or `--estimate-after`) must leave the lock check
 /// enough cycles.
 pub fn check_estimate_after(n: u64) -> Result<(), String> {
@@ -282,6 +349,11 @@ pub fn check_estimate_after(n: u64) -> Result<(), String> {
         return Err(format!(
             "estimate-after: use at least {min} groups (the lock check needs {} recent cycles in the last half of the trace)",
             lazyinit_core::estimate::MIN_WINDOW
+        ));
+    }
+    if n > MAX_ESTIMATE_AFTER {
+        return Err(format!(
+            "estimate-after: use at most {MAX_ESTIMATE_AFTER} groups (those of a {MAX_SIZE} volume)"
         ));
     }
     Ok(())
@@ -361,6 +433,55 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("2TB"), "{e}");
+    }
+
+    #[test]
+    fn duplicates_and_bounds_are_refused_naming_them() {
+        let base = "name='x'\nhz=[100]\n";
+        for (extra, needle) in [
+            (
+                "arches=['x86_64','x86_64']\nsizes=['8GiB']",
+                "arches: `x86_64` is listed twice",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['8GiB','8192MiB']",
+                "sizes: `8GiB` is listed twice",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['8GiB']\nvariants=['fix','fix']",
+                "variants: `fix` is listed twice",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['16777215TiB']",
+                "use at most 1024TiB",
+            ),
+            ("arches=['x86_64']\nsizes=[-1]", "sizes: -1 is negative"),
+            (
+                "arches=['x86_64']\nsizes=['8GiB']\nconcurrency=5000",
+                "from 1 to 1024",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['8GiB']\nestimate-after=9000000000",
+                "at most 8388608",
+            ),
+            (
+                "arches=['x86_64']\nsizes=['8GiB']\npoll-interval='1000h'",
+                "200ms to 10min",
+            ),
+        ] {
+            let e = RawSpec::parse(&format!("{base}{extra}\n"), "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{extra}: {e}");
+        }
+        let mut sizes: Vec<String> = (1..=200).map(|g| format!("'{g}GiB'")).collect();
+        sizes[0] = "'201GiB'".into();
+        let many = format!(
+            "{base}arches=['x86_64','arm64']\nrepetitions=100\nsizes=[{}]\n",
+            sizes.join(",")
+        );
+        let e = RawSpec::parse(&many, "t").unwrap_err().to_string();
+        assert!(e.contains("80000 cells; use at most 10000"), "{e}");
     }
 
     #[test]

@@ -235,11 +235,12 @@ impl Provider for QemuProvider {
     ) -> Result<Cost, ProviderError> {
         let per = self.host_mib_per_machine().unwrap_or_default();
         Ok(Cost::Host {
-            memory_mib: concurrency as u64 * per,
+            memory_mib: (concurrency as u64).saturating_mul(per),
+            // Saturating: a spec's sizes are bounded, but a sum never panics.
             disk_bytes: cells
                 .iter()
                 .map(|c| volume::expected_host_bytes(c.cell.volume, storage.holds_zeroes()))
-                .sum(),
+                .fold(0, u64::saturating_add),
         })
     }
 
@@ -277,7 +278,7 @@ impl Provider for QemuProvider {
         let need: u64 = cells
             .iter()
             .map(|c| volume::expected_host_bytes(c.volume, storage.holds_zeroes()))
-            .sum();
+            .fold(0, u64::saturating_add);
         let free = volume::free_bytes(&self.volume_dir).map_err(|e| {
             ProviderError::infra(format!("cannot stat {}: {e}", self.volume_dir.display()))
         })?;

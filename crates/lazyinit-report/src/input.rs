@@ -168,12 +168,15 @@ pub fn parse_groups(text: &str) -> Result<Groups, String> {
         let t: f64 = rec
             .get(1)
             .and_then(|s| s.trim().parse().ok())
-            .ok_or_else(|| format!("line {line}: t_s is not a number"))?;
+            .filter(|t: &f64| t.is_finite())
+            .ok_or_else(|| format!("line {line}: t_s is not a finite number"))?;
         let z = match rec.get(2).map(str::trim) {
             None | Some("") => None,
             Some(z) => Some(
                 z.parse::<f64>()
-                    .map_err(|_| format!("line {line}: zero_ms is not a number"))?
+                    .ok()
+                    .filter(|z| z.is_finite() && *z >= 0.0)
+                    .ok_or_else(|| format!("line {line}: zero_ms is not a number >= 0"))?
                     / 1000.0,
             ),
         };

@@ -35,6 +35,25 @@ macro_rules! tryp {
 /// prediction interval for estimates); crosses for the model and circles
 /// for the 2021 figures.
 pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
+    write(path, bars_svg(report, path)?)
+}
+
+/// [`bars`] as SVG text (the CLI writes it through `lazyinit_core::output`);
+/// `path` only names it in errors.
+pub fn bars_svg(report: &Report, path: &Path) -> Result<String, PlotError> {
+    let mut svg = String::new();
+    draw_bars(report, path, &mut svg)?;
+    Ok(svg)
+}
+
+fn write(path: &Path, svg: String) -> Result<(), PlotError> {
+    std::fs::write(path, svg).map_err(|e| PlotError {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}
+
+fn draw_bars(report: &Report, path: &Path, svg: &mut String) -> Result<(), PlotError> {
     let lab = Labeller::new(report.cells.iter().map(|c| &c.key));
     let cells = &report.cells;
     let n = cells.len().max(1) as i32;
@@ -55,7 +74,7 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
     // Room below the axis for the longest rotated label (~7 px a character).
     let label_area = 30 + 7 * labels.iter().map(|l| l.chars().count()).max().unwrap_or(10) as u32;
     let width = (160 + 90 * n as u32).max(640);
-    let root = SVGBackend::new(path, (width, 400 + label_area)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (width, 400 + label_area)).into_drawing_area();
     tryp!(root.fill(&WHITE), path);
     let mut chart = tryp!(
         ChartBuilder::on(&root)
@@ -214,6 +233,17 @@ pub fn bars(report: &Report, path: &Path) -> Result<(), PlotError> {
 
 /// Cycle time of every group over each run (one line per run).
 pub fn cycles(series: &[Cycles], path: &Path) -> Result<(), PlotError> {
+    write(path, cycles_svg(series, path)?)
+}
+
+/// [`cycles`] as SVG text; `path` only names it in errors.
+pub fn cycles_svg(series: &[Cycles], path: &Path) -> Result<String, PlotError> {
+    let mut svg = String::new();
+    draw_cycles(series, path, &mut svg)?;
+    Ok(svg)
+}
+
+fn draw_cycles(series: &[Cycles], path: &Path, svg: &mut String) -> Result<(), PlotError> {
     let groups = series.iter().map(|s| s.ms.len()).max().unwrap_or(1).max(1);
     let top = series
         .iter()
@@ -225,8 +255,8 @@ pub fn cycles(series: &[Cycles], path: &Path) -> Result<(), PlotError> {
     const LEGEND_MAX: usize = 12;
     const ROW: i32 = 18;
     let legend_rows = series.len().min(LEGEND_MAX) as u32;
-    let root =
-        SVGBackend::new(path, (1000, 480 + 16 + legend_rows * ROW as u32)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (1000, 480 + 16 + legend_rows * ROW as u32))
+        .into_drawing_area();
     tryp!(root.fill(&WHITE), path);
     let (plot_area, legend_area) = root.split_vertically(480);
     let mut chart = tryp!(

@@ -148,6 +148,16 @@ struct ArtifactJson<'a> {
 }
 
 async fn build(a: BuildArgs) -> anyhow::Result<u8> {
+    // Before any source is fetched or unpacked.
+    if let Some(c) = &a.config {
+        if !c.is_file() {
+            return Err(lazyinit_core::exit::bad_input(format!(
+                "--config {}: not a file; pass a kernel config such as /boot/config-$(uname -r)",
+                c.display()
+            ))
+            .into());
+        }
+    }
     let spec = KernelSpec {
         arch: a.arch,
         hz: a.hz,

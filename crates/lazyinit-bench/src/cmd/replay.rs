@@ -1,7 +1,6 @@
 //! `lazyinit-bench replay`: the early-stop estimator over finished full
 //! runs, predicted vs measured for each N (README, "Estimates").
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -49,13 +48,7 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<u8> {
     if !matches!(format, Format::Markdown | Format::Csv | Format::Json) {
         return Err(bad_input("replay writes markdown, csv or json").into());
     }
-    let mut out: Box<dyn Write> = match &a.out {
-        Some(p) => Box::new(
-            std::fs::File::create(p)
-                .map_err(|e| bad_input(format!("cannot create {}: {e}", p.display())))?,
-        ),
-        None => Box::new(std::io::stdout().lock()),
-    };
+    let out = super::report::Output::open(&a.out, &a.csv.iter().collect::<Vec<_>>())?;
     let rows = load(&a.csv).map_err(|e| bad_input(e.to_string()))?;
     let r = lazyinit_report::replay::replay(&rows, &a.after, a.tolerance);
     let text = match format {
@@ -63,12 +56,10 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<u8> {
         Format::Json => render::json::render(&r),
         _ => render::replay::markdown(&r),
     };
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .context("cannot write the replay")?;
     for (name, why) in &r.skipped {
         eprintln!("left out {name}: {why}");
     }
+    // Before writing: nothing to replay leaves no (empty) table behind.
     if r.runs.is_empty() {
         return Err(bad_input(
             "no full run with per-group data to replay: pass results.csv files of runs that kept \
@@ -76,5 +67,6 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<u8> {
         )
         .into());
     }
+    out.finish(&text).context("cannot write the replay")?;
     Ok(lazyinit_core::exit::OK)
 }

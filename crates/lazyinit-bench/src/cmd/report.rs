@@ -1,11 +1,11 @@
 //! `lazyinit-bench report` and `compare`: thin wrappers over lazyinit-report.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use lazyinit_core::exit::bad_input;
+use lazyinit_core::output::{self, OutputFile};
 use lazyinit_report::compare::{compare as compare_cells, CompareOptions, KeyField};
 use lazyinit_report::input::{load, load_cycles};
 use lazyinit_report::render::{self, Format};
@@ -76,77 +76,40 @@ pub struct CompareArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Where the text goes: stdout, or `--out` through a temporary file beside
-/// it that replaces it only once the whole text is written, so a failed
-/// run never leaves half a file. The temporary file is made before any
-/// work, so a bad path fails at once; an `--out` that is one of the inputs
-/// is refused (it would be overwritten with what was read from it).
-enum Output {
+/// Where the text goes: stdout, or `--out` through `lazyinit_core::output`
+/// (opened before any work, so a bad path fails at once; never an input,
+/// never half a file, a symlink or device written through).
+pub(crate) enum Output {
     Stdout(std::io::StdoutLock<'static>),
-    File {
-        file: File,
-        tmp: PathBuf,
-        dest: PathBuf,
-    },
+    File(OutputFile),
 }
 
 impl Output {
-    fn open(out: &Option<PathBuf>, inputs: &[&PathBuf]) -> anyhow::Result<Self> {
-        let Some(dest) = out else {
-            return Ok(Output::Stdout(std::io::stdout().lock()));
-        };
-        if let Some(input) = inputs.iter().find(|i| same_file(i, dest)) {
-            return Err(bad_input(format!(
-                "--out {} is the input {}: it would be overwritten; write the output to another file",
-                dest.display(),
-                input.display()
-            ))
-            .into());
-        }
-        let name = dest
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dest.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        let file = File::create(&tmp)
-            .map_err(|e| bad_input(format!("cannot create {}: {e}", dest.display())))?;
-        Ok(Output::File {
-            file,
-            tmp,
-            dest: dest.clone(),
+    pub(crate) fn open(out: &Option<PathBuf>, inputs: &[&PathBuf]) -> anyhow::Result<Self> {
+        Ok(match out {
+            None => Output::Stdout(std::io::stdout().lock()),
+            Some(dest) => Output::File(open_file("out", dest, inputs)?),
         })
     }
 
-    /// Writes the whole text, then puts it in place (on an error, drop
-    /// removes the temporary file; after the rename there is none).
-    fn finish(mut self, text: &str) -> std::io::Result<()> {
-        match &mut self {
-            Output::Stdout(o) => o.write_all(text.as_bytes()).and_then(|_| o.flush()),
-            Output::File { file, tmp, dest } => file
-                .write_all(text.as_bytes())
-                .and_then(|_| file.sync_all())
-                .and_then(|_| std::fs::rename(&*tmp, &*dest)),
+    /// Writes the whole text, then puts it in place.
+    pub(crate) fn finish(self, text: &str) -> anyhow::Result<()> {
+        match self {
+            Output::Stdout(mut o) => Ok(o.write_all(text.as_bytes()).and_then(|_| o.flush())?),
+            Output::File(f) => Ok(f.finish(text.as_bytes())?),
         }
     }
 }
 
-impl Drop for Output {
-    fn drop(&mut self) {
-        // Not finished (an error came first): no temporary file stays.
-        if let Output::File { tmp, .. } = self {
-            let _ = std::fs::remove_file(tmp);
-        }
-    }
-}
-
-/// Whether two paths name one file (the same inode; a path that does not
-/// exist names no input).
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
+/// A file output that is refused (exit 2) when it is one of `inputs`, a
+/// folder, or cannot be made.
+pub(crate) fn open_file(
+    flag: &'static str,
+    dest: &Path,
+    inputs: &[&PathBuf],
+) -> anyhow::Result<OutputFile> {
+    let inputs: Vec<&Path> = inputs.iter().map(|p| p.as_path()).collect();
+    output::open(flag, dest, &inputs).map_err(|e| bad_input(e.to_string()).into())
 }
 
 fn format_of(format: Option<Format>, out: &Option<PathBuf>) -> Format {
@@ -179,21 +142,15 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     if a.origin.is_some() || a.cache_dir.is_some() {
         return Err(bad_input("--origin and --cache-dir go with --format kcidb").into());
     }
-    if let Some(svg) = &a.svg {
-        let dir = svg
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if !dir.is_dir() {
-            return Err(bad_input(format!(
-                "--svg {}: folder {} does not exist",
-                svg.display(),
-                dir.display()
-            ))
-            .into());
-        }
-    }
-    let out = Output::open(&a.out, &a.csv.iter().collect::<Vec<_>>())?;
+    let inputs: Vec<&PathBuf> = a.csv.iter().collect();
+    let out = Output::open(&a.out, &inputs)?;
+    let svgs = match &a.svg {
+        Some(svg) => Some((
+            open_file("svg", svg, &inputs)?,
+            open_file("svg", &cycles_path(svg), &inputs)?,
+        )),
+        None => None,
+    };
     let loaded = load_all(&a.csv)?;
     let rows: Vec<_> = loaded.iter().map(|l| l.row.clone()).collect();
     let rep = lazyinit_report::build(&rows, a.metric);
@@ -203,16 +160,18 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
         Format::Json | Format::Kcidb | Format::Junit => render::json::render(&rep),
     };
     out.finish(&text).context("cannot write the report")?;
-    if let Some(svg) = &a.svg {
-        plot::bars(&rep, svg)?;
-        eprintln!("wrote {}", svg.display());
+    if let Some((bars, cycles)) = svgs {
+        let path = bars.path().to_path_buf();
+        bars.finish(plot::bars_svg(&rep, &path)?.as_bytes())?;
+        eprintln!("wrote {}", path.display());
         let (series, warnings) = load_cycles(&loaded);
         for w in warnings {
             eprintln!("warning: {w}");
         }
+        // Without series the cycles output is dropped unwritten (nothing made).
         if !series.is_empty() {
-            let p = cycles_path(svg);
-            plot::cycles(&series, &p)?;
+            let p = cycles.path().to_path_buf();
+            cycles.finish(plot::cycles_svg(&series, &p)?.as_bytes())?;
             eprintln!("wrote {} ({} runs)", p.display(), series.len());
         }
     }

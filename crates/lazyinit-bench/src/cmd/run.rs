@@ -58,6 +58,10 @@ pub struct SpecArgs {
     pub estimate_after: Option<u64>,
 }
 
+/// The longest `--boot-timeout` (a day: a guest that has not answered by
+/// then never will).
+const MAX_BOOT_TIMEOUT_S: u64 = 86_400;
+
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -112,11 +116,8 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
                     bad_input("one cell needs all of --arch, --hz, --variant and --size").into(),
                 );
             };
-            let text = format!(
-                "name = \"cell\"\narches = [\"{arch}\"]\nhz = [{hz}]\nvariants = [\"{variant}\"]\nsizes = [\"{size}\"]\nsources = [\"{}\"]\n",
-                a.source.clone().unwrap_or_default()
-            );
-            let spec = Spec::parse(&text, "command line").map_err(|e| bad_input(e.to_string()))?;
+            let spec = Spec::parse(&one_cell_toml(arch, hz, variant, size, a), "command line")
+                .map_err(|e| bad_input(e.to_string()))?;
             (spec, "command line".to_string())
         }
         (spec_arg, false) => {
@@ -162,8 +163,33 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
         spec.estimate_after = Some(n);
     }
     a.provider.apply(&mut spec);
+    // The overrides obey the spec's rules (bounds, a matrix of at most
+    // MAX_CELLS cells) like the spec's own values.
+    spec.validate()
+        .map_err(|m| bad_input(format!("{origin} with the command-line options: {m}")))?;
     providers::check_name(&spec, &origin)?;
     Ok(spec)
+}
+
+/// The one-cell spec of `--arch/--hz/--variant/--size [--source]`, built
+/// as a TOML table (never by pasting flag text into TOML, which would let
+/// a flag add keys).
+fn one_cell_toml(arch: Arch, hz: Hz, variant: Variant, size: ByteSize, a: &SpecArgs) -> String {
+    let one = |v: String| toml::Value::Array(vec![toml::Value::String(v)]);
+    let mut t = toml::Table::new();
+    t.insert("name".into(), toml::Value::String("cell".into()));
+    t.insert("arches".into(), one(arch.to_string()));
+    t.insert(
+        "hz".into(),
+        toml::Value::Array(vec![toml::Value::Integer(hz.get().into())]),
+    );
+    t.insert("variants".into(), one(variant.to_string()));
+    t.insert("sizes".into(), one(size.to_string()));
+    t.insert(
+        "sources".into(),
+        one(a.source.clone().unwrap_or_default().to_string()),
+    );
+    toml::to_string(&t).unwrap_or_default()
 }
 
 pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
@@ -228,6 +254,17 @@ fn install_signal_handler(cancel: Arc<AtomicBool>, keys_dir: Option<PathBuf>) {
 
 pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     let mut spec = resolve_spec(&a.spec)?;
+    // Bad input before any key, folder or banner: a file, a device, /proc
+    // or a read-only place is not a results folder.
+    if let Some(out) = &a.out {
+        lazyinit_core::output::check_folder("out", out).map_err(|e| bad_input(e.to_string()))?;
+    }
+    if a.boot_timeout == 0 || a.boot_timeout > MAX_BOOT_TIMEOUT_S {
+        return Err(bad_input(format!(
+            "--boot-timeout: use 1 to {MAX_BOOT_TIMEOUT_S} seconds"
+        ))
+        .into());
+    }
     if a.alone {
         spec.concurrency = spec::Concurrency::Fixed(1);
     }
@@ -250,6 +287,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             .unwrap_or_default();
         out.set_file_name(format!("{name}-alone"));
     }
+    lazyinit_core::output::check_folder("out", &out).map_err(|e| bad_input(e.to_string()))?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone(), keys.own_dir().map(PathBuf::from));
 

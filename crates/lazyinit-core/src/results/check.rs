@@ -1,0 +1,158 @@
+//! What a row must hold to be read at all: measurements are validated
+//! where they enter, so no consumer (report, compare, replay, KCIDB)
+//! counts a negative, non-finite or missing measurement as data.
+
+use super::{ResultRow, Status, COLUMNS};
+
+/// The columns every results file has: all up to the first one appended
+/// later (files written before an appended column still read).
+pub(super) fn required_columns() -> impl Iterator<Item = &'static str> {
+    COLUMNS.iter().copied().take_while(|c| *c != FIRST_APPENDED)
+}
+
+/// The first column added after the format was published.
+const FIRST_APPENDED: &str = "z1_ms";
+
+/// Why `row` is not a measurement, if it is not: a time, rate or count
+/// that is negative or not finite, or an `ok` row without `lazyinit_s`.
+pub(super) fn check(row: &ResultRow) -> Result<(), String> {
+    let m = &row.measured;
+    let values = [
+        ("boot_s", row.boot_s),
+        ("mkfs_s", m.mkfs_s),
+        ("mount_s", m.mount_s),
+        ("lazyinit_s", m.lazyinit_s),
+        ("lazyinit_poll_s", m.lazyinit_poll_s),
+        ("ms_per_group", m.ms_per_group),
+        ("first_group_s", m.first_group_s),
+        ("z1_ms", m.z1_ms),
+        ("z1_target_ms", m.z1_target_ms),
+        ("guest_part_ms", m.guest_part_ms),
+        ("zero_hold_ms", m.zero_hold_ms),
+        ("zero_median_ms", m.zero_median_ms),
+        ("estimate_cycle_ms", m.estimate_cycle_ms),
+        ("lazyinit_lo_s", m.lazyinit_lo_s),
+        ("lazyinit_hi_s", m.lazyinit_hi_s),
+        ("crossed_ticks", m.crossed_ticks),
+    ];
+    for (name, v) in values {
+        if let Some(v) = v {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!(
+                    "column `{name}`: {v} is not a measurement (a time or count is finite and >= 0); \
+                     fix or remove the row"
+                ));
+            }
+        }
+    }
+    if row.status == Status::Ok && m.lazyinit_s.is_none() {
+        return Err(
+            "column `lazyinit_s` is empty on an `ok` row: an ok row carries its measurement; \
+             fix the value or mark the row failed"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// A bool column appended later: an empty value reads as absent (`false`),
+/// like a missing column, so a file another tool wrote with blanks reads.
+pub(super) fn blank_is_false<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    use serde::de::Error;
+    let s: String = serde::Deserialize::deserialize(d)?;
+    match s.trim() {
+        "" | "false" => Ok(false),
+        "true" => Ok(true),
+        other => Err(D::Error::custom(format!(
+            "`{other}` is not true, false or empty"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{read_rows_from, tests::sample, ResultRow, COLUMNS};
+    use std::path::Path;
+
+    fn csv_of(rows: &[ResultRow]) -> String {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for r in rows {
+            w.serialize(r).unwrap();
+        }
+        String::from_utf8(w.into_inner().unwrap()).unwrap()
+    }
+
+    fn read(text: &str) -> Result<Vec<ResultRow>, String> {
+        read_rows_from(text.as_bytes(), Path::new("r.csv")).map_err(|e| e.to_string())
+    }
+
+    /// The `lazyinit_s` field of the first data row replaced by `v`.
+    fn with_lazyinit(v: &str) -> String {
+        let text = csv_of(&[sample()]);
+        let i = COLUMNS.iter().position(|c| *c == "lazyinit_s").unwrap();
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        let mut fields: Vec<&str> = lines[1].split(',').collect();
+        fields[i] = v;
+        lines[1] = fields.join(",");
+        lines.join("\n") + "\n"
+    }
+
+    #[test]
+    fn bad_measurements_of_the_first_row_are_refused_on_line_2() {
+        for (v, needle) in [
+            ("-1", "column `lazyinit_s`: -1 is not a measurement"),
+            ("NaN", "column `lazyinit_s`: NaN is not a measurement"),
+            ("inf", "column `lazyinit_s`: inf is not a measurement"),
+            ("", "column `lazyinit_s` is empty on an `ok` row"),
+            ("abc", "column `lazyinit_s`: invalid float"),
+        ] {
+            let e = read(&with_lazyinit(v)).unwrap_err();
+            assert!(e.starts_with("r.csv:2: "), "{v}: {e}");
+            assert!(e.contains(needle), "{v}: {e}");
+        }
+        assert_eq!(read(&with_lazyinit("60.5")).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_failed_row_may_lack_a_measurement() {
+        let mut r = sample();
+        r.status = super::Status::Failed;
+        r.measured.lazyinit_s = None;
+        assert_eq!(read(&csv_of(&[r])).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_missing_required_column_is_named() {
+        let text = csv_of(&[sample()]);
+        let i = COLUMNS.iter().position(|c| *c == "lazyinit_s").unwrap();
+        let cut: String = text
+            .lines()
+            .map(|l| {
+                let mut f: Vec<&str> = l.split(',').collect();
+                f.remove(i);
+                f.join(",") + "\n"
+            })
+            .collect();
+        let e = read(&cut).unwrap_err();
+        assert!(e.starts_with("r.csv:1: no `lazyinit_s` column"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_appended_value_reads_as_absent() {
+        let text = csv_of(&[sample()]);
+        let i = COLUMNS.iter().position(|c| *c == "estimated").unwrap();
+        let blank: String = text
+            .lines()
+            .enumerate()
+            .map(|(n, l)| {
+                let mut f: Vec<&str> = l.split(',').collect();
+                if n > 0 {
+                    f[i] = "";
+                }
+                f.join(",") + "\n"
+            })
+            .collect();
+        let rows = read(&blank).unwrap();
+        assert!(!rows[0].measured.estimated);
+    }
+}

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The bad-input cases of issue 25 run as a user would, one table row each:
+# the command, its exit code, its last stderr line, and whether the working
+# folder is byte for byte as before (links and devices included).
+# Output: results/bad-input/table.md (and command.txt beside it).
+#
+#   bash scripts/bad-input-table.sh [path/to/lazyinit-bench]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+out_dir="$repo/results/bad-input"
+mkdir -p "$out_dir"
+w="$(mktemp -d)"
+io="$(mktemp -d)"
+trap 'rm -rf "$w" "$io"' EXIT
+bin="${1:-}"
+if [ -z "$bin" ]; then
+  cargo build -q -p lazyinit-bench
+  # A private copy at once: a shared target folder's binary may be
+  # rebuilt from another checkout while the cases run.
+  cp "${CARGO_TARGET_DIR:-$repo/target}/debug/lazyinit-bench" "$io/lazyinit-bench"
+  bin="$io/lazyinit-bench"
+  grep -q "is listed twice" "$bin" || { echo "error: $bin is not this checkout's build" >&2; exit 3; }
+fi
+cd "$w"
+
+# The working folder: a copy of a finished run and the files the cases use.
+cp -r "$repo/crates/lazyinit-report/tests/fixtures/qemu-64g" X
+csv=X/results.csv
+ln -s results.csv X/link.csv
+: >empty.csv
+echo old >real.md
+ln -s real.md link.md
+col() { head -1 "$csv" | tr , '\n' | grep -nx "$1" | cut -d: -f1; }
+li=$(col lazyinit_s)
+setfirst() { awk -F, -v OFS=, -v i="$li" -v v="$1" 'NR==2{$i=v}1' "$csv" >"$2"; }
+setfirst -1 neg.csv
+setfirst NaN nan.csv
+setfirst inf inf.csv
+setfirst abc bad.csv
+cut -d, -f"$li" --complement "$csv" >nocol.csv
+cp -r X big
+for g in big/*/groups.csv; do
+  awk -F, -v OFS=, 'NR==1{print;next}{$2=NR "e300"; print}' "$g" >"$g.new" && mv "$g.new" "$g"
+done
+spec() { printf 'name = "t"\nhz = [250]\n%s\n' "$2" >"$1"; }
+spec dup-arch.toml 'arches = ["x86_64", "x86_64"]
+sizes = ["8GiB"]'
+spec dup-size.toml 'arches = ["x86_64"]
+sizes = ["2TiB", "2048GiB"]'
+spec neg-size.toml 'arches = ["x86_64"]
+sizes = [-1]'
+sizes=$(seq -s, -f '"%.0fTiB"' 16777055 16777215)
+spec overflow.toml "arches = [\"x86_64\", \"arm64\"]
+variants = [\"fix\", \"nofix\"]
+repetitions = 25
+sizes = [$sizes]"
+sizes=$(seq -s, -f '"%.0fGiB"' 8 168)
+spec many.toml "arches = [\"x86_64\", \"arm64\"]
+variants = [\"fix\", \"nofix\"]
+repetitions = 25
+sizes = [$sizes]"
+echo x >afile
+ln -s loop2.csv loop1.csv
+ln -s loop1.csv loop2.csv
+mkdir adir
+
+snapshot() {
+  find . -printf '%p %y %l %s %m\n' | sort
+  find . -type f -exec md5sum {} + | sort
+}
+
+rows=()
+row() { # row DESCRIPTION COMMAND...
+  local desc="$1"
+  shift
+  local before after code changed err
+  before="$(snapshot)"
+  set +e
+  "$@" >"$io/stdout" 2>"$io/stderr"
+  code=$?
+  set -e
+  after="$(snapshot)"
+  changed=no
+  [ "$before" = "$after" ] || changed=YES
+  err="$( (grep -v -e '^left out ' -e '^\s*$' "$io/stderr" || true) | tail -1 | sed 's/|/\\|/g')"
+  [ -n "$err" ] || err="(stdout: $(head -c 120 "$io/stdout" | tr '\n' ' ' | sed 's/|/\\|/g'))"
+  rows+=("| $desc | $code | $err | $changed |")
+}
+b="$bin"
+cell=(--arch x86_64 --hz 250 --variant fix --size 8GiB)
+
+row '`replay X/results.csv --out X/results.csv`' $b replay $csv --out $csv
+row '`replay X/results.csv --out X/link.csv` (a symlink to the input)' $b replay $csv --out X/link.csv
+row '`report X/results.csv --out X/link.csv`' $b report $csv --out X/link.csv
+row '`replay empty.csv --out r.md`' $b replay empty.csv --out r.md
+row '`report X/results.csv --out link.md` (symlink to real.md: written through, stays a link)' $b report $csv --out link.md
+[ -L link.md ] && grep -q '| cell' real.md && rows[-1]="${rows[-1]% |} (real.md holds the report; link.md still a link) |"
+row '`report X/results.csv --out /dev/stdout`' $b report $csv --out /dev/stdout
+row '`report X/results.csv --out /dev/null`' $b report $csv --out /dev/null
+row '`compare --baseline X --candidate` one with `lazyinit_s` = -1' $b compare --baseline $csv --candidate neg.csv
+row '`compare` with a NaN candidate' $b compare --baseline $csv --candidate nan.csv
+row '`report` of a CSV without the `lazyinit_s` column' $b report nocol.csv
+row '`report` with `lazyinit_s` = NaN' $b report nan.csv
+row '`report` with `lazyinit_s` = inf' $b report inf.csv
+row '`report --format kcidb` with `lazyinit_s` = -1' $b report neg.csv --format kcidb
+row '`replay` with `lazyinit_s` = -1' $b replay neg.csv
+row 'spec `arches = ["x86_64", "x86_64"]` (`plan`)' $b plan dup-arch.toml
+row 'spec `sizes = ["2TiB", "2048GiB"]` (`plan`)' $b plan dup-size.toml
+row '`run quick --repetitions 0 --out res`' $b run quick --repetitions 0 --out res
+row '`plan quick --repetitions 4294967295`' $b plan quick --repetitions 4294967295
+row '`plan quick --concurrency 100000`' $b plan quick --concurrency 100000
+row '`plan quick --estimate-after 100000000000`' $b plan quick --estimate-after 100000000000
+row 'spec of 16,100 cells of ~16777215TiB (`plan`)' $b plan overflow.toml
+row 'spec of 16,100 cells of 8-168GiB (`plan`)' $b plan many.toml
+row '`report big/results.csv` (groups.csv times of 1e300)' $b report big/results.csv
+row '`replay big/results.csv` (groups.csv times of 1e300)' $b replay big/results.csv
+inj=$'/x"]\nrepetitions = 7\nsources = ["debian-6.1'
+row '`plan --source '"'"'/x"]<newline>repetitions = 7 ...'"'"'` (one cell, no injected key)' $b plan "${cell[@]}" --source "$inj"
+row '`run quick --out afile` (a file)' $b run quick --out afile
+row '`run quick --out /dev/null`' $b run quick --out /dev/null
+row '`run quick --out /proc/x`' $b run quick --out /proc/x
+row '`run quick --out /sys/x` (read-only for root too)' $b run quick --out /sys/x
+row '`report X/results.csv --out adir` (a directory)' $b report $csv --out adir
+row '`report X/results.csv --svg no/such/p.svg`' $b report $csv --svg no/such/p.svg
+row '`kernel build --config /nonexistent ...`' $b kernel build --arch x86_64 --hz 250 --variant fix --config /nonexistent --cache-dir cache
+row '`report missing.csv`' $b report missing.csv
+row '`report loop1.csv` (a symlink loop)' $b report loop1.csv
+row '`report adir` (a directory)' $b report adir
+row 'spec `sizes = [-1]` (`plan`)' $b plan neg-size.toml
+row 'CSV value error on the first data row (`report bad.csv`)' $b report bad.csv
+
+{
+  echo "# Bad input: every case of issue 25 (CLI, CSV and spec edges)"
+  echo
+  echo "Generated by \`bash scripts/bad-input-table.sh\` on $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "($("$b" --version)). *changed*: whether any file, link or folder of"
+  echo "the working folder differs afterwards (contents, kind, mode, target)."
+  echo
+  echo "| what a user does | exit | last stderr line | changed |"
+  echo "|---|---:|---|---|"
+  printf '%s\n' "${rows[@]}"
+} >"$out_dir/table.md"
+echo "bash scripts/bad-input-table.sh $*" >"$out_dir/command.txt"
+cat "$out_dir/table.md"

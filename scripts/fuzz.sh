@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Fuzzes the parsers that read user input (docs/bad-input.md): the spec
+# parser, the results CSV reader, groups.csv with the tick counting and the
+# estimator, and the guest's trace parsers. Each target runs
+# FUZZ_SECONDS (default 30) from a corpus seeded with the repository's own
+# specs, results and traces; a crash fails the script (exit 1) and leaves
+# its input under fuzz/artifacts/<target>/. Prints the runs per target.
+#
+#   bash scripts/fuzz.sh            # every target, 30 s each
+#   FUZZ_SECONDS=600 bash scripts/fuzz.sh groups
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${FUZZ_SECONDS:-30}"
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(spec results_csv groups trace)
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+  cargo install --locked cargo-fuzz
+fi
+# Stable toolchain: cargo-fuzz's flags are nightly-only; no sanitizer
+# (-s none) keeps the build on stable rustc's features, overflow checks on.
+export RUSTC_BOOTSTRAP=1
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/fuzz"
+fuzz() { (cd fuzz && cargo fuzz "$1" -s none --codegen-units 16 "${@:2}"); }
+fuzz build
+# Seeds: what the parsers read in real use.
+corpus="$(mktemp -d)"
+trap 'rm -rf "$corpus"' EXIT
+mkdir -p "$corpus"/{spec,results_csv,groups,trace}
+n=0
+for f in specs/*.toml; do cp "$f" "$corpus/spec/$((n++))"; done
+for f in results/*/results.csv crates/lazyinit-report/tests/fixtures/*/results.csv; do
+  head -c 20000 "$f" >"$corpus/results_csv/$((n++))"
+done
+# groups target: a selector byte (HZ, prefix), then the file.
+for f in $(find results crates -name groups.csv | head -20); do
+  { printf 'x'; head -c 20000 "$f"; } >"$corpus/groups/$((n++))"
+done
+for f in $(find results -name groups.csv.gz | head -10); do
+  { printf 'y'; (zcat "$f" 2>/dev/null || true) | head -c 20000; } >"$corpus/groups/$((n++))"
+done
+for f in $(find results -name trace.txt | head -10); do
+  head -c 20000 "$f" >"$corpus/trace/$((n++))"
+done
+status=0
+for t in "${targets[@]}"; do
+  log="$corpus/$t.log"
+  if fuzz run "$t" "$corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 >"$log" 2>&1; then
+    echo "fuzz $t: $(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | tail -1), no crash"
+  else
+    echo "fuzz $t: CRASH (input under fuzz/artifacts/$t/):" >&2
+    grep -E "panicked|SUMMARY|Test unit written" "$log" >&2 || tail -20 "$log" >&2
+    status=1
+  fi
+done
+exit $status
