@@ -500,9 +500,22 @@ impl Provider for Ec2Provider {
                 });
             }
         };
-        req.folder.create().ok();
-        if let Ok(json) = serde_json::to_string_pretty(&record) {
-            let _ = std::fs::write(req.folder.ec2_json(), json);
+        // The record of what this cell owns: a launch that cannot keep it
+        // gives its machine back.
+        let json = serde_json::to_string_pretty(&record).unwrap_or_default();
+        let kept = req
+            .folder
+            .create()
+            .and_then(|()| req.folder.put(lazyinit_core::CellFolder::EC2_JSON, json));
+        if let Err(e) = kept {
+            let err = ProviderError::Write(e);
+            return Err(match guard.release().await {
+                Ok(()) => err,
+                Err(leak) => ProviderError::infra(format!(
+                    "{}\nand then: {leak}",
+                    lazyinit_core::exit::chain_text(&err)
+                )),
+            });
         }
         Ok(Box::new(Ec2Machine {
             guard,

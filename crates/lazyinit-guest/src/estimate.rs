@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use lazyinit_core::estimate::{self, Estimate, Trace, MIN_GROUPS};
 use lazyinit_core::events::{Event, Phase};
+use lazyinit_core::writer::Evidence;
 
 use crate::parse::{self, key_values};
 use crate::protocol::{
@@ -33,10 +34,10 @@ pub(crate) fn early_stop(
     remote: &mut dyn Remote,
     exp: &Expectation,
     opts: &ProtocolOptions,
-    to_init: u64,
-    mounted_at: Instant,
+    (to_init, mounted_at): (u64, Instant),
     critical: Box<dyn Send>,
     m: &mut Measurement,
+    ev: &mut Evidence,
 ) -> Result<bool, GuestError> {
     let Some(after) = opts.estimate_after else {
         return Ok(false);
@@ -55,7 +56,7 @@ pub(crate) fn early_stop(
     while target < to_init {
         if !wait_for_groups(remote, opts, target, to_init, mounted_at)? {
             log.push_str("exited before the cycle locked: measured\n");
-            let _ = std::fs::write(opts.folder.estimate_txt(), &log);
+            ev.estimate_log = Some(log);
             return Ok(false);
         }
         let trace = check(
@@ -94,9 +95,9 @@ pub(crate) fn early_stop(
                     ),
                 );
                 opts.events.phase(cell, Phase::Collect);
-                let _ = std::fs::write(opts.folder.trace_txt(), &trace);
-                let _ = std::fs::write(opts.folder.groups_csv(), s.groups_csv());
-                let _ = std::fs::write(opts.folder.estimate_txt(), &log);
+                ev.groups_csv = Some(s.groups_csv());
+                ev.trace = Some(trace);
+                ev.estimate_log = Some(log);
                 fill(m, &s, done, &e);
                 // The kernel's L, as a measured run says it (with the fix
                 // from z1: a cycle of L + 2 ticks is not L + 1).
@@ -116,7 +117,7 @@ pub(crate) fn early_stop(
         }
     }
     log.push_str("the next check would be past the last group: measured\n");
-    let _ = std::fs::write(opts.folder.estimate_txt(), &log);
+    ev.estimate_log = Some(log);
     Ok(false)
 }
 

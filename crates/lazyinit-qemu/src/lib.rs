@@ -414,8 +414,9 @@ impl Provider for QemuProvider {
         let storage = storage_for(&req.storage_profile, &req.cell);
         req.folder.create().map_err(|e| {
             ProviderError::infra(format!(
-                "cannot create {}: {e}",
-                req.folder.path().display()
+                "cannot create {}: {}",
+                req.folder.path().display(),
+                e.source
             ))
         })?;
         let accel = self

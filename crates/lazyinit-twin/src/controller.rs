@@ -487,8 +487,10 @@ impl Ctx {
         let line: Vec<String> = std::iter::once(arch.qemu_binary().to_string())
             .chain(argv.iter().map(|a| a.to_string_lossy().into_owned()))
             .collect();
-        std::fs::write(folder.qemu_cmdline(), line.join(" ") + "\n")?;
-        let mut process = QemuProcess::spawn(arch.qemu_binary(), &argv, &folder.qemu_stderr())?;
+        folder.put(CellFolder::QEMU_CMDLINE, line.join(" ") + "\n")?;
+        let stderr_log = folder.qemu_stderr();
+        let stderr = folder.create_file(&stderr_log)?;
+        let mut process = QemuProcess::spawn(arch.qemu_binary(), &argv, stderr, &stderr_log)?;
         tokio::time::sleep(Duration::from_millis(300)).await;
         if let Some(st) = process.try_exited() {
             anyhow::bail!(

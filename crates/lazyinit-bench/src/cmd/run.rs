@@ -269,7 +269,10 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         ),
     };
     let result = lazyinit_orchestrator::run(&spec, &plan, provider, opts).await;
-    let _ = ui.await;
+    // Said again here: the events or the log of the run are incomplete.
+    if let Ok(Some(e)) = ui.await {
+        eprintln!("error: {}", exit::chain_text(&e));
+    }
     let summary = result?;
     let not_started = match summary.not_started {
         0 => String::new(),

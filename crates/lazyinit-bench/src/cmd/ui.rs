@@ -6,23 +6,27 @@ use std::io::Write;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lazyinit_core::events::{Event, Phase};
-use lazyinit_core::RunFolder;
+use lazyinit_core::{RunFolder, WriteError};
 use lazyinit_orchestrator::Plan;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+/// Renders events until the channel closes. The task ends with the first
+/// failure to keep the events (`events.jsonl`) or the log (`run.log`),
+/// said on stderr when it happens; later events still reach the terminal.
 pub fn spawn(
     mut rx: UnboundedReceiver<Event>,
     plan: &Plan,
     folder: &RunFolder,
     bars: bool,
-) -> tokio::task::JoinHandle<()> {
-    let (log, run_log) = (folder.events_jsonl(), folder.run_log());
+) -> tokio::task::JoinHandle<Option<WriteError>> {
+    let folder = folder.clone();
     let ids: Vec<String> = plan.cells.iter().map(|c| c.id.clone()).collect();
     let width = ids.iter().map(|s| s.len()).max().unwrap_or(10);
     tokio::spawn(async move {
         // Opened at the first event: the runner creates the folder only
         // after its checks pass, so bad input leaves nothing behind.
         let mut file: Option<std::fs::File> = None;
+        let mut failed: Option<WriteError> = None;
         let mp = MultiProgress::with_draw_target(if bars {
             ProgressDrawTarget::stderr()
         } else {
@@ -43,19 +47,26 @@ pub fn spawn(
         total.set_prefix("total");
         let mut bar_of: HashMap<String, ProgressBar> = HashMap::new();
         super::bars_on_stderr(bars);
+        let mut opened = false;
         while let Some(e) = rx.recv().await {
-            if file.is_none() {
-                file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
+            if !opened {
+                opened = true;
+                let logs = super::log_to_file(&folder);
+                file = folder
+                    .open_append(RunFolder::EVENTS_JSONL)
+                    .map_err(|e| note_failure(&mut failed, e))
                     .ok();
-                super::log_to_file(&run_log);
+                if let Err(e) = logs {
+                    note_failure(&mut failed, e);
+                }
             }
             if let Some(f) = file.as_mut() {
                 let mut v = serde_json::to_value(&e).unwrap_or_default();
                 v["at"] = serde_json::Value::String(chrono_now());
-                let _ = writeln!(f, "{v}");
+                if let Err(err) = writeln!(f, "{v}") {
+                    note_failure(&mut failed, WriteError::new(folder.events_jsonl(), err));
+                    file = None;
+                }
             }
             let cell = match &e {
                 Event::Phase { cell, .. }
@@ -117,6 +128,7 @@ pub fn spawn(
         }
         total.finish();
         super::bars_on_stderr(false);
+        failed.or_else(super::log_failure)
     })
 }
 
@@ -125,4 +137,15 @@ fn chrono_now() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| format!("{:.3}", d.as_secs_f64()))
         .unwrap_or_default()
+}
+
+/// Says a failure to keep the events or the log on stderr, at once (the
+/// run goes on: its rows are what it is for), and keeps the first one for
+/// the end of the run.
+fn note_failure(first: &mut Option<WriteError>, e: WriteError) {
+    eprintln!(
+        "error: {}: the run goes on without it",
+        lazyinit_core::exit::chain_text(&e)
+    );
+    first.get_or_insert(e);
 }
