@@ -83,27 +83,10 @@ pub(crate) fn early_stop(
             Ok(e) => {
                 let _ = writeln!(log, "check at {}: locked", t_s.len());
                 log.push_str(&summary(&e));
-                opts.events.note(
-                    cell,
-                    format!(
-                        "estimate from {} groups: {:.1} s (95% {:.1}-{:.1}), L={}",
-                        e.groups_traced,
-                        e.lazyinit_s,
-                        e.lo_s,
-                        e.hi_s,
-                        e.sleep_ticks()
-                    ),
-                );
-                opts.events.phase(cell, Phase::Collect);
                 ev.groups_csv = Some(s.groups_csv());
                 ev.trace = Some(trace);
                 ev.estimate_log = Some(log);
-                fill(m, &s, done, &e);
-                // The kernel's L, as a measured run says it (with the fix
-                // from z1: a cycle of L + 2 ticks is not L + 1).
-                let locked_ms = e.ticks as f64 * 1000.0 / exp.hz.get() as f64;
-                m.sleep_ticks = sleep_ticks(exp, opts.wait_mult, m.z1_ms, Some(locked_ms))
-                    .or(Some(e.sleep_ticks()));
+                locked(exp, opts, &e, (&s, done), m);
                 return Ok(true);
             }
             Err(why) => {
@@ -119,6 +102,36 @@ pub(crate) fn early_stop(
     log.push_str("the next check would be past the last group: measured\n");
     ev.estimate_log = Some(log);
     Ok(false)
+}
+
+/// The cycle locked: say so, and fill the row from the estimate and the
+/// groups so far (`done`: the trace clock at the end of the mount).
+fn locked(
+    exp: &Expectation,
+    opts: &ProtocolOptions,
+    e: &Estimate,
+    (s, done): (&parse::TraceSummary, f64),
+    m: &mut Measurement,
+) {
+    let cell = &opts.cell_id;
+    opts.events.note(
+        cell,
+        format!(
+            "estimate from {} groups: {:.1} s (95% {:.1}-{:.1}), L={}",
+            e.groups_traced,
+            e.lazyinit_s,
+            e.lo_s,
+            e.hi_s,
+            e.sleep_ticks()
+        ),
+    );
+    opts.events.phase(cell, Phase::Collect);
+    fill(m, s, done, e);
+    // The kernel's L, as a measured run says it (with the fix from z1: a
+    // cycle of L + 2 ticks is not L + 1).
+    let locked_ms = e.ticks as f64 * 1000.0 / exp.hz.get() as f64;
+    m.sleep_ticks =
+        sleep_ticks(exp, opts.wait_mult, m.z1_ms, Some(locked_ms)).or(Some(e.sleep_ticks()));
 }
 
 /// Blocks until `target` groups are traced. False when the thread exited

@@ -63,22 +63,7 @@ impl QemuMachine {
         extra.extend(a.req.extra_cmdline.iter().cloned());
         extra.extend(test_append(&a.req.cell.id()));
         let cmdline = args::kernel_cmdline(arch, a.tsc_khz, &extra);
-        // A latency profile: the volume (and the warm-up disk, so that the
-        // calibration's zeroings cost what the measured one will) are served
-        // by the harness's NBD server, with one hold for both.
-        let (hold, nbd, warm_nbd) = match a.storage.latency {
-            Some(profile) => {
-                // The cell keeps it in storage.txt (its Machine::zero_hold).
-                let hold = Hold::new(profile.initial_hold(arch, a.accel));
-                let vol = nbd_server(folder, a.volume, &folder.volume_nbd_sock(), &hold)?;
-                let warm = match a.warmup {
-                    Some(w) => Some(nbd_server(folder, w, &folder.warmup_nbd_sock(), &hold)?),
-                    None => None,
-                };
-                (Some(hold), Some(vol), warm)
-            }
-            None => (None, None, None),
-        };
+        let (hold, nbd, warm_nbd) = latency_servers(&a)?;
         let volume = match &nbd {
             Some(n) => args::VolumeSource::NbdUnix(n.socket()),
             None => args::VolumeSource::File(a.volume),
@@ -109,19 +94,7 @@ impl QemuMachine {
             .join(" ");
         // Kept so a failing guest can be rerun by hand.
         folder.put(CellFolder::QEMU_CMDLINE, format!("{command_line}\n"))?;
-        let stderr_log = folder.qemu_stderr();
-        let stderr = folder.create_file(&stderr_log)?;
-        let mut process = QemuProcess::spawn(arch.qemu_binary(), &argv, stderr, &stderr_log)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    ProviderError::MissingTool {
-                        tool: arch.qemu_binary().into(),
-                        install: "run scripts/setup-host.sh".into(),
-                    }
-                } else {
-                    ProviderError::infra(format!("cannot start {}: {e}", arch.qemu_binary()))
-                }
-            })?;
+        let mut process = spawn(folder, arch, &argv)?;
         // QEMU fails fast on bad arguments or a taken port; catch that here.
         tokio::time::sleep(Duration::from_millis(300)).await;
         if let Some(st) = process.try_exited() {
@@ -309,4 +282,44 @@ fn nbd_server(
         None => None,
     };
     NbdServer::start(volume, socket, hold.clone(), trace)
+}
+
+/// The NBD servers of a latency profile (none without one): the volume
+/// and the warm-up disk (so that the calibration's zeroings cost what the
+/// measured one will) are served by the harness, with one hold for both.
+type Servers = (Option<Hold>, Option<NbdServer>, Option<NbdServer>);
+
+fn latency_servers(a: &StartArgs<'_>) -> Result<Servers, ProviderError> {
+    let Some(profile) = a.storage.latency else {
+        return Ok((None, None, None));
+    };
+    let folder = &a.req.folder;
+    // The cell keeps it in storage.txt (its Machine::zero_hold).
+    let hold = Hold::new(profile.initial_hold(a.req.cell.arch, a.accel));
+    let vol = nbd_server(folder, a.volume, &folder.volume_nbd_sock(), &hold)?;
+    let warm = match a.warmup {
+        Some(w) => Some(nbd_server(folder, w, &folder.warmup_nbd_sock(), &hold)?),
+        None => None,
+    };
+    Ok((Some(hold), Some(vol), warm))
+}
+
+/// Starts QEMU with its stderr in the cell's folder.
+fn spawn(
+    folder: &CellFolder,
+    arch: Arch,
+    argv: &[std::ffi::OsString],
+) -> Result<QemuProcess, ProviderError> {
+    let stderr_log = folder.qemu_stderr();
+    let stderr = folder.create_file(&stderr_log)?;
+    QemuProcess::spawn(arch.qemu_binary(), argv, stderr, &stderr_log).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ProviderError::MissingTool {
+                tool: arch.qemu_binary().into(),
+                install: "run scripts/setup-host.sh".into(),
+            }
+        } else {
+            ProviderError::infra(format!("cannot start {}: {e}", arch.qemu_binary()))
+        }
+    })
 }

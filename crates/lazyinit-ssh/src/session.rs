@@ -239,6 +239,7 @@ impl Session {
         Ok(ch)
     }
 
+// Long: one non-blocking read loop over both streams, its timeout and cancel, then the exit status.
     /// Reads stdout and stderr together (non-blocking, so neither stream can
     /// fill its window and stall the other) until EOF, then the exit status.
     fn finish(

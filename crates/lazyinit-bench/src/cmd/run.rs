@@ -216,6 +216,7 @@ fn install_signal_handler(cancel: Arc<AtomicBool>) {
     });
 }
 
+// Long: the run command top to bottom (spec, provider, plan, events, run, summary, exit code), read in one go.
 pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     let mut spec = resolve_spec(&a.spec)?;
     if a.alone {
