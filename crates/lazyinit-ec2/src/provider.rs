@@ -232,7 +232,7 @@ impl Ec2Provider {
         Ok(())
     }
 
-// Long: the AWS steps in the order they happen, each registered with the one guard that undoes them all.
+    // Long: the AWS steps in the order they happen, each registered with the one guard that undoes them all.
     async fn launch_inner(
         &self,
         req: &LaunchRequest,

@@ -29,7 +29,7 @@ use lazyinit_core::{Arch, Cell, CellFolder, KernelProfile, StorageProfile};
 use nbd::ThreadLevel;
 use serde::{Deserialize, Serialize};
 
-/// `[provider.qemu]` in an experiment spec.
+/// `[provider-config.qemu]` in an experiment spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct QemuConfig {
