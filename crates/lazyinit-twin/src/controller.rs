@@ -253,7 +253,7 @@ impl Ctx {
         });
     }
 
-// Long: one pass over every instance state the emulator can be in, each case a few lines.
+    // Long: one pass over every instance state the emulator can be in, each case a few lines.
     async fn tick(
         &self,
         running: &mut HashMap<String, Running>,
@@ -413,7 +413,7 @@ impl Ctx {
             .unwrap_or_else(|| ShutdownBehavior::Stop.as_str().to_string())
     }
 
-// Long: a cloud-init boot in the order it happens (folder, keys, volumes, QEMU), as the twin plays it.
+    // Long: a cloud-init boot in the order it happens (folder, keys, volumes, QEMU), as the twin plays it.
     async fn start_guest(
         &self,
         inst: &aws_sdk_ec2::types::Instance,

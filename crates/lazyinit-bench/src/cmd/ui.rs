@@ -128,7 +128,7 @@ impl Bars {
             .bar_of
             .entry(cell.clone())
             .or_insert_with(|| {
-                let pb = mp.insert_before(&total, ProgressBar::new(1));
+                let pb = mp.insert_before(total, ProgressBar::new(1));
                 pb.set_style(style.clone());
                 pb.set_prefix(cell.clone());
                 pb
