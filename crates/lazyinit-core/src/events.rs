@@ -1,5 +1,6 @@
-//! Typed progress events. The orchestrator and providers emit them; the
-//! terminal UI and the log consume them. Nothing below the CLI prints.
+//! Typed progress events. The orchestrator emits them (the guest protocol
+//! through the sink it is given); the terminal UI and the log consume
+//! them. Nothing below the CLI prints.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

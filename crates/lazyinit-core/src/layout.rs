@@ -14,7 +14,7 @@
 //!                         resume, the cell's row was lost
 //!     error.txt           a failed cell's error and console tail (runner)
 //!     row.csv             its row, when results.csv could not take it (runner)
-//!     facts.txt           what the guest said it is (guest protocol)
+//!     facts.txt           what the guest said it is (guest protocol's Evidence)
 //!     trace.txt           the raw ftrace buffer (guest protocol)
 //!     groups.csv          per traced group (guest protocol; .csv.gz once
 //!                         published)
@@ -26,7 +26,8 @@
 //! ```
 //!
 //! The runner, the providers, the guest protocol and `report` all reach
-//! these files through the two types here.
+//! these files through the two types here; this module names them and
+//! does no I/O ([`crate::writer`] writes them).
 
 use std::path::{Path, PathBuf};
 
@@ -100,7 +101,8 @@ impl CellFolder {
     /// Written by the runner when the cell's row could not be appended to
     /// `results.csv`: the header and the row, to append by hand.
     pub const ROW_CSV: &'static str = "row.csv";
-    /// Written by the guest protocol.
+    /// What the guest protocol returns (`writer::Evidence`), written by
+    /// the cell.
     pub const FACTS_TXT: &'static str = "facts.txt";
     pub const TRACE_TXT: &'static str = "trace.txt";
     pub const GROUPS_CSV: &'static str = "groups.csv";
@@ -109,8 +111,8 @@ impl CellFolder {
     pub const CALIBRATION_CSV: &'static str = "calibration.csv";
     /// Each lock check of an early stop (`estimate-after`).
     pub const ESTIMATE_TXT: &'static str = "estimate.txt";
-    /// The volume's hold: set by the QEMU provider, rewritten by the
-    /// calibration with what it found.
+    /// The volume's hold: the one the provider started with, then what
+    /// the calibration found and set (`writer::StorageNote`).
     pub const STORAGE_TXT: &'static str = "storage.txt";
     /// The guest's console; every provider keeps one (the KCIDB export
     /// makes it the test's log).
@@ -138,9 +140,6 @@ impl CellFolder {
 
     pub fn path(&self) -> &Path {
         &self.dir
-    }
-    pub fn create(&self) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)
     }
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)

@@ -4,12 +4,14 @@
 //! matrix is ([`cell`]), what the model predicts for it ([`model`]), what a
 //! result row looks like on disk ([`results`]), the figures of the 2021 report
 //! ([`reported`]), the progress events the orchestrator emits ([`events`]),
-//! the results folder's files ([`layout`]) and the one seam that has several
+//! the results folder's files ([`layout`]) and their one writer
+//! ([`writer`]), and the one seam that has several
 //! implementations, the [`provider::Provider`].
 
 pub mod cell;
 pub mod estimate;
 pub mod events;
+pub mod evidence;
 pub mod exit;
 pub mod layout;
 pub mod model;
@@ -22,12 +24,14 @@ pub mod shell;
 pub mod size;
 pub mod storage;
 pub mod ticks;
+pub mod writer;
 
 pub use cell::{Arch, Cell, Hz, KernelSource, Variant};
 pub use layout::{CellFolder, RunFolder};
 pub use provider::KernelProfile;
 pub use size::ByteSize;
 pub use storage::StorageProfile;
+pub use writer::WriteError;
 
 /// Version of the harness, recorded in every result row.
 pub const HARNESS_VERSION: &str = env!("CARGO_PKG_VERSION");

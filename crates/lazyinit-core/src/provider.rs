@@ -202,6 +202,9 @@ pub enum ProviderError {
     Infrastructure { message: String, detail: String },
     #[error("interrupted")]
     Interrupted,
+    /// A file of the cell's folder could not be written.
+    #[error(transparent)]
+    Write(#[from] crate::WriteError),
 }
 
 fn fmt_detail(d: &str) -> String {
@@ -225,6 +228,7 @@ impl ProviderError {
             ProviderError::MissingTool { .. } => exit::MISSING_TOOL,
             ProviderError::Infrastructure { .. } => exit::INFRASTRUCTURE,
             ProviderError::Interrupted => exit::INTERRUPTED,
+            ProviderError::Write(_) => exit::INFRASTRUCTURE,
         }
     }
 }

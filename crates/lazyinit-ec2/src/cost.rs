@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use lazyinit_core::model;
 use lazyinit_core::Cell;
 use serde::Serialize;
 
@@ -22,13 +21,6 @@ pub struct CostEstimate {
     pub instance_hours: f64,
     pub volume_gb_hours: f64,
     pub usd: f64,
-}
-
-/// The model's lazyinit duration for a cell (default zeroing time, mean
-/// start delay): what `plan` passes to [`estimate`].
-pub fn predicted_lazyinit(cell: &Cell) -> Duration {
-    let p = model::predict_cell(cell.hz, cell.variant, cell.wait_mult, cell.volume);
-    Duration::from_secs_f64(p.lazyinit_s + model::MEAN_START_DELAY_S)
 }
 
 /// API calls per cell when no wait needs a second poll: RunInstances,
@@ -106,7 +98,15 @@ pub fn estimate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazyinit_core::model;
     use lazyinit_core::{Arch, Hz, KernelSource, Variant};
+
+    /// The model's lazyinit duration for a cell (default zeroing time,
+    /// mean start delay).
+    fn predicted_lazyinit(cell: &Cell) -> Duration {
+        let p = model::predict_cell(cell.hz, cell.variant, cell.wait_mult, cell.volume);
+        Duration::from_secs_f64(p.lazyinit_s + model::MEAN_START_DELAY_S)
+    }
 
     /// The eight cells of the 2021 report: arm64 (c6g, HZ=100) and x86_64
     /// (c5, HZ=250), with and without the fix, 2 TiB and 3 TiB.

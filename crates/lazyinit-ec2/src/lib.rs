@@ -27,7 +27,7 @@ pub mod wait;
 pub use cleanup::{cleanup, CleanupReport, Sweep};
 pub use client::{ApiCounter, Counts, IAM_ACTIONS};
 pub use config::Ec2Config;
-pub use cost::{api_calls, estimate, predicted_lazyinit, CostEstimate};
+pub use cost::{api_calls, estimate, CostEstimate};
 pub use error::Ec2Error;
 pub use machine::kexec_plan;
 pub use machine::{Ec2Machine, LaunchRecord};

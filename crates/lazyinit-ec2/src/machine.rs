@@ -163,7 +163,12 @@ impl Machine for Ec2Machine {
         // stand in the way of terminating a machine that costs money.
         match self.refresh_console().await {
             Ok(text) => {
-                let _ = std::fs::write(self.folder.console_log(), text);
+                if let Err(e) = self
+                    .folder
+                    .put(lazyinit_core::CellFolder::CONSOLE_LOG, text)
+                {
+                    tracing::warn!("{}", lazyinit_core::exit::chain_text(&e));
+                }
             }
             Err(e) => tracing::info!("console of {} not saved: {e}", self.record.instance_id),
         }

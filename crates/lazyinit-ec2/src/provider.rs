@@ -236,6 +236,7 @@ impl Ec2Provider {
         Ok(())
     }
 
+    // Long: the AWS steps in the order they happen, each registered with the one guard that undoes them all.
     async fn launch_inner(
         &self,
         req: &LaunchRequest,
@@ -502,12 +503,10 @@ impl Provider for Ec2Provider {
             self.pace(),
             &self.cfg.cleanup_command(&req.run_id),
         );
-        // The launch record is the only note of what was made: a cell that
-        // cannot write it fails, and what was made goes.
-        let launched = match self.launch_inner(req, &guard).await {
-            Ok(r) => write_record(&req.folder, &r).map(|()| r),
-            Err(e) => Err(e.with_budget(&self.budget())),
-        };
+        let launched = self
+            .launch_inner(req, &guard)
+            .await
+            .map_err(|e| e.with_budget(&self.budget()));
         let record = match launched {
             Ok(r) => r,
             Err(e) => {
@@ -518,6 +517,23 @@ impl Provider for Ec2Provider {
                 });
             }
         };
+        // The launch record is the only note of what this cell owns: a
+        // launch that cannot keep it fails and gives what it made back.
+        let json = serde_json::to_string_pretty(&record).unwrap_or_default();
+        let kept = req
+            .folder
+            .create()
+            .and_then(|()| req.folder.put(lazyinit_core::CellFolder::EC2_JSON, json));
+        if let Err(e) = kept {
+            let err = ProviderError::Write(e);
+            return Err(match guard.release().await {
+                Ok(()) => err,
+                Err(leak) => ProviderError::infra(format!(
+                    "{}\nand then: {leak}",
+                    lazyinit_core::exit::chain_text(&err)
+                )),
+            });
+        }
         Ok(Box::new(Ec2Machine {
             guard,
             client: self.client().await.clone(),
@@ -533,26 +549,6 @@ impl Provider for Ec2Provider {
 
 /// Writes `ec2.json` into the cell's folder whole (a temporary file
 /// renamed over it), or says why not.
-fn write_record(folder: &lazyinit_core::CellFolder, r: &LaunchRecord) -> Result<(), Ec2Error> {
-    use std::io::Write;
-    let path = folder.ec2_json();
-    let fail = |e: &dyn std::fmt::Display| {
-        Ec2Error::Unexpected(format!(
-            "cannot record the launch in {}: {e}",
-            path.display()
-        ))
-    };
-    folder.create().map_err(|e| fail(&e))?;
-    let json = serde_json::to_string_pretty(r).map_err(|e| fail(&e))?;
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| fail(&e))?;
-    tmp.write_all(json.as_bytes())
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| fail(&e))?;
-    tmp.persist(&path).map_err(|e| fail(&e.error))?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use lazyinit_core::estimate::{self, Estimate, Trace, MIN_GROUPS};
 use lazyinit_core::events::{Event, Phase};
+use lazyinit_core::writer::Evidence;
 
 use crate::parse::{self, key_values};
 use crate::protocol::{
@@ -33,10 +34,10 @@ pub(crate) fn early_stop(
     remote: &mut dyn Remote,
     exp: &Expectation,
     opts: &ProtocolOptions,
-    to_init: u64,
-    mounted_at: Instant,
+    (to_init, mounted_at): (u64, Instant),
     critical: Box<dyn Send>,
     m: &mut Measurement,
+    ev: &mut Evidence,
 ) -> Result<bool, GuestError> {
     let Some(after) = opts.estimate_after else {
         return Ok(false);
@@ -55,7 +56,7 @@ pub(crate) fn early_stop(
     while target < to_init {
         if !wait_for_groups(remote, opts, target, to_init, mounted_at)? {
             log.push_str("exited before the cycle locked: measured\n");
-            let _ = std::fs::write(opts.folder.estimate_txt(), &log);
+            ev.estimate_log = Some(log);
             return Ok(false);
         }
         let trace = check(
@@ -83,27 +84,10 @@ pub(crate) fn early_stop(
             Ok(e) => {
                 let _ = writeln!(log, "check at {}: locked", t_s.len());
                 log.push_str(&summary(&e));
-                opts.events.note(
-                    cell,
-                    format!(
-                        "estimate from {} groups: {:.1} s (95% {:.1}-{:.1}), L={}",
-                        e.groups_traced,
-                        e.lazyinit_s,
-                        e.lo_s,
-                        e.hi_s,
-                        e.sleep_ticks()
-                    ),
-                );
-                opts.events.phase(cell, Phase::Collect);
-                let _ = std::fs::write(opts.folder.trace_txt(), &trace);
-                let _ = std::fs::write(opts.folder.groups_csv(), s.groups_csv());
-                let _ = std::fs::write(opts.folder.estimate_txt(), &log);
-                fill(m, &s, done, &e);
-                // The kernel's L, as a measured run says it (with the fix
-                // from z1: a cycle of L + 2 ticks is not L + 1).
-                let locked_ms = e.ticks as f64 * 1000.0 / exp.hz.get() as f64;
-                m.sleep_ticks = sleep_ticks(exp, opts.wait_mult, m.z1_ms, Some(locked_ms))
-                    .or(Some(e.sleep_ticks()));
+                ev.groups_csv = Some(s.groups_csv());
+                ev.trace = Some(trace);
+                ev.estimate_log = Some(log);
+                locked(exp, opts, &e, (&s, done), m);
                 return Ok(true);
             }
             Err(why) => {
@@ -117,8 +101,38 @@ pub(crate) fn early_stop(
         }
     }
     log.push_str("the next check would be past the last group: measured\n");
-    let _ = std::fs::write(opts.folder.estimate_txt(), &log);
+    ev.estimate_log = Some(log);
     Ok(false)
+}
+
+/// The cycle locked: say so, and fill the row from the estimate and the
+/// groups so far (`done`: the trace clock at the end of the mount).
+fn locked(
+    exp: &Expectation,
+    opts: &ProtocolOptions,
+    e: &Estimate,
+    (s, done): (&parse::TraceSummary, f64),
+    m: &mut Measurement,
+) {
+    let cell = &opts.cell_id;
+    opts.events.note(
+        cell,
+        format!(
+            "estimate from {} groups: {:.1} s (95% {:.1}-{:.1}), L={}",
+            e.groups_traced,
+            e.lazyinit_s,
+            e.lo_s,
+            e.hi_s,
+            e.sleep_ticks()
+        ),
+    );
+    opts.events.phase(cell, Phase::Collect);
+    fill(m, s, done, e);
+    // The kernel's L, as a measured run says it (with the fix from z1: a
+    // cycle of L + 2 ticks is not L + 1).
+    let locked_ms = e.ticks as f64 * 1000.0 / exp.hz.get() as f64;
+    m.sleep_ticks =
+        sleep_ticks(exp, opts.wait_mult, m.z1_ms, Some(locked_ms)).or(Some(e.sleep_ticks()));
 }
 
 /// Blocks until `target` groups are traced. False when the thread exited

@@ -34,11 +34,6 @@ impl SshRemote {
         Ok(Self { session })
     }
 
-    /// Wraps a session made elsewhere (after a kexec, for example).
-    pub fn from_session(session: Session) -> Self {
-        Self { session }
-    }
-
     pub fn session(&self) -> &Session {
         &self.session
     }

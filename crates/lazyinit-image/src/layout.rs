@@ -111,6 +111,7 @@ fn resolve_link(link: &str, target: &str) -> Option<String> {
     Some(parts.join("/"))
 }
 
+// Long: the archive's parts in the order they are laid out, one block each.
 /// Builds the archive from the packages unpacked under `root`. `readelf` is
 /// injected so the closure logic can be tested on a made-up tree.
 pub fn assemble(

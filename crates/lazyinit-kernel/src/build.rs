@@ -9,12 +9,13 @@ use std::time::Instant;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::cache::{self, Manifest};
+use crate::decide;
 use crate::error::KernelError;
 use crate::fragments;
 use crate::source::{self, ResolvedSource};
 use crate::tools;
 use crate::userconfig;
-use crate::variant::{self, Detected, Method, Patch};
+use crate::variant::{self, Method, Patch};
 use crate::{BuildEvent, BuildOptions, KernelArtifact, KernelSpec};
 
 const SOURCE_MARKER: &str = ".lazyinit-source";
@@ -286,102 +287,18 @@ pub(crate) async fn build(
         log: slot.join("build.log"),
     };
     let _ = std::fs::remove_file(&ctx.log);
-    let started = Instant::now();
-    let mut tree = prepare_tree(&ctx, &plan, &slot).await?;
-    // An interrupted or hand-edited tree whose ext4 text is neither variant
-    // cannot be switched by patches: start again from the source.
-    let released = plan.resolved.facts.released;
-    if released != Detected::Unknown
-        && variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?) == Detected::Unknown
-    {
-        ctx.step("ext4_run_li_request in the build tree is neither variant: unpacking again");
-        let _ = std::fs::remove_file(tree.join(SOURCE_MARKER));
-        tree = prepare_tree(&ctx, &plan, &slot).await?;
-    }
-    let patch = switch_variant(&ctx, &plan, &tree).await?;
-    let configured = match &plan.base {
-        None => configure(&ctx, &plan, &slot, &tree).await?,
-        Some(base) => configure_on(&ctx, &plan, base, &slot, &tree).await?,
-    };
-    let config_text = configured.text;
-
-    ctx.step(format!("make {}", image_target(spec)));
-    ctx.run("make", &tree, &ctx.make_argv(image_target(spec), &[]))
-        .await?;
-    let build_seconds = started.elapsed().as_secs_f64();
-
-    let release = read(&tree.join("include/config/kernel.release"))?
-        .trim()
-        .to_string();
-    let localversion = fragments::localversion(spec.hz, spec.variant);
-    if !release.ends_with(&localversion) {
-        return Err(KernelError::Step(format!(
-            "the built kernel calls itself `{release}`, not ...`{localversion}`: was LOCALVERSION overridden?"
-        )));
-    }
-    // The tree may have changed under us only through this slot, which is
-    // locked; still, confirm the variant the compiled text had.
-    let now = variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?);
-    if now.variant() != Some(spec.variant) {
-        return Err(KernelError::VariantCheck {
-            wanted: spec.variant.to_string(),
-            found: format!("{now:?}"),
-            tree: tree.clone(),
-        });
-    }
-
-    ctx.step("publish");
-    let image_src = tree.join(spec.arch.image_path());
-    let image_file = image_src
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "Image".into());
-    let image = std::fs::read(&image_src).map_err(|e| KernelError::io(&image_src, e))?;
-    let manifest = Manifest {
-        arch: spec.arch,
-        hz: spec.hz,
-        variant: spec.variant,
-        profile: spec.profile,
-        source: spec.source.clone(),
-        source_identity: plan.resolved.facts.identity.clone(),
-        source_version: plan.resolved.facts.version.clone(),
-        debian_package: plan.resolved.debian_package.clone(),
-        kernel_release: release,
-        localversion,
-        variant_method: plan.method,
-        patch: patch.map(|p| p.name.to_string()),
-        patch_sha256: patch.map(|p| lazyinit_core::paths::sha256_hex(p.text)),
-        released_variant: plan.resolved.facts.released.variant(),
-        config_sha256: lazyinit_core::paths::sha256_hex(&config_text),
-        config_origin: plan
-            .base
-            .as_ref()
-            .map_or_else(|| cache::FRAGMENTS_ORIGIN.to_string(), |b| b.origin()),
-        config_set: configured
-            .report
-            .as_ref()
-            .map(|r| r.set.iter().map(|c| c.to_string()).collect())
-            .unwrap_or_default(),
-        config_followed: configured.report.as_ref().map_or(0, |r| r.followed.len()),
-        fragment_sha256: lazyinit_core::paths::sha256_hex(&plan.merged),
-        image_file: image_file.clone(),
-        image_sha256: lazyinit_core::paths::sha256_hex(&image),
-        image_bytes: image.len() as u64,
-        compiler: plan.compiler.clone(),
-        build_seconds,
-        built_at: chrono::Utc::now(),
-        cache_key: plan.key.clone(),
-        recipe_version: cache::RECIPE_VERSION,
-    };
-    let changes = match (&configured.report, &plan.base) {
+    let built = make(&ctx, &plan, &slot).await?;
+    let changes = match (&built.configured.report, &plan.base) {
         (Some(r), Some(b)) => Some(r.render(&b.origin())),
         _ => None,
     };
+    ctx.step("publish");
+    let manifest = manifest(spec, &plan, &built);
     publish(
         &plan.final_dir,
         &manifest,
-        &image,
-        &config_text,
+        &built.image,
+        &built.configured.text,
         &plan.merged,
         changes.as_deref(),
         &ctx.log,
@@ -392,6 +309,106 @@ pub(crate) async fn build(
             plan.final_dir.display()
         ))
     })
+}
+
+/// A kernel made in its slot, checked, not yet published.
+struct Built {
+    configured: Configured,
+    patch: Option<Patch>,
+    release: String,
+    localversion: String,
+    image_file: String,
+    image: Vec<u8>,
+    build_seconds: f64,
+}
+
+/// Prepares the slot's tree, switches its variant, configures and makes
+/// it, and refuses a kernel of another name or variant.
+async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Built, KernelError> {
+    let spec = ctx.spec;
+    let started = Instant::now();
+    let mut tree = prepare_tree(ctx, plan, slot).await?;
+    let in_tree = variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?);
+    if decide::unpack_again(plan.resolved.facts.released, in_tree) {
+        ctx.step("ext4_run_li_request in the build tree is neither variant: unpacking again");
+        let _ = std::fs::remove_file(tree.join(SOURCE_MARKER));
+        tree = prepare_tree(ctx, plan, slot).await?;
+    }
+    let patch = switch_variant(ctx, plan, &tree).await?;
+    let configured = match &plan.base {
+        None => configure(ctx, plan, slot, &tree).await?,
+        Some(base) => configure_on(ctx, plan, base, slot, &tree).await?,
+    };
+
+    ctx.step(format!("make {}", image_target(spec)));
+    ctx.run("make", &tree, &ctx.make_argv(image_target(spec), &[]))
+        .await?;
+    let build_seconds = started.elapsed().as_secs_f64();
+
+    let release = read(&tree.join("include/config/kernel.release"))?
+        .trim()
+        .to_string();
+    let localversion = fragments::localversion(spec.hz, spec.variant);
+    decide::check_release(&release, &localversion)?;
+    // The tree may have changed under us only through this slot, which is
+    // locked; still, confirm the variant the compiled text had.
+    let now = variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?);
+    decide::check_compiled(now, spec.variant, &tree)?;
+
+    let image_src = tree.join(spec.arch.image_path());
+    let image_file = image_src
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "Image".into());
+    let image = std::fs::read(&image_src).map_err(|e| KernelError::io(&image_src, e))?;
+    Ok(Built {
+        configured,
+        patch,
+        release,
+        localversion,
+        image_file,
+        image,
+        build_seconds,
+    })
+}
+
+/// What the cache records of a build.
+fn manifest(spec: &KernelSpec, plan: &Plan, b: &Built) -> Manifest {
+    let report = b.configured.report.as_ref();
+    Manifest {
+        arch: spec.arch,
+        hz: spec.hz,
+        variant: spec.variant,
+        profile: spec.profile,
+        source: spec.source.clone(),
+        source_identity: plan.resolved.facts.identity.clone(),
+        source_version: plan.resolved.facts.version.clone(),
+        debian_package: plan.resolved.debian_package.clone(),
+        kernel_release: b.release.clone(),
+        localversion: b.localversion.clone(),
+        variant_method: plan.method,
+        patch: b.patch.map(|p| p.name.to_string()),
+        patch_sha256: b.patch.map(|p| lazyinit_core::paths::sha256_hex(p.text)),
+        released_variant: plan.resolved.facts.released.variant(),
+        config_sha256: lazyinit_core::paths::sha256_hex(&b.configured.text),
+        config_origin: plan
+            .base
+            .as_ref()
+            .map_or_else(|| cache::FRAGMENTS_ORIGIN.to_string(), |b| b.origin()),
+        config_set: report
+            .map(|r| r.set.iter().map(|c| c.to_string()).collect())
+            .unwrap_or_default(),
+        config_followed: report.map_or(0, |r| r.followed.len()),
+        fragment_sha256: lazyinit_core::paths::sha256_hex(&plan.merged),
+        image_file: b.image_file.clone(),
+        image_sha256: lazyinit_core::paths::sha256_hex(&b.image),
+        image_bytes: b.image.len() as u64,
+        compiler: plan.compiler.clone(),
+        build_seconds: b.build_seconds,
+        built_at: chrono::Utc::now(),
+        cache_key: plan.key.clone(),
+        recipe_version: cache::RECIPE_VERSION,
+    }
 }
 
 /// Download what a source needs first: an upstream tarball by version, or
@@ -434,12 +451,7 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
     let tree = slot.join("linux");
     let marker = tree.join(SOURCE_MARKER);
     let identity = &plan.resolved.facts.identity;
-    if std::fs::read_to_string(&marker)
-        .ok()
-        .as_deref()
-        .map(str::trim)
-        == Some(identity.as_str())
-    {
+    if decide::reuse_tree(std::fs::read_to_string(&marker).ok().as_deref(), identity) {
         return Ok(tree);
     }
     ctx.step(format!("unpack {}", plan.resolved.source));
@@ -489,32 +501,22 @@ async fn switch_variant(
     });
     let wanted = ctx.spec.variant;
     let now = variant::detect_file(&read(&super_c)?);
+    let steps = decide::switch(now, wanted, applied, plan.method);
     let mut carried = applied;
-    if now.variant() != Some(wanted) {
-        if let Some(p) = applied {
-            // The tree carries the other variant's patch: take it back out.
-            ctx.step(format!("unapply {}", p.name));
-            apply_patch(ctx, tree, &p, true).await?;
-            let _ = std::fs::remove_file(&marker);
-            carried = None;
-        }
-        if plan.method != Method::AsReleased {
-            carried = Some(apply_first(ctx, plan, tree).await?);
-            std::fs::write(&marker, carried.unwrap().name)
-                .map_err(|e| KernelError::io(&marker, e))?;
-        }
+    if let Some(p) = steps.unapply {
+        // The tree carries the other variant's patch: take it back out.
+        ctx.step(format!("unapply {}", p.name));
+        apply_patch(ctx, tree, &p, true).await?;
+        let _ = std::fs::remove_file(&marker);
+        carried = None;
+    }
+    if steps.apply {
+        let p = apply_first(ctx, plan, tree).await?;
+        std::fs::write(&marker, p.name).map_err(|e| KernelError::io(&marker, e))?;
+        carried = Some(p);
     }
     let after = variant::detect_file(&read(&super_c)?);
-    if after.variant() != Some(wanted) {
-        return Err(KernelError::VariantCheck {
-            wanted: wanted.to_string(),
-            found: match after {
-                Detected::Unknown => "neither form".into(),
-                d => format!("{d:?}").to_lowercase(),
-            },
-            tree: tree.to_path_buf(),
-        });
-    }
+    decide::check_switched(after, wanted, tree)?;
     Ok(carried)
 }
 

@@ -25,6 +25,7 @@ pub use lazyinit_core::{Arch, Hz, KernelSource, Variant};
 mod build;
 pub mod cache;
 pub mod debian;
+mod decide;
 pub mod error;
 pub mod fetch;
 pub mod fragments;

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use lazyinit_core::events::{Event, Phase};
 use lazyinit_core::provider::{KernelBoot, KexecPlan, LaunchRequest, Machine};
 use lazyinit_core::results::{Measurement, ResultRow, ResultsWriter, Status};
-use lazyinit_core::{exit, model, Cell, Variant};
+use lazyinit_core::writer::Evidence;
+use lazyinit_core::{exit, model, Cell, CellFolder, Variant};
 use lazyinit_guest::install::KernelUnderTest;
 use lazyinit_guest::{Expectation, ProtocolOptions, Remote};
 
@@ -25,11 +26,9 @@ type Held = Arc<tokio::sync::Mutex<Box<dyn Machine>>>;
 pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
     let id = cell.id();
     let folder = sh.folder.cell(&id);
-    let _ = folder.create();
     // Until its row is recorded: a later run that finds it knows the row
     // was lost with this run (killed), and says so in the rows.
-    let _ = std::fs::write(folder.running(), format!("{}\n", std::process::id()));
-    let running = folder.running();
+    let marked = folder.create().and_then(|()| folder.mark_running());
     let kernel = &sh.built.kernels[&KernelNeed::of(&cell)];
     let req = LaunchRequest {
         run_id: sh.run_id.clone(),
@@ -42,6 +41,11 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
         storage_profile: sh.settings.storage_profile,
     };
     let mut row = blank_row(sh, &cell, &kernel.release);
+    if let Err(e) = marked {
+        // A cell whose folder cannot be written keeps nothing, and a
+        // killed run could not tell that it had started: not run.
+        return record(sh, &req, row, Err(CellError::Write(e)), None);
+    }
 
     sh.events.phase(&id, Phase::Launch);
     tracing::info!(cell = %id, storage = %sh.settings.storage_profile, "launching");
@@ -50,19 +54,26 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
         Ok(m) => m,
         Err(e) => {
             let status = record(sh, &req, row, Err(CellError::Launch(e)), None);
-            let _ = std::fs::remove_file(&running);
+            clear_running(&req);
             return status;
         }
     };
     let info = machine.info();
     row.machine = info.machine;
     row.accel = info.accel;
+    // What the protocol keeps beside the row, from the hold the volume
+    // started with (a provider that holds zero requests).
+    let mut ev = Evidence::default();
+    ev.storage.initial = machine
+        .zero_hold()
+        .map(|h| (sh.settings.storage_profile.to_string(), h.get()));
     let machine: Held = Arc::new(tokio::sync::Mutex::new(machine));
 
     let gate = sh
         .gate
         .for_cell(&id, sh.nice.get(&id).copied().unwrap_or(0));
-    let measured = on_machine(sh, &req, &machine, launched, &gate, &mut row).await;
+    let measured = on_machine(sh, &req, &machine, launched, &gate, &mut row, &mut ev).await;
+    let measured = keep_evidence(&req, &ev, measured);
 
     let mut machine = machine.lock().await;
     let tail = machine.console_tail(40);
@@ -81,8 +92,35 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
         row.estimate_after = sh.settings.estimate_after;
     });
     let status = record(sh, &req, row, result, Some(tail));
-    let _ = std::fs::remove_file(&running);
+    clear_running(&req);
     status
+}
+
+/// Writes what the protocol returned into the cell's folder. A cell that
+/// measured but cannot keep its evidence fails (the row would cite files
+/// that are not there); one that failed already keeps its own error, and
+/// the write's is logged.
+fn keep_evidence(
+    req: &LaunchRequest,
+    ev: &Evidence,
+    measured: Result<Measurement, CellError>,
+) -> Result<Measurement, CellError> {
+    match (req.folder.write_evidence(ev), measured) {
+        (Ok(()), m) => m,
+        (Err(e), Ok(_)) => Err(CellError::Write(e)),
+        (Err(e), Err(m)) => {
+            tracing::error!(cell = %req.cell.id(), "{}", exit::chain_text(&e));
+            Err(m)
+        }
+    }
+}
+
+/// The cell's row is recorded: its `.running` marker goes. One that stays
+/// only makes a later run remove it (the row is there), so it is logged.
+fn clear_running(req: &LaunchRequest) {
+    if let Err(e) = req.folder.clear_running() {
+        tracing::error!(cell = %req.cell.id(), "{}", exit::chain_text(&e));
+    }
 }
 
 /// The guest's part: wait for it, put the kernel under test in place if
@@ -94,6 +132,7 @@ async fn on_machine(
     launched: Instant,
     gate: &CellGate,
     row: &mut ResultRow,
+    ev: &mut Evidence,
 ) -> Result<Measurement, CellError> {
     let id = req.cell.id();
     // The boot runs at the harness's own priority: a short cell's guest at
@@ -106,7 +145,7 @@ async fn on_machine(
     if let KernelBoot::Kexec(plan) = kernel_boot {
         remote = install_kernel(sh, req, machine, remote, plan).await?;
     }
-    protocol(sh, req, machine, remote, gate).await
+    protocol(sh, req, machine, remote, gate, ev).await
 }
 
 /// Waits until the guest answers, its machine dies or the run is interrupted.
@@ -176,6 +215,7 @@ async fn protocol(
     machine: &Held,
     mut remote: Box<dyn Remote>,
     gate: &CellGate,
+    ev: &mut Evidence,
 ) -> Result<Measurement, CellError> {
     let cell = &req.cell;
     let (volume, warmup_device, hold) = {
@@ -199,7 +239,6 @@ async fn protocol(
         poll_interval: sh.settings.poll_interval,
         // Emulation can slow zeroing a lot; the no-fix model is the slow bound.
         lazyinit_deadline: Duration::from_secs_f64(nofix * 4.0 + 600.0),
-        folder: req.folder.clone(),
         cancel: sh.cancel.clone(),
         events: sh.events.clone(),
         gate: Arc::new(gate.clone()),
@@ -210,12 +249,17 @@ async fn protocol(
             .z1_target(cell.hz, cell.wait_mult),
         estimate_after: sh.settings.estimate_after,
     };
-    blocking("guest protocol", move || {
-        opts.device = lazyinit_guest::volume::find(&mut *remote, &volume)?;
-        lazyinit_guest::run(&mut *remote, &exp, &opts)
+    let mut kept = std::mem::take(ev);
+    let (measured, kept) = blocking("guest protocol", move || {
+        let measured = lazyinit_guest::volume::find(&mut *remote, &volume).and_then(|dev| {
+            opts.device = dev;
+            lazyinit_guest::run(&mut *remote, &exp, &opts, &mut kept)
+        });
+        (measured, kept)
     })
-    .await?
-    .map_err(|e| CellError::guest(CellError::Protocol, e))
+    .await?;
+    *ev = kept;
+    measured.map_err(|e| CellError::guest(CellError::Protocol, e))
 }
 
 /// Runs blocking guest I/O (SSH is blocking) on its own thread.
@@ -300,7 +344,9 @@ fn record(
             text.push_str(t);
             text.push('\n');
         }
-        let _ = std::fs::write(req.folder.error_txt(), text);
+        if let Err(w) = req.folder.put(CellFolder::ERROR_TXT, text) {
+            tracing::error!(cell = %row.cell_id, "{}", exit::chain_text(&w));
+        }
     }
     if let Err(e) = sh.writer.lock().unwrap().append(&row) {
         tracing::error!("cannot write the result row of {}: {e}", row.cell_id);

@@ -75,6 +75,9 @@ pub enum CellError {
     Panicked(&'static str, #[source] tokio::task::JoinError),
     #[error("interrupted")]
     Interrupted,
+    /// The cell's folder, its marker or a file it keeps.
+    #[error(transparent)]
+    Write(#[from] lazyinit_core::WriteError),
 }
 
 impl CellError {

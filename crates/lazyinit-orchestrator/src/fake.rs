@@ -26,7 +26,7 @@ use lazyinit_core::provider::{
     CellEstimate, Cost, Endpoint, KernelBoot, KexecPlan, LaunchRequest, Machine, MachineInfo,
     Provider, ProviderError, VolumeDevice,
 };
-use lazyinit_core::{model, Arch, Cell, KernelProfile, StorageProfile};
+use lazyinit_core::{model, Arch, Cell, CellFolder, KernelProfile, StorageProfile};
 use lazyinit_guest::fake::{FakeGuest, SharedGuest};
 use lazyinit_guest::{Connect, GuestError, Remote};
 use serde::{Deserialize, Serialize};
@@ -229,8 +229,9 @@ impl Provider for FakeProvider {
         guest.exit_at_poll = 2;
         let (lab, cell) = (self.lab.clone(), id.clone());
         guest.hook = Some(Arc::new(move |step| lab.hook(step, &cell)));
-        let _ = req.folder.create();
-        let _ = std::fs::write(req.folder.console_log(), format!("fake console of {id}\n"));
+        req.folder.create()?;
+        req.folder
+            .put(CellFolder::CONSOLE_LOG, format!("fake console of {id}\n"))?;
         let port = self.lab.inner.next_port.fetch_add(1, Ordering::SeqCst);
         self.lab
             .inner

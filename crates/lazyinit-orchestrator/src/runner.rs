@@ -383,7 +383,8 @@ async fn recover(
             tracing::warn!("{}: {}", p.id, row.error);
             writer.append(&row).map_err(RunError::Results)?;
         }
-        let _ = std::fs::remove_file(cell.running());
+        cell.clear_running()
+            .map_err(|e| RunError::Write(e.path, e.source))?;
     }
     Ok(())
 }
@@ -394,8 +395,9 @@ fn claim_folder<C: ProviderConfigs>(
     folder: &RunFolder,
     spec: &Spec<C>,
 ) -> Result<(nix::fcntl::Flock<std::fs::File>, ResultsWriter), RunError> {
-    std::fs::create_dir_all(folder.root())
-        .map_err(|e| RunError::Folder(folder.root().to_path_buf(), e))?;
+    folder
+        .create()
+        .map_err(|e| RunError::Folder(e.path, e.source))?;
     // One run per results folder: two would share cell folders, sockets
     // included, and one's teardown would stop the other's guests.
     let lock = lock_folder(folder)?;
@@ -405,12 +407,9 @@ fn claim_folder<C: ProviderConfigs>(
         .map_err(RunError::Results)?;
     if let Some(t) = torn {
         let kept = folder.results_torn();
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&kept)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{t}\n").as_bytes()))
-            .map_err(|e| RunError::Write(kept.clone(), e))?;
+        folder
+            .append(RunFolder::RESULTS_TORN, format!("{t}\n"))
+            .map_err(|e| RunError::Write(e.path, e.source))?;
         tracing::warn!(
             "{}: its last row was torn (a run killed while writing it): cut off and kept in {}; its cell runs again",
             folder.results_csv().display(),
@@ -418,47 +417,37 @@ fn claim_folder<C: ProviderConfigs>(
         );
     }
     let writer = ResultsWriter::open(folder.results_csv()).map_err(RunError::Results)?;
-    std::fs::write(
-        folder.spec_toml(),
-        toml::to_string_pretty(spec).unwrap_or_default(),
-    )
-    .map_err(|e| RunError::Write(folder.spec_toml(), e))?;
+    folder
+        .put(
+            RunFolder::SPEC_TOML,
+            toml::to_string_pretty(spec).unwrap_or_default(),
+        )
+        .map_err(|e| RunError::Write(e.path, e.source))?;
     // Every command that wrote rows here, for whoever checks a figure.
     let line = format!(
         "{} {}\n",
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         std::env::args().collect::<Vec<_>>().join(" ")
     );
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(folder.command_txt())
-        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()))
-        .map_err(|e| RunError::Write(folder.command_txt(), e))?;
+    folder
+        .append(RunFolder::COMMAND_TXT, line)
+        .map_err(|e| RunError::Write(e.path, e.source))?;
     Ok((lock, writer))
 }
 
 /// Takes `<dir>/.lock` (flock, released when the process ends whatever
 /// way it ends) or says which process holds it.
 fn lock_folder(folder: &RunFolder) -> Result<nix::fcntl::Flock<std::fs::File>, RunError> {
-    use std::io::{Read, Seek, Write};
-    let path = folder.lock();
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| RunError::Folder(path.clone(), e))?;
+    use std::io::Read;
+    let file = folder
+        .open_lock()
+        .map_err(|e| RunError::Folder(e.path, e.source))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
-            // The pid is what a second run names when it finds the folder
-            // busy: a lock without it is not taken.
-            lock.set_len(0)
-                .and_then(|()| lock.rewind())
-                .and_then(|()| write!(lock, "{}", std::process::id()))
-                .and_then(|()| lock.flush())
-                .map_err(|e| RunError::Write(path.clone(), e))?;
+            // The pid is how a second run says who holds the folder.
+            folder
+                .write_lock_pid(&mut lock)
+                .map_err(|e| RunError::Write(e.path, e.source))?;
             Ok(lock)
         }
         Err((mut file, _)) => {

@@ -661,3 +661,52 @@ async fn a_teardown_that_fails_is_retried_and_a_leak_exits_3() {
         }
     }
 }
+
+/// A cell whose files cannot be written fails with the file and the
+/// reason in its row, beside a cell that runs as usual: one whose folder
+/// cannot be made is not started (a killed run could not be told apart),
+/// one whose trace lands on a full disk (a link to /dev/full: ENOSPC, for
+/// root too) measured but cannot keep its evidence. The run exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_whose_files_cannot_be_written_fails_saying_which() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let folder = RunFolder::new(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    // The no-fix cell's folder is a file; the fix cell's trace is full.
+    std::fs::write(folder.cell(NOFIX).path(), "not a folder").unwrap();
+    folder.cell(FIX).create().unwrap();
+    std::os::unix::fs::symlink("/dev/full", folder.cell(FIX).trace_txt()).unwrap();
+
+    let lab = Lab::new(tmp.path().join("lab"));
+    let s = run(&spec(""), &lab, &out).await.unwrap();
+    assert_eq!((s.ok, s.failed), (0, 2));
+    assert_eq!(s.exit_code(false), exit::REGRESSION_OR_CELL_FAILED);
+    let rows = rows_in(&out);
+    let nofix = row(&rows, NOFIX);
+    assert_eq!(nofix.status, Status::Failed);
+    assert_eq!(
+        nofix.error,
+        format!(
+            "cannot write {}: File exists (os error 17)",
+            folder.cell(NOFIX).path().display()
+        )
+    );
+    assert!(
+        !lab.journal().iter().any(|l| l.contains(NOFIX)),
+        "not launched: {:?}",
+        lab.journal()
+    );
+    let fix = row(&rows, FIX);
+    assert_eq!(fix.status, Status::Failed);
+    assert_eq!(
+        fix.error,
+        format!(
+            "cannot write {}: No space left on device (os error 28)",
+            folder.cell(FIX).trace_txt().display()
+        )
+    );
+    // What came before the trace is kept, and the marker is gone.
+    assert!(folder.cell(FIX).facts_txt().exists());
+    assert!(!folder.cell(FIX).running().exists());
+}

@@ -58,7 +58,8 @@ pub async fn probe_kvm(
     if !kvm_possible(arch) {
         return Err("no usable /dev/kvm for this arch".into());
     }
-    work.create().map_err(|e| e.to_string())?;
+    work.create()
+        .map_err(|e| lazyinit_core::exit::chain_text(&e))?;
     let console = work.kvm_probe_console();
     let qmp = work.kvm_probe_qmp();
     let cmdline = args::kernel_cmdline(arch, None, &["rdinit=/nonexistent".into()]);
@@ -77,10 +78,15 @@ pub async fn probe_kvm(
         storage: args::Storage::default(),
         warmup: None,
     };
+    let stderr_log = work.kvm_probe_stderr();
+    let stderr = work
+        .create_file(&stderr_log)
+        .map_err(|e| lazyinit_core::exit::chain_text(&e))?;
     let mut p = QemuProcess::spawn(
         arch.qemu_binary(),
         &args::guest_args(&g),
-        &work.kvm_probe_stderr(),
+        stderr,
+        &stderr_log,
     )
     .map_err(|e| e.to_string())?;
     let exited = p.wait_exit(deadline).await;

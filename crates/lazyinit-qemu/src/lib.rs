@@ -29,7 +29,7 @@ use lazyinit_core::{Arch, Cell, CellFolder, KernelProfile, StorageProfile};
 use nbd::ThreadLevel;
 use serde::{Deserialize, Serialize};
 
-/// `[provider.qemu]` in an experiment spec.
+/// `[provider-config.qemu]` in an experiment spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct QemuConfig {
@@ -419,8 +419,9 @@ impl Provider for QemuProvider {
         let storage = storage_for(&req.storage_profile, &req.cell);
         req.folder.create().map_err(|e| {
             ProviderError::infra(format!(
-                "cannot create {}: {e}",
-                req.folder.path().display()
+                "cannot create {}: {}",
+                req.folder.path().display(),
+                e.source
             ))
         })?;
         let accel = self

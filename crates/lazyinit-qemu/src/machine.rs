@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lazyinit_core::provider::{Endpoint, LaunchRequest, Machine, MachineInfo, ProviderError};
 use lazyinit_core::shell::quote;
-use lazyinit_core::Arch;
+use lazyinit_core::{Arch, CellFolder};
 
 use crate::args::{self, Accel, Storage};
 use crate::nbd::{Hold, NbdServer};
@@ -47,6 +47,8 @@ pub struct QemuMachine {
     console_log: PathBuf,
     qmp_socket: PathBuf,
     command_line: String,
+    /// The cell's folder (its writer removes the QMP socket at teardown).
+    folder: CellFolder,
 }
 
 impl QemuMachine {
@@ -55,39 +57,13 @@ impl QemuMachine {
         let folder = &a.req.folder;
         let console_log = folder.console_log();
         let qmp_socket = folder.qmp_sock();
-        let _ = std::fs::remove_file(&qmp_socket);
+        // A stale socket of an interrupted earlier attempt.
+        folder.remove(&qmp_socket)?;
         let mut extra = vec!["lazyinit.net=static".to_string()];
         extra.extend(a.req.extra_cmdline.iter().cloned());
         extra.extend(test_append(&a.req.cell.id()));
         let cmdline = args::kernel_cmdline(arch, a.tsc_khz, &extra);
-        // A latency profile: the volume (and the warm-up disk, so that the
-        // calibration's zeroings cost what the measured one will) are served
-        // by the harness's NBD server, with one hold for both.
-        let (hold, nbd, warm_nbd) = match a.storage.latency {
-            Some(profile) => {
-                let hold = Hold::new(profile.initial_hold(arch, a.accel));
-                // Rewritten by the calibration with what it found and set.
-                let _ = std::fs::write(
-                    folder.storage_txt(),
-                    format!(
-                        "profile={}\ninitial_hold_us={}\n",
-                        a.req.storage_profile,
-                        hold.get().as_micros(),
-                    ),
-                );
-                let vol = NbdServer::start(a.volume, &folder.volume_nbd_sock(), hold.clone())?;
-                let warm = match a.warmup {
-                    Some(w) => Some(NbdServer::start(
-                        w,
-                        &folder.warmup_nbd_sock(),
-                        hold.clone(),
-                    )?),
-                    None => None,
-                };
-                (Some(hold), Some(vol), warm)
-            }
-            None => (None, None, None),
-        };
+        let (hold, nbd, warm_nbd) = latency_servers(&a)?;
         let volume = match &nbd {
             Some(n) => args::VolumeSource::NbdUnix(n.socket()),
             None => args::VolumeSource::File(a.volume),
@@ -117,19 +93,8 @@ impl QemuMachine {
             .collect::<Vec<_>>()
             .join(" ");
         // Kept so a failing guest can be rerun by hand.
-        let _ = std::fs::write(folder.qemu_cmdline(), format!("{command_line}\n"));
-        let stderr_log = folder.qemu_stderr();
-        let mut process =
-            QemuProcess::spawn(arch.qemu_binary(), &argv, &stderr_log).map_err(|e| {
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    ProviderError::MissingTool {
-                        tool: arch.qemu_binary().into(),
-                        install: "run scripts/setup-host.sh".into(),
-                    }
-                } else {
-                    ProviderError::infra(format!("cannot start {}: {e}", arch.qemu_binary()))
-                }
-            })?;
+        folder.put(CellFolder::QEMU_CMDLINE, format!("{command_line}\n"))?;
+        let mut process = spawn(folder, arch, &argv)?;
         // QEMU fails fast on bad arguments or a taken port; catch that here.
         tokio::time::sleep(Duration::from_millis(300)).await;
         if let Some(st) = process.try_exited() {
@@ -153,6 +118,7 @@ impl QemuMachine {
             console_log,
             qmp_socket,
             command_line,
+            folder: folder.clone(),
         })
     }
 
@@ -248,7 +214,9 @@ impl Machine for QemuMachine {
         }
         self.nbd.take();
         self.warm_nbd.take();
-        let _ = std::fs::remove_file(&self.qmp_socket);
+        if let Err(e) = self.folder.remove(&self.qmp_socket) {
+            tracing::warn!("{}", lazyinit_core::exit::chain_text(&e));
+        }
         if let Some(mut w) = self.warmup.take() {
             let _ = w.remove();
         }
@@ -297,4 +265,61 @@ impl Drop for QemuMachine {
             }
         }
     }
+}
+
+/// An NBD server for `volume` on `socket` (a stale one of an interrupted
+/// earlier attempt removed first), with its request trace beside the
+/// socket when `LAZYINIT_NBD_TRACE` is set.
+fn nbd_server(
+    folder: &CellFolder,
+    volume: &Path,
+    socket: &Path,
+    hold: &Hold,
+) -> Result<NbdServer, ProviderError> {
+    folder.remove(socket)?;
+    let trace = match std::env::var_os("LAZYINIT_NBD_TRACE") {
+        Some(_) => Some(folder.create_file(&CellFolder::nbd_trace_csv(socket))?),
+        None => None,
+    };
+    NbdServer::start(volume, socket, hold.clone(), trace)
+}
+
+/// The NBD servers of a latency profile (none without one): the volume
+/// and the warm-up disk (so that the calibration's zeroings cost what the
+/// measured one will) are served by the harness, with one hold for both.
+type Servers = (Option<Hold>, Option<NbdServer>, Option<NbdServer>);
+
+fn latency_servers(a: &StartArgs<'_>) -> Result<Servers, ProviderError> {
+    let Some(profile) = a.storage.latency else {
+        return Ok((None, None, None));
+    };
+    let folder = &a.req.folder;
+    // The cell keeps it in storage.txt (its Machine::zero_hold).
+    let hold = Hold::new(profile.initial_hold(a.req.cell.arch, a.accel));
+    let vol = nbd_server(folder, a.volume, &folder.volume_nbd_sock(), &hold)?;
+    let warm = match a.warmup {
+        Some(w) => Some(nbd_server(folder, w, &folder.warmup_nbd_sock(), &hold)?),
+        None => None,
+    };
+    Ok((Some(hold), Some(vol), warm))
+}
+
+/// Starts QEMU with its stderr in the cell's folder.
+fn spawn(
+    folder: &CellFolder,
+    arch: Arch,
+    argv: &[std::ffi::OsString],
+) -> Result<QemuProcess, ProviderError> {
+    let stderr_log = folder.qemu_stderr();
+    let stderr = folder.create_file(&stderr_log)?;
+    QemuProcess::spawn(arch.qemu_binary(), argv, stderr, &stderr_log).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ProviderError::MissingTool {
+                tool: arch.qemu_binary().into(),
+                install: "run scripts/setup-host.sh".into(),
+            }
+        } else {
+            ProviderError::infra(format!("cannot start {}: {e}", arch.qemu_binary()))
+        }
+    })
 }

@@ -19,8 +19,14 @@ pub struct QemuProcess {
 }
 
 impl QemuProcess {
-    pub fn spawn(binary: &str, args: &[OsString], stderr_log: &Path) -> std::io::Result<Self> {
-        let stderr = std::fs::File::create(stderr_log)?;
+    /// Starts `binary` with its stderr going to `stderr`, a new file at
+    /// `stderr_log` (made by the cell folder's writer), read back for tails.
+    pub fn spawn(
+        binary: &str,
+        args: &[OsString],
+        stderr: std::fs::File,
+        stderr_log: &Path,
+    ) -> std::io::Result<Self> {
         let mut cmd = Command::new(binary);
         cmd.args(args)
             .stdin(Stdio::null())
@@ -427,7 +433,9 @@ mod tests {
     async fn stop_kills_the_whole_group() {
         let dir = tempfile::tempdir().unwrap();
         let args: Vec<OsString> = vec!["-c".into(), "sleep 300 & sleep 300".into()];
-        let mut p = QemuProcess::spawn("sh", &args, &dir.path().join("err")).unwrap();
+        let err = dir.path().join("err");
+        let err_file = std::fs::File::create(&err).unwrap();
+        let mut p = QemuProcess::spawn("sh", &args, err_file, &err).unwrap();
         let pg = p.pid().unwrap() as i32;
         p.stop(Duration::from_millis(100)).await;
         // Nothing of the group runs any more (the background sleep included;

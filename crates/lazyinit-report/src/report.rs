@@ -29,6 +29,7 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+// Long: the report assembled in the order it prints, one block per part.
 pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
     let cells = aggregate(rows, metric);
     let ratios = ratios(&cells);

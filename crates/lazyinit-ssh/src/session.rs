@@ -154,11 +154,6 @@ impl Session {
         &self.addr
     }
 
-    /// Sets the timeout [`Session::exec`] and [`Session::upload`] use.
-    pub fn set_command_timeout(&mut self, timeout: Duration) {
-        self.command_timeout = timeout;
-    }
-
     /// Runs `cmd` (through the guest's shell) with the session's command timeout.
     pub fn exec(&self, cmd: &str) -> Result<Output, SshError> {
         self.exec_with_timeout(cmd, self.command_timeout)
@@ -239,6 +234,7 @@ impl Session {
         Ok(ch)
     }
 
+    // Long: one non-blocking read loop over both streams, its timeout and cancel, then the exit status.
     /// Reads stdout and stderr together (non-blocking, so neither stream can
     /// fill its window and stall the other) until EOF, then the exit status.
     fn finish(

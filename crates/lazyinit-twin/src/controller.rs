@@ -253,6 +253,7 @@ impl Ctx {
         });
     }
 
+    // Long: one pass over every instance state the emulator can be in, each case a few lines.
     async fn tick(
         &self,
         running: &mut HashMap<String, Running>,
@@ -412,6 +413,7 @@ impl Ctx {
             .unwrap_or_else(|| ShutdownBehavior::Stop.as_str().to_string())
     }
 
+    // Long: a cloud-init boot in the order it happens (folder, keys, volumes, QEMU), as the twin plays it.
     async fn start_guest(
         &self,
         inst: &aws_sdk_ec2::types::Instance,
@@ -487,8 +489,10 @@ impl Ctx {
         let line: Vec<String> = std::iter::once(arch.qemu_binary().to_string())
             .chain(argv.iter().map(|a| a.to_string_lossy().into_owned()))
             .collect();
-        std::fs::write(folder.qemu_cmdline(), line.join(" ") + "\n")?;
-        let mut process = QemuProcess::spawn(arch.qemu_binary(), &argv, &folder.qemu_stderr())?;
+        folder.put(CellFolder::QEMU_CMDLINE, line.join(" ") + "\n")?;
+        let stderr_log = folder.qemu_stderr();
+        let stderr = folder.create_file(&stderr_log)?;
+        let mut process = QemuProcess::spawn(arch.qemu_binary(), &argv, stderr, &stderr_log)?;
         tokio::time::sleep(Duration::from_millis(300)).await;
         if let Some(st) = process.try_exited() {
             anyhow::bail!(

@@ -16,24 +16,30 @@ pub mod ui;
 /// its `run.log` (at info level or `RUST_LOG`), so a log line never breaks
 /// the bars and is never lost.
 struct LogRoute {
-    file: std::sync::Mutex<Option<std::fs::File>>,
+    /// `run.log` and its path, once a run has a folder.
+    file: std::sync::Mutex<Option<(std::fs::File, std::path::PathBuf)>>,
     bars: std::sync::atomic::AtomicBool,
+    /// The first write to `run.log` that failed (the log goes on to
+    /// stderr alone): said once, and at the end of the run.
+    failed: std::sync::Mutex<Option<lazyinit_core::WriteError>>,
 }
 
 static ROUTE: LogRoute = LogRoute {
     file: std::sync::Mutex::new(None),
     bars: std::sync::atomic::AtomicBool::new(false),
+    failed: std::sync::Mutex::new(None),
 };
 
-/// From now on, log lines also go to `path` (appended).
-pub fn log_to_file(path: &std::path::Path) {
-    if let Ok(f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        *ROUTE.file.lock().unwrap() = Some(f);
-    }
+/// From now on, log lines also go to the run's `run.log` (appended).
+pub fn log_to_file(folder: &lazyinit_core::RunFolder) -> Result<(), lazyinit_core::WriteError> {
+    let f = folder.open_append(lazyinit_core::RunFolder::RUN_LOG)?;
+    *ROUTE.file.lock().unwrap() = Some((f, folder.run_log()));
+    Ok(())
+}
+
+/// The write to `run.log` that failed, if one did.
+pub fn log_failure() -> Option<lazyinit_core::WriteError> {
+    ROUTE.failed.lock().unwrap().take()
 }
 
 /// While bars are drawn on stderr, log lines go only to the run's log.
@@ -57,9 +63,20 @@ impl std::io::Write for StderrUnlessBars {
 }
 
 impl std::io::Write for RunLog {
+    /// A line that cannot be written stops the log file (its lines still
+    /// reach stderr at its level) and is said once on stderr.
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Some(f) = ROUTE.file.lock().unwrap().as_mut() {
-            f.write_all(buf)?;
+        let mut file = ROUTE.file.lock().unwrap();
+        if let Some((f, path)) = file.as_mut() {
+            if let Err(e) = f.write_all(buf) {
+                let e = lazyinit_core::WriteError::new(path.clone(), e);
+                eprintln!(
+                    "error: {}: the run goes on without it",
+                    lazyinit_core::exit::chain_text(&e)
+                );
+                ROUTE.failed.lock().unwrap().get_or_insert(e);
+                *file = None;
+            }
         }
         Ok(buf.len())
     }

@@ -252,6 +252,7 @@ fn install_signal_handler(cancel: Arc<AtomicBool>, keys_dir: Option<PathBuf>) {
     });
 }
 
+// Long: the run command top to bottom (spec, provider, plan, events, run, summary, exit code), read in one go.
 pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     let mut spec = resolve_spec(&a.spec)?;
     // Bad input before any key, folder or banner: a file, a device, /proc
@@ -317,7 +318,10 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         ),
     };
     let result = lazyinit_orchestrator::run(&spec, &plan, provider, opts).await;
-    let _ = ui.await;
+    // Said again here: the events or the log of the run are incomplete.
+    if let Ok(Some(e)) = ui.await {
+        eprintln!("error: {}", exit::chain_text(&e));
+    }
     let summary = result?;
     let not_started = match summary.not_started {
         0 => String::new(),

@@ -6,23 +6,89 @@ use std::io::Write;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lazyinit_core::events::{Event, Phase};
-use lazyinit_core::RunFolder;
+use lazyinit_core::{RunFolder, WriteError};
 use lazyinit_orchestrator::Plan;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+/// Renders events until the channel closes. The task ends with the first
+/// failure to keep the events (`events.jsonl`) or the log (`run.log`),
+/// said on stderr when it happens; later events still reach the terminal.
 pub fn spawn(
     mut rx: UnboundedReceiver<Event>,
     plan: &Plan,
     folder: &RunFolder,
     bars: bool,
-) -> tokio::task::JoinHandle<()> {
-    let (log, run_log) = (folder.events_jsonl(), folder.run_log());
-    let ids: Vec<String> = plan.cells.iter().map(|c| c.id.clone()).collect();
-    let width = ids.iter().map(|s| s.len()).max().unwrap_or(10);
+) -> tokio::task::JoinHandle<Option<WriteError>> {
+    let mut log = EventLog {
+        folder: folder.clone(),
+        file: None,
+        opened: false,
+        failed: None,
+    };
+    let mut ui = Bars::new(plan, bars);
     tokio::spawn(async move {
-        // Opened at the first event: the runner creates the folder only
-        // after its checks pass, so bad input leaves nothing behind.
-        let mut file: Option<std::fs::File> = None;
+        super::bars_on_stderr(bars);
+        while let Some(e) = rx.recv().await {
+            log.keep(&e);
+            ui.show(e);
+        }
+        ui.total.finish();
+        super::bars_on_stderr(false);
+        log.failed.or_else(super::log_failure)
+    })
+}
+
+/// `events.jsonl` (and `run.log`), opened at the first event: the runner
+/// creates the folder only after its checks pass, so bad input leaves
+/// nothing behind.
+struct EventLog {
+    folder: RunFolder,
+    file: Option<std::fs::File>,
+    opened: bool,
+    failed: Option<WriteError>,
+}
+
+impl EventLog {
+    fn keep(&mut self, e: &Event) {
+        if !self.opened {
+            self.opened = true;
+            let logs = super::log_to_file(&self.folder);
+            self.file = match self.folder.open_append(RunFolder::EVENTS_JSONL) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    note_failure(&mut self.failed, e);
+                    None
+                }
+            };
+            if let Err(e) = logs {
+                note_failure(&mut self.failed, e);
+            }
+        }
+        if let Some(f) = self.file.as_mut() {
+            let mut v = serde_json::to_value(e).unwrap_or_default();
+            v["at"] = serde_json::Value::String(chrono_now());
+            if let Err(err) = writeln!(f, "{v}") {
+                let path = self.folder.events_jsonl();
+                note_failure(&mut self.failed, WriteError::new(path, err));
+                self.file = None;
+            }
+        }
+    }
+}
+
+/// One bar per running cell and a total (hidden off a terminal, where
+/// each event is a line on stderr instead).
+struct Bars {
+    mp: MultiProgress,
+    style: ProgressStyle,
+    total: ProgressBar,
+    bar_of: HashMap<String, ProgressBar>,
+    bars: bool,
+}
+
+impl Bars {
+    fn new(plan: &Plan, bars: bool) -> Self {
+        let width = plan.cells.iter().map(|c| c.id.len()).max().unwrap_or(10);
         let mp = MultiProgress::with_draw_target(if bars {
             ProgressDrawTarget::stderr()
         } else {
@@ -33,7 +99,7 @@ pub fn spawn(
         ))
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ");
-        let total = mp.add(ProgressBar::new(ids.len() as u64));
+        let total = mp.add(ProgressBar::new(plan.cells.len() as u64));
         total.set_style(
             ProgressStyle::with_template(
                 "{prefix} {pos}/{len} cells done, {elapsed_precise} {msg}",
@@ -41,83 +107,76 @@ pub fn spawn(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         total.set_prefix("total");
-        let mut bar_of: HashMap<String, ProgressBar> = HashMap::new();
-        super::bars_on_stderr(bars);
-        while let Some(e) = rx.recv().await {
-            if file.is_none() {
-                file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
-                    .ok();
-                super::log_to_file(&run_log);
+        Bars {
+            mp,
+            style,
+            total,
+            bar_of: HashMap::new(),
+            bars,
+        }
+    }
+
+    fn show(&mut self, e: Event) {
+        let (mp, style, total, bars) = (&self.mp, &self.style, &self.total, self.bars);
+        let cell = match &e {
+            Event::Phase { cell, .. }
+            | Event::Groups { cell, .. }
+            | Event::Note { cell, .. }
+            | Event::Finished { cell, .. } => cell.clone(),
+        };
+        let pb = self
+            .bar_of
+            .entry(cell.clone())
+            .or_insert_with(|| {
+                let pb = mp.insert_before(total, ProgressBar::new(1));
+                pb.set_style(style.clone());
+                pb.set_prefix(cell.clone());
+                pb
+            })
+            .clone();
+        match e {
+            Event::Phase { phase, .. } => {
+                pb.set_message(phase.to_string());
+                if !bars && !matches!(phase, Phase::Queued) {
+                    eprintln!("{cell}: {phase}");
+                }
             }
-            if let Some(f) = file.as_mut() {
-                let mut v = serde_json::to_value(&e).unwrap_or_default();
-                v["at"] = serde_json::Value::String(chrono_now());
-                let _ = writeln!(f, "{v}");
+            Event::Groups {
+                done,
+                total: t,
+                eta_s,
+                ..
+            } => {
+                pb.set_length(t);
+                pb.set_position(done);
+                if let Some(eta) = eta_s {
+                    pb.set_message(format!("lazyinit ~{}s", eta.round()));
+                }
             }
-            let cell = match &e {
-                Event::Phase { cell, .. }
-                | Event::Groups { cell, .. }
-                | Event::Note { cell, .. }
-                | Event::Finished { cell, .. } => cell.clone(),
-            };
-            let pb = bar_of
-                .entry(cell.clone())
-                .or_insert_with(|| {
-                    let pb = mp.insert_before(&total, ProgressBar::new(1));
-                    pb.set_style(style.clone());
-                    pb.set_prefix(cell.clone());
-                    pb
-                })
-                .clone();
-            match e {
-                Event::Phase { phase, .. } => {
-                    pb.set_message(phase.to_string());
-                    if !bars && !matches!(phase, Phase::Queued) {
-                        eprintln!("{cell}: {phase}");
-                    }
+            Event::Note { message, .. } => {
+                if bars {
+                    pb.set_message(message.chars().take(40).collect::<String>());
+                } else {
+                    eprintln!("{cell}: {message}");
                 }
-                Event::Groups {
-                    done,
-                    total: t,
-                    eta_s,
-                    ..
-                } => {
-                    pb.set_length(t);
-                    pb.set_position(done);
-                    if let Some(eta) = eta_s {
-                        pb.set_message(format!("lazyinit ~{}s", eta.round()));
-                    }
-                }
-                Event::Note { message, .. } => {
-                    if bars {
-                        pb.set_message(message.chars().take(40).collect::<String>());
-                    } else {
-                        eprintln!("{cell}: {message}");
-                    }
-                }
-                Event::Finished {
-                    status,
-                    lazyinit_s,
-                    error,
-                    ..
-                } => {
-                    total.inc(1);
-                    let what = match (lazyinit_s, &error) {
-                        (Some(s), _) => format!("{status} lazyinit {s:.1}s"),
-                        (None, Some(err)) => format!("{status}: {err}"),
-                        (None, None) => status.clone(),
-                    };
-                    pb.finish_with_message(status.clone());
-                    mp.suspend(|| eprintln!("{cell}: {what}"));
-                }
+            }
+            Event::Finished {
+                status,
+                lazyinit_s,
+                error,
+                ..
+            } => {
+                total.inc(1);
+                let what = match (lazyinit_s, &error) {
+                    (Some(s), _) => format!("{status} lazyinit {s:.1}s"),
+                    (None, Some(err)) => format!("{status}: {err}"),
+                    (None, None) => status.clone(),
+                };
+                pb.finish_with_message(status.clone());
+                mp.suspend(|| eprintln!("{cell}: {what}"));
             }
         }
-        total.finish();
-        super::bars_on_stderr(false);
-    })
+    }
 }
 
 fn chrono_now() -> String {
@@ -125,4 +184,15 @@ fn chrono_now() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| format!("{:.3}", d.as_secs_f64()))
         .unwrap_or_default()
+}
+
+/// Says a failure to keep the events or the log on stderr, at once (the
+/// run goes on: its rows are what it is for), and keeps the first one for
+/// the end of the run.
+fn note_failure(first: &mut Option<WriteError>, e: WriteError) {
+    eprintln!(
+        "error: {}: the run goes on without it",
+        lazyinit_core::exit::chain_text(&e)
+    );
+    first.get_or_insert(e);
 }

@@ -133,7 +133,7 @@ fn exp(hz: u32) -> Expectation {
     }
 }
 
-fn opts(dir: &Path, after: Option<u64>) -> ProtocolOptions {
+fn opts(after: Option<u64>) -> ProtocolOptions {
     ProtocolOptions {
         cell_id: "c".into(),
         device: "/dev/vda".into(),
@@ -142,7 +142,6 @@ fn opts(dir: &Path, after: Option<u64>) -> ProtocolOptions {
         wait_mult: 10,
         poll_interval: Duration::from_millis(1),
         lazyinit_deadline: Duration::from_secs(60),
-        folder: lazyinit_core::CellFolder::at(dir),
         cancel: Arc::new(AtomicBool::new(false)),
         events: EventSink::discard(),
         gate: Arc::new(NoGate),
@@ -161,19 +160,24 @@ impl Drop for Critical {
     }
 }
 
-fn stop(g: &mut Lazyinit, hz: u32, o: &ProtocolOptions) -> Result<(bool, Measurement), GuestError> {
-    let mut m = Measurement::default();
+/// The early stop's outcome, its row's measurements and its files.
+fn stop(
+    g: &mut Lazyinit,
+    hz: u32,
+    o: &ProtocolOptions,
+) -> Result<(bool, Measurement, Evidence), GuestError> {
+    let (mut m, mut ev) = (Measurement::default(), Evidence::default());
     let to_init = g.run.t_s.len() as u64;
     let critical = Box::new(Critical(g.scripts.clone()));
-    let stopped = early_stop(g, &exp(hz), o, to_init, Instant::now(), critical, &mut m)?;
-    Ok((stopped, m))
+    let at = (to_init, Instant::now());
+    let stopped = early_stop(g, &exp(hz), o, at, critical, &mut m, &mut ev)?;
+    Ok((stopped, m, ev))
 }
 
 #[test]
 fn stops_once_n_groups_are_traced_and_the_cycle_locked() {
-    let dir = tempfile::tempdir().unwrap();
     let mut g = Lazyinit::new(generate(&Run::noisy(100, 10, 16384, 4)));
-    let (stopped, m) = stop(&mut g, 100, &opts(dir.path(), Some(50))).unwrap();
+    let (stopped, m, ev) = stop(&mut g, 100, &opts(Some(50))).unwrap();
     assert!(stopped);
     // Blocked in the guest in chunks of at most 32, then one trace read.
     // The critical span lasts until the groups of the first check are read.
@@ -203,9 +207,9 @@ fn stops_once_n_groups_are_traced_and_the_cycle_locked() {
     assert!((m.z1_ms.unwrap() - 3.4).abs() < 1e-3);
     assert_eq!(m.lazyinit_poll_s, None, "nothing was seen to exit");
     // The partial trace is kept, with what was decided.
-    let groups = std::fs::read_to_string(dir.path().join("groups.csv")).unwrap();
+    let groups = ev.groups_csv.unwrap();
     assert_eq!(groups.lines().count(), 51);
-    let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
+    let log = ev.estimate_log.clone().unwrap();
     assert!(
         log.contains("check at 50: locked\ngroups_traced=50\n"),
         "{log}"
@@ -219,18 +223,17 @@ fn stops_once_n_groups_are_traced_and_the_cycle_locked() {
         m.estimate_caveat.is_some(),
         log.contains("\ncaveat=") && !log.ends_with("caveat=\n")
     );
-    assert!(dir.path().join("trace.txt").exists());
+    assert!(ev.trace.is_some());
 }
 
 #[test]
 fn goes_on_while_the_cycles_disagree() {
     // Without the fix, 40 groups back to back before the sleep is set.
-    let dir = tempfile::tempdir().unwrap();
     let mut g = Lazyinit::new(generate(&Run {
         back_to_back: 40,
         ..Run::noisy(100, 10, 16384, 2)
     }));
-    let (stopped, m) = stop(&mut g, 100, &opts(dir.path(), Some(50))).unwrap();
+    let (stopped, m, ev) = stop(&mut g, 100, &opts(Some(50))).unwrap();
     assert!(stopped);
     let scripts = g.scripts();
     let reads: Vec<&String> = scripts
@@ -243,7 +246,7 @@ fn goes_on_while_the_cycles_disagree() {
         ["trace 50", "critical over", "trace 75", "trace 112"]
     );
     assert_eq!(m.estimate_groups, Some(112));
-    let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
+    let log = ev.estimate_log.clone().unwrap();
     assert!(log.contains("check at 50: group 40's cycle"), "{log}");
     assert!(log.contains("ran back to back"), "{log}");
     assert!(log.contains("check at 112: locked"), "{log}");
@@ -253,33 +256,31 @@ fn goes_on_while_the_cycles_disagree() {
 fn a_cycle_that_never_locks_is_measured() {
     // 30 groups: the first check would be at 25, its window too short
     // to lock until past the end.
-    let dir = tempfile::tempdir().unwrap();
     let mut g = Lazyinit::new(generate(&Run {
         back_to_back: 20,
         ..Run::clean(250, 10, 30)
     }));
-    let (stopped, m) = stop(&mut g, 250, &opts(dir.path(), Some(25))).unwrap();
+    let (stopped, m, ev) = stop(&mut g, 250, &opts(Some(25))).unwrap();
     assert!(!stopped);
     assert!(!m.estimated);
     assert_eq!(m.estimate_groups, None);
-    let log = std::fs::read_to_string(dir.path().join("estimate.txt")).unwrap();
+    let log = ev.estimate_log.clone().unwrap();
     assert!(log.ends_with("past the last group: measured\n"), "{log}");
 }
 
 #[test]
 fn not_asked_does_nothing() {
-    let dir = tempfile::tempdir().unwrap();
     let mut g = Lazyinit::new(generate(&Run::clean(100, 3, 512)));
-    let (stopped, _) = stop(&mut g, 100, &opts(dir.path(), None)).unwrap();
+    let (stopped, _, ev) = stop(&mut g, 100, &opts(None)).unwrap();
     assert!(!stopped);
     // Not asked: the critical span ends at once, with nothing run.
     assert_eq!(g.scripts(), ["critical over"]);
+    assert_eq!(ev, Evidence::default(), "and nothing kept");
 }
 
 #[test]
 fn ctrl_c_while_waiting_stops() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = opts(dir.path(), Some(200));
+    let o = opts(Some(200));
     let mut g = Lazyinit::new(generate(&Run::clean(100, 3, 16384)));
     g.cancel_at_wait = Some(o.cancel.clone());
     assert!(matches!(

@@ -1,0 +1,240 @@
+//! The measured mount, made again while its first zeroing misses the
+//! target's L (a z1 target, `ebs`): the decision and the next hold are
+//! pure functions; [`measured_mount`] runs the attempts.
+
+use std::time::{Duration, Instant};
+
+use lazyinit_core::events::Phase;
+use lazyinit_core::writer::{Attempt, Evidence};
+use lazyinit_core::{model, storage, Variant};
+
+use super::steps::{arm_trace, check, interrupted, mkfs, mount, wait_for_sleep};
+use super::{Expectation, Measurement, ProtocolOptions, READ_TRACE};
+use crate::{parse, GuestError, Remote};
+
+/// Measured mounts before a first zeroing outside the target's L interval
+/// is kept (each retry makes the filesystem anew, 10-15 s at 3 TiB under
+/// TCG). Five: in the 48-cell run with 24 guests at once
+/// (`results/reported-series-quiet`) 5 of 12 x86_64 with-fix first
+/// attempts hit L, 6 of 7 second ones (each retry's hold is set from the
+/// miss), and one cell missed three times and was kept at L=6.
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// The sleep L the kernel chose, where the trace has too few cycles for
+/// [`parse::TraceSummary::slept_ticks`] (which counts it on the tick grid).
+/// With the fix it is floor(W z1 HZ), the
+/// kernel's own formula on the z1 the trace measured: the cycle cannot
+/// tell, because a zeroing that ends after the next tick (a 3.6 ms zeroing
+/// plus 0.4 ms of wake-up latency at HZ=250) makes every cycle L+2 ticks,
+/// and on one core a run slept L=8 in 10-tick cycles. Without the fix it is
+/// W times the ticks of the first zeroing that crossed one: the median
+/// cycle's ticks minus one, to the nearest multiple of W.
+pub fn sleep_ticks(
+    exp: &Expectation,
+    wait_mult: u32,
+    z1_ms: Option<f64>,
+    median_cycle_ms: Option<f64>,
+) -> Option<u64> {
+    let from_cycle = median_cycle_ms.and_then(|c| model::infer_sleep_ticks(exp.hz, c));
+    match (exp.variant, z1_ms) {
+        (Variant::Fix, Some(z)) => Some(model::sleep_ticks(
+            exp.hz,
+            Variant::Fix,
+            wait_mult,
+            z / 1000.0,
+        )),
+        (Variant::NoFix, _) => from_cycle.map(|l| {
+            let w = wait_mult.max(1) as u64;
+            (((l + w / 2) / w).max(1)) * w
+        }),
+        (Variant::Fix, None) => from_cycle,
+    }
+}
+
+/// The z1 interval, seconds, that sleeps the same L as `target` with the
+/// fix: [L, L+1) / (W HZ).
+pub fn z1_window(hz: lazyinit_core::Hz, wait_mult: u32, target: Duration) -> (f64, f64) {
+    let per = wait_mult.max(1) as f64 * hz.get() as f64;
+    let l = model::sleep_ticks(hz, Variant::Fix, wait_mult, target.as_secs_f64()) as f64;
+    (l / per, (l + 1.0) / per)
+}
+
+/// Why a first zeroing is not kept: `slept` (the L the kernel set, with
+/// the fix, when the groups so far count it) must be the target's L,
+/// else `z1` must be in the target's window; `None` keeps it. Without a
+/// target everything is kept.
+pub(crate) fn miss(
+    slept: Option<u64>,
+    target_l: Option<u64>,
+    window: Option<(f64, f64)>,
+    z1: Option<f64>,
+) -> Option<String> {
+    let z1_ms = z1.unwrap_or(0.0) * 1e3;
+    match (slept, target_l, window, z1) {
+        (Some(l), Some(want), _, _) if l != want => Some(format!(
+            "slept L={l}, not the target's L={want} (first zeroing {z1_ms:.3} ms)"
+        )),
+        (Some(_), Some(_), _, _) => None,
+        (_, _, Some((lo, hi)), Some(z)) if z < lo || z >= hi => Some(format!(
+            "first zeroing {z1_ms:.3} ms, outside the target's [{:.3}, {:.3}) ms",
+            lo * 1e3,
+            hi * 1e3,
+        )),
+        _ => None,
+    }
+}
+
+/// The hold for the next attempt after attempt `n` missed with first
+/// zeroing `z1_s` at hold `used`: the missed zeroing is a calibration
+/// sample taken under the very conditions of the next one (the host to
+/// itself). A calibration whose samples were all disturbed (every
+/// neighbour busy) aimed 0.5 ms low; the misses pull it back. Aimed at
+/// the median of the calibration and every miss, not at the last miss
+/// alone, whose own part swings by as much as the L interval is wide.
+/// `missed_parts` gains this miss's guest part.
+pub(crate) fn next_attempt(
+    n: u32,
+    used: Duration,
+    target: Duration,
+    z1_s: f64,
+    calibrated_part: Option<Duration>,
+    missed_parts: &mut Vec<Duration>,
+) -> Attempt {
+    let part = Duration::from_secs_f64(z1_s).saturating_sub(used);
+    missed_parts.push(part);
+    let aim = storage::next_guest_part(calibrated_part, missed_parts).unwrap_or(part);
+    Attempt {
+        n,
+        z1_us: (z1_s * 1e6).round() as u64,
+        guest_part: part,
+        aimed_part: aim,
+        next_hold: storage::hold_for(target, aim),
+    }
+}
+
+/// What the measured mount needs from the steps before it.
+pub(super) struct Mounting<'a> {
+    pub to_init: u64,
+    /// The trace buffer per CPU, KiB.
+    pub kb: &'a str,
+    pub mount_opts: &'a str,
+    pub calibrated_part: Option<Duration>,
+}
+
+/// Mounts the volume and waits until the sleep is set; with a z1 target
+/// (the first zeroing is the controlled quantity of the experiment,
+/// EBS-like storage, not its result) a first zeroing outside the target's
+/// L interval is not kept: the filesystem is made anew and mounted again,
+/// at most [`MAX_ATTEMPTS`] times. The same interval holds for both
+/// variants, so that fix and no fix are compared on the same storage.
+/// Returns when the kept mount was mounted, and the attempts it took.
+pub(super) fn measured_mount(
+    remote: &mut dyn Remote,
+    exp: &Expectation,
+    opts: &ProtocolOptions,
+    at: &Mounting<'_>,
+    m: &mut Measurement,
+    ev: &mut Evidence,
+) -> Result<(Instant, u32), GuestError> {
+    let cell = &opts.cell_id;
+    // Each zeroing's own part varies by about 0.1 ms under TCG, and at
+    // HZ=250 the interval is 0.4 ms wide.
+    let window = opts.z1_target.map(|t| z1_window(exp.hz, opts.wait_mult, t));
+    // The L a first zeroing in that window sleeps with the fix.
+    let target_l = opts
+        .z1_target
+        .map(|t| model::sleep_ticks(exp.hz, Variant::Fix, opts.wait_mult, t.as_secs_f64()));
+    let mut missed_parts = Vec::new();
+    let mut attempt = 1;
+    loop {
+        opts.events.phase(cell, Phase::Mount);
+        let mounted_at = mount(remote, opts, at.mount_opts)?;
+        opts.events.phase(cell, Phase::Lazyinit);
+        wait_for_sleep(remote, exp, at.to_init)?;
+        let so_far = parse::summarize(&check(
+            remote.exec(READ_TRACE, Duration::from_secs(120))?,
+            "read the first zeroing",
+        )?);
+        let z1 = so_far.z1_s();
+        // With the fix, the L the kernel set, counted on the tick grid of
+        // the groups so far, is what must hit the target's L: the trace's
+        // z1 reads a little below the kernel's, so a z1 just under a
+        // boundary was kept at one L more (3.57 ms in [3.2, 3.6) slept 9
+        // at HZ=250) and one just over it was thrown away. The z1 window
+        // decides where the groups are too few to count, and without the
+        // fix (same storage for both variants).
+        let slept = match exp.variant {
+            Variant::Fix => so_far.sleep(so_far.tick_cycles(exp.hz.get()).as_ref()),
+            Variant::NoFix => None,
+        };
+        tracing::info!(cell = %cell, attempt, ?z1, ?slept, ?target_l, ?window, "critical span over: the sleep is set");
+        let why = match miss(slept, target_l, window, z1) {
+            Some(why) if attempt < MAX_ATTEMPTS => why,
+            _ => return Ok((mounted_at, attempt)),
+        };
+        let next = attempt + 1;
+        opts.events.note(
+            cell,
+            format!("{why}: making the filesystem anew (attempt {next})"),
+        );
+        if let (Some(h), Some(t), Some(z)) = (&opts.hold, opts.z1_target, z1) {
+            let used = h.get();
+            let a = next_attempt(attempt, used, t, z, at.calibrated_part, &mut missed_parts);
+            h.set(a.next_hold);
+            tracing::info!(cell = %cell, attempt, hold_us = used.as_micros() as u64, guest_part_us = a.guest_part.as_micros() as u64, aimed_part_us = a.aimed_part.as_micros() as u64, next_hold_us = a.next_hold.as_micros() as u64, "hold set again from the missed first zeroings");
+            ev.storage.attempts.push(a);
+        }
+        check(
+            remote.exec("umount /mnt/vol", Duration::from_secs(120))?,
+            "umount",
+        )?;
+        interrupted(opts)?;
+        opts.events.phase(cell, Phase::Mkfs);
+        mkfs(remote, opts, m)?;
+        arm_trace(remote, at.kb)?;
+        attempt = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_miss_is_the_target_l_with_the_fix_else_the_window() {
+        let w = Some((0.0032, 0.0036));
+        assert_eq!(miss(Some(8), Some(8), w, Some(0.0037)), None, "L decides");
+        let why = miss(Some(9), Some(8), w, Some(0.00357)).unwrap();
+        assert_eq!(
+            why,
+            "slept L=9, not the target's L=8 (first zeroing 3.570 ms)"
+        );
+        assert_eq!(miss(None, Some(8), w, Some(0.0034)), None);
+        let why = miss(None, Some(8), w, Some(0.0036)).unwrap();
+        assert_eq!(
+            why,
+            "first zeroing 3.600 ms, outside the target's [3.200, 3.600) ms"
+        );
+        assert!(miss(None, None, w, Some(0.0031)).is_some());
+        assert_eq!(miss(None, None, None, Some(0.0031)), None, "no target");
+        assert_eq!(miss(None, Some(8), w, None), None, "no z1 traced");
+    }
+
+    #[test]
+    fn the_next_hold_aims_at_the_median_of_the_calibration_and_the_misses() {
+        let us = Duration::from_micros;
+        let mut parts = Vec::new();
+        // 3620 us at a 2300 us hold: a guest part of 1320 us; with a
+        // calibrated 1100 the median is 1210, the hold 3400 - 1210.
+        let a = next_attempt(1, us(2300), us(3400), 0.00362, Some(us(1100)), &mut parts);
+        assert_eq!((a.n, a.z1_us), (1, 3620));
+        let near = |d: Duration, want: u64| d.as_micros().abs_diff(want as u128) <= 1;
+        assert!(near(a.guest_part, 1320), "{a:?}");
+        assert!(near(a.aimed_part, 1210), "{a:?}");
+        assert!(near(a.next_hold, 2190), "{a:?}");
+        // Without a calibration the first miss alone is aimed at.
+        let mut parts = Vec::new();
+        let a = next_attempt(1, us(2300), us(3400), 0.00362, None, &mut parts);
+        assert!(near(a.next_hold, 2080), "{a:?}");
+    }
+}

@@ -1,0 +1,185 @@
+//! What a kernel build decides, as pure functions of what it found: which
+//! tree is reused or unpacked again, which patch goes in or out, and which
+//! built kernel is refused. `build.rs` does what these say.
+
+use std::path::Path;
+
+use lazyinit_core::Variant;
+
+use crate::error::KernelError;
+use crate::variant::{Detected, Method, Patch};
+
+/// The build tree is kept only when its marker names exactly this source
+/// (by identity: a version and its tarball hash, a git commit, ...).
+pub(crate) fn reuse_tree(marker: Option<&str>, identity: &str) -> bool {
+    marker.map(str::trim) == Some(identity)
+}
+
+/// A kept tree whose ext4 text is neither variant (an interrupted patch, a
+/// hand edit) cannot be switched by patches: it is unpacked again. A
+/// source whose released text is itself unknown is not second-guessed.
+pub(crate) fn unpack_again(released: Detected, in_tree: Detected) -> bool {
+    released != Detected::Unknown && in_tree == Detected::Unknown
+}
+
+/// The patch steps that bring a tree to `wanted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Switch {
+    /// The other variant's patch the tree carries, taken back out first.
+    pub unapply: Option<Patch>,
+    /// Apply the plan's first patch that applies cleanly.
+    pub apply: bool,
+}
+
+/// What to do to a tree whose text is `now`, carrying `applied`, for
+/// `wanted` with the plan's `method`: nothing when it already is `wanted`;
+/// else take out what it carries, and put in a patch unless the variant
+/// is the source as released.
+pub(crate) fn switch(
+    now: Detected,
+    wanted: Variant,
+    applied: Option<Patch>,
+    method: Method,
+) -> Switch {
+    if now.variant() == Some(wanted) {
+        return Switch {
+            unapply: None,
+            apply: false,
+        };
+    }
+    Switch {
+        unapply: applied,
+        apply: method != Method::AsReleased,
+    }
+}
+
+/// The tree's text after switching must be the variant asked for.
+pub(crate) fn check_switched(
+    after: Detected,
+    wanted: Variant,
+    tree: &Path,
+) -> Result<(), KernelError> {
+    if after.variant() == Some(wanted) {
+        return Ok(());
+    }
+    Err(KernelError::VariantCheck {
+        wanted: wanted.to_string(),
+        found: match after {
+            Detected::Unknown => "neither form".into(),
+            d => format!("{d:?}").to_lowercase(),
+        },
+        tree: tree.to_path_buf(),
+    })
+}
+
+/// A built kernel must call itself by the harness's local version (the
+/// guest protocol checks `uname -r` against it).
+pub(crate) fn check_release(release: &str, localversion: &str) -> Result<(), KernelError> {
+    if release.ends_with(localversion) {
+        return Ok(());
+    }
+    Err(KernelError::Step(format!(
+        "the built kernel calls itself `{release}`, not ...`{localversion}`: was LOCALVERSION overridden?"
+    )))
+}
+
+/// The text that was compiled must still be the variant asked for.
+pub(crate) fn check_compiled(
+    now: Detected,
+    wanted: Variant,
+    tree: &Path,
+) -> Result<(), KernelError> {
+    if now.variant() == Some(wanted) {
+        return Ok(());
+    }
+    Err(KernelError::VariantCheck {
+        wanted: wanted.to_string(),
+        found: format!("{now:?}"),
+        tree: tree.to_path_buf(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::variant::PATCHES;
+
+    #[test]
+    fn a_tree_is_reused_only_for_its_own_source() {
+        assert!(reuse_tree(Some("6.1.158 sha256:ab\n"), "6.1.158 sha256:ab"));
+        assert!(!reuse_tree(Some("6.1.158 sha256:cd"), "6.1.158 sha256:ab"));
+        assert!(
+            !reuse_tree(None, "6.1.158 sha256:ab"),
+            "no marker: unpacked"
+        );
+    }
+
+    #[test]
+    fn a_tree_of_neither_variant_is_unpacked_again() {
+        assert!(unpack_again(Detected::NoFix, Detected::Unknown));
+        assert!(unpack_again(Detected::Fix, Detected::Unknown));
+        assert!(!unpack_again(Detected::NoFix, Detected::Fix));
+        assert!(!unpack_again(Detected::Unknown, Detected::Unknown));
+    }
+
+    #[test]
+    fn switching_takes_out_the_other_patch_and_puts_one_in() {
+        let p = PATCHES[0];
+        let done = Switch {
+            unapply: None,
+            apply: false,
+        };
+        // Already the variant: nothing, whatever it carries.
+        assert_eq!(
+            switch(Detected::Fix, Variant::Fix, Some(p), Method::AppliedForward),
+            done
+        );
+        // The other variant with its patch: out, then a patch in.
+        assert_eq!(
+            switch(Detected::Fix, Variant::NoFix, Some(p), Method::Reverted),
+            Switch {
+                unapply: Some(p),
+                apply: true
+            }
+        );
+        // Back to the variant as released: out, and nothing in.
+        assert_eq!(
+            switch(Detected::NoFix, Variant::Fix, Some(p), Method::AsReleased),
+            Switch {
+                unapply: Some(p),
+                apply: false
+            }
+        );
+        assert_eq!(
+            switch(Detected::NoFix, Variant::Fix, None, Method::AppliedForward),
+            Switch {
+                unapply: None,
+                apply: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_kernel_of_another_name_or_variant_is_refused() {
+        let tree = Path::new("/cache/slot/linux");
+        check_release("6.1.158-lazyinit-hz250-fix", "-lazyinit-hz250-fix").unwrap();
+        let e = check_release("6.1.158-custom", "-lazyinit-hz250-fix").unwrap_err();
+        assert!(
+            e.to_string().contains("was LOCALVERSION overridden?"),
+            "{e}"
+        );
+        check_compiled(Detected::Fix, Variant::Fix, tree).unwrap();
+        for d in [Detected::NoFix, Detected::Unknown] {
+            assert!(matches!(
+                check_compiled(d, Variant::Fix, tree),
+                Err(KernelError::VariantCheck { .. })
+            ));
+        }
+        let e = check_switched(Detected::Unknown, Variant::NoFix, tree).unwrap_err();
+        assert!(
+            matches!(&e, KernelError::VariantCheck { found, .. } if found == "neither form"),
+            "{e}"
+        );
+        check_switched(Detected::NoFix, Variant::NoFix, tree).unwrap();
+    }
+}
