@@ -168,8 +168,22 @@ pub struct Change {
     /// The sleep L on either side when it moved: the kernel chose another
     /// L (`docs/history.md`, "An L change"), not a slower cycle.
     pub sleep_moved: Option<(Vec<u64>, Vec<u64>)>,
-    /// The alert's state when the history has one.
+    /// The alert's state and note when the history has one (its
+    /// timestamps are left out: the same history gives the same output).
+    pub alert_state: Option<AlertState>,
+    pub alert_note: Option<String>,
+    /// The alert itself.
+    #[serde(skip)]
     pub alert: Option<Alert>,
+}
+
+impl Change {
+    /// Takes this change's alert from `alerts`, if there.
+    pub fn attach(&mut self, alerts: &[Alert]) {
+        self.alert = alerts.iter().find(|a| a.alert_id == self.alert_id).cloned();
+        self.alert_state = self.alert.as_ref().map(|a| a.state);
+        self.alert_note = self.alert.as_ref().and_then(|a| a.note.clone());
+    }
 }
 
 pub fn alert_id(series: &str, metric: &str, run_key: &str) -> String {
@@ -223,6 +237,8 @@ pub fn change_of(
         change_pct: t.rel_change() * 100.0,
         p: t.p,
         sleep_moved,
+        alert_state: None,
+        alert_note: None,
         alert: None,
     }
 }

@@ -112,7 +112,7 @@ pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Opt
 pub fn settle(mut v: SeriesVerdict, suspects: Vec<Change>, alerts: &[Alert], unit: &str) -> SeriesVerdict {
     let mut open = Vec::new();
     for mut c in suspects {
-        c.alert = alerts.iter().find(|a| a.alert_id == c.alert_id).cloned();
+        c.attach(alerts);
         if c.alert.as_ref().is_none_or(|a| a.state.is_open()) {
             open.push(describe(&c, unit));
         }

@@ -222,6 +222,21 @@ fn tested(x: &[f64], cuts: &[usize]) -> Vec<Split> {
         .collect()
 }
 
+/// Each change point moved to the best cut between its neighbours. A
+/// window that ended within `min_size` points after a step could only cut
+/// beside it; once the merge has left one change per segment pair, the
+/// segment between the neighbours is cut again where the step is.
+fn relocated(x: &[f64], mut cuts: Vec<usize>, min_size: usize) -> Vec<usize> {
+    for k in 0..cuts.len() {
+        let lo = if k == 0 { 0 } else { cuts[k - 1] };
+        let hi = cuts.get(k + 1).copied().unwrap_or(x.len());
+        if let Some((i, _)) = best_cut(x, lo, hi, min_size) {
+            cuts[k] = i;
+        }
+    }
+    cuts
+}
+
 /// The change points of `x`, oldest first.
 pub fn change_points(x: &[f64], opts: &Options) -> Vec<Split> {
     let window = opts.window.max(2);
@@ -253,6 +268,7 @@ pub fn change_points(x: &[f64], opts: &Options) -> Vec<Split> {
         let Some(weakest) = splits.iter().max_by(|a, b| a.stats.p.total_cmp(&b.stats.p)) else {
             return splits;
         };
+        let done = |cuts: Vec<usize>| tested(x, &relocated(x, cuts, opts.min_size));
         let drop = if weakest.stats.p >= opts.max_p {
             weakest.index
         } else {
@@ -261,7 +277,7 @@ pub fn change_points(x: &[f64], opts: &Options) -> Vec<Split> {
                 .min_by(|a, b| a.stats.magnitude().total_cmp(&b.stats.magnitude()))
                 .expect("not empty");
             if small.stats.magnitude() > opts.min_magnitude || opts.min_magnitude == 0.0 {
-                return splits;
+                return done(cuts);
             }
             small.index
         };

@@ -242,7 +242,7 @@ impl History {
         let mut found = changes::find(&series, opts);
         let alerts = self.alerts()?;
         for c in &mut found {
-            c.alert = alerts.iter().find(|a| a.alert_id == c.alert_id).cloned();
+            c.attach(&alerts);
         }
         Ok(found)
     }

@@ -264,11 +264,14 @@ fn changes(a: ChangesArgs) -> anyhow::Result<u8> {
     let opts = a.test.options()?;
     let mut h = open(&a.series.db)?;
     let s = &a.series;
-    let found = h.changes(s.metric, s.cell.as_ref(), &opts).map_err(coded)?;
+    let series = h.series(s.metric, s.cell.as_ref()).map_err(coded)?;
+    let mut found = lazyinit_history::changes::find(&series, &opts);
     // Each change gets an alert (state new) a person can triage.
-    h.raise(&found).map_err(coded)?;
-    let found = h.changes(s.metric, s.cell.as_ref(), &opts).map_err(coded)?;
-    let n = h.series(s.metric, s.cell.as_ref()).map_err(coded)?.len();
+    let alerts = h.raise(&found).map_err(coded)?;
+    for c in &mut found {
+        c.attach(&alerts);
+    }
+    let n = series.len();
     match a.format {
         Format::Json => print!("{}", render::json(&found)),
         _ => print!("{}", render::changes_text(&found, n)),
