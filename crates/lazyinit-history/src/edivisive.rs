@@ -262,13 +262,14 @@ pub fn change_points(x: &[f64], opts: &Options) -> Vec<Split> {
         start = last.max(start + window / 2);
     }
     cuts.sort_unstable();
-    // Merge.
+    // Merge; then move each survivor to its best cut, and merge again if
+    // that moved any (bounded: each round either drops or settles).
+    let mut rounds = 0;
     loop {
         let splits = tested(x, &cuts);
         let Some(weakest) = splits.iter().max_by(|a, b| a.stats.p.total_cmp(&b.stats.p)) else {
             return splits;
         };
-        let done = |cuts: Vec<usize>| tested(x, &relocated(x, cuts, opts.min_size));
         let drop = if weakest.stats.p >= opts.max_p {
             weakest.index
         } else {
@@ -277,7 +278,14 @@ pub fn change_points(x: &[f64], opts: &Options) -> Vec<Split> {
                 .min_by(|a, b| a.stats.magnitude().total_cmp(&b.stats.magnitude()))
                 .expect("not empty");
             if small.stats.magnitude() > opts.min_magnitude || opts.min_magnitude == 0.0 {
-                return done(cuts);
+                let moved = relocated(x, cuts.clone(), opts.min_size);
+                rounds += 1;
+                if moved == cuts || rounds > 10 {
+                    return splits;
+                }
+                cuts = moved;
+                cuts.dedup();
+                continue;
             }
             small.index
         };
