@@ -7,9 +7,22 @@ use crate::edivisive::{self, Split};
 use crate::series::{Point, Series};
 use crate::HistoryError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ChangeOptions {
     pub edivisive: edivisive::Options,
+    /// `history check`: the level at which one new run off the level of
+    /// the runs since the latest change fails (a t prediction interval;
+    /// looser than a change point's, as a single value carries less).
+    pub run_p: f64,
+}
+
+impl Default for ChangeOptions {
+    fn default() -> Self {
+        ChangeOptions {
+            edivisive: edivisive::Options::default(),
+            run_p: 0.01,
+        }
+    }
 }
 
 /// What raised an alert.

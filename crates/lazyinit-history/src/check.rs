@@ -7,7 +7,8 @@
 //!   (state `new`): the series moved and nobody has looked yet;
 //! - **fail** when the run itself is off the level of the runs since the
 //!   latest change (at least [`MIN_HISTORY`] of them): a t-test of the
-//!   segment against the one new value, at the change points' level;
+//!   segment against the one new value (a t prediction interval) at
+//!   [`ChangeOptions::run_p`];
 //! - **pass** otherwise; a series with fewer earlier runs passes with a
 //!   note (nothing to judge against).
 //!
@@ -88,7 +89,7 @@ pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Opt
         let level: Vec<f64> = earlier.iter().map(|p| p.value).collect();
         let t = ttest(&level, &[value]);
         let big = t.magnitude() > opts.edivisive.min_magnitude;
-        if t.p < opts.edivisive.max_p && big {
+        if t.p < opts.run_p && big {
             let split = Split { index: at, stats: t };
             suspects.push(changes::change_of(&upto, &split, since, at + 1, ChangeKind::NewRun));
         }

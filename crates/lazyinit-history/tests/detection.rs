@@ -115,3 +115,37 @@ fn false_alarms_over_shuffles_of_the_untouched_nights() {
     // Measured: 1.25% (Otava's one-point sides: 11.45%).
     assert!(per_series < 0.03, "false-alarm rate per series {per_series}");
 }
+
+/// `check`'s one-run test on the untouched nights in shuffled orders:
+/// how often a night is called off its level (printed; docs/history.md).
+#[test]
+fn false_alarms_of_the_one_run_check_over_shuffles() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = History::open(&fresh_sqlite(dir.path())).unwrap();
+    for n in twenty_nights() {
+        h.import(&n).unwrap();
+    }
+    let all = h.series(Metric::FromFirstGroupS, None).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(30);
+    let (shuffles, mut judged, mut failed) = (200, 0usize, 0usize);
+    for _ in 0..shuffles {
+        let mut order: Vec<usize> = (0..20).collect();
+        order.shuffle(&mut rng);
+        for s in &all {
+            let shuffled = series::Series {
+                points: order.iter().map(|&i| s.points[i].clone()).collect(),
+                ..s.clone()
+            };
+            for p in &shuffled.points[lazyinit_history::check::MIN_HISTORY..] {
+                let (_, suspects) =
+                    lazyinit_history::check::judge_series(&shuffled, &p.run_key, &ChangeOptions::default()).unwrap();
+                judged += 1;
+                failed += suspects.iter().any(|c| c.kind == changes::ChangeKind::NewRun) as usize;
+            }
+        }
+    }
+    let rate = failed as f64 / judged as f64;
+    println!("one-run check over {shuffles} shuffles: {failed} of {judged} nights off their level ({:.2}%)", rate * 100.0);
+    assert!(judged > 10_000);
+    assert!(rate < 0.15, "{rate}");
+}

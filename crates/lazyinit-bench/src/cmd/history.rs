@@ -84,6 +84,10 @@ pub struct TestArgs {
     /// Smallest change kept, in percent.
     #[arg(long, default_value_t = 0.0)]
     pub min_change_pct: f64,
+    /// `check`: level at which the new run alone, off the level of the
+    /// runs since the latest change, fails.
+    #[arg(long, default_value_t = 0.01)]
+    pub run_p: f64,
 }
 
 impl TestArgs {
@@ -94,7 +98,11 @@ impl TestArgs {
         if !(self.min_change_pct >= 0.0) {
             return Err(bad_input("--min-change-pct: use a percentage >= 0").into());
         }
+        if !(self.run_p > 0.0 && self.run_p < 1.0) {
+            return Err(bad_input("--run-p: use a level between 0 and 1, e.g. 0.01").into());
+        }
         let mut o = ChangeOptions::default();
+        o.run_p = self.run_p;
         o.edivisive.max_p = self.max_p;
         o.edivisive.min_magnitude = self.min_change_pct / 100.0;
         Ok(o)
