@@ -40,7 +40,8 @@ fn fresh_postgres(tag: &str) -> String {
     });
     let name = format!("cli_{tag}_{}", std::process::id());
     let mut c = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-    c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).unwrap();
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+        .unwrap();
     c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
     format!("{}/{name}", base.rsplit_once('/').unwrap().0)
 }
@@ -76,18 +77,29 @@ fn every_committed_run_imports_on_both_backends() {
         args.extend(runs.iter().map(String::as_str));
         let o = history(&args);
         assert!(o.status.success(), "{db}: {}", text(&o));
-        assert_eq!(text(&o).matches(": new run (").count(), runs.len(), "{}", text(&o));
+        assert_eq!(
+            text(&o).matches(": new run (").count(),
+            runs.len(),
+            "{}",
+            text(&o)
+        );
         // Again: one run each, nothing added.
         let again = history(&args);
         assert!(again.status.success());
-        assert_eq!(text(&again).matches(": known run (0 rows added").count(), runs.len());
+        assert_eq!(
+            text(&again).matches(": known run (0 rows added").count(),
+            runs.len()
+        );
         let show = history(&["show", "--db", &db, "--format", "csv"]);
         assert!(show.status.success(), "{}", text(&show));
         let changes = history(&["changes", "--db", &db, "--format", "json"]);
         assert!(changes.status.success(), "{}", text(&changes));
         shows.push((show.stdout, changes.stdout));
     }
-    assert_eq!(shows[0], shows[1], "the same output on SQLite and PostgreSQL");
+    assert_eq!(
+        shows[0], shows[1],
+        "the same output on SQLite and PostgreSQL"
+    );
 }
 
 /// A copy of a committed run folder (results.csv and spec.toml).
@@ -108,11 +120,18 @@ fn a_folder_whose_rows_are_not_its_specs_is_refused_and_nothing_is_written() {
     let import = |run: &Path| history(&["import", "--db", &db_arg, run.to_str().unwrap()]);
     // A row of a cell its spec does not plan (HZ 300).
     let csv = std::fs::read_to_string(run.join("results.csv")).unwrap();
-    std::fs::write(run.join("results.csv"), csv.replace("hz100-fix-64GiB-r1", "hz300-fix-64GiB-r1")).unwrap();
+    std::fs::write(
+        run.join("results.csv"),
+        csv.replace("hz100-fix-64GiB-r1", "hz300-fix-64GiB-r1"),
+    )
+    .unwrap();
     let o = import(&run);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let msg = text(&o);
-    assert!(msg.contains("cell `qemu-arm64-debian-6.1-hz300-fix-64GiB-r1` is not one spec.toml plans"), "{msg}");
+    assert!(
+        msg.contains("cell `qemu-arm64-debian-6.1-hz300-fix-64GiB-r1` is not one spec.toml plans"),
+        "{msg}"
+    );
     assert_eq!(msg.lines().count(), 1, "one line: {msg}");
     assert!(!db.exists(), "nothing created");
     // Rows of another spec (the spec edited after the run).
@@ -126,7 +145,13 @@ fn a_folder_whose_rows_are_not_its_specs_is_refused_and_nothing_is_written() {
     // A good folder beside a bad one: nothing of either is imported.
     let good = dir.path().join("good");
     copy_run("results/l-stability-timer/matrix-2", &good);
-    let o = history(&["import", "--db", &db_arg, good.to_str().unwrap(), run.to_str().unwrap()]);
+    let o = history(&[
+        "import",
+        "--db",
+        &db_arg,
+        good.to_str().unwrap(),
+        run.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(!db.exists(), "nothing created");
     // Not a run folder at all.
@@ -145,7 +170,14 @@ fn nights() -> Vec<String> {
         .filter(|r| r.starts_with("results/l-stability-timer/"))
         .map(|r| {
             let csv = std::fs::read_to_string(repo().join(&r).join("results.csv")).unwrap();
-            let first = csv.lines().nth(1).unwrap().split(',').nth(20).unwrap().to_string();
+            let first = csv
+                .lines()
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .nth(20)
+                .unwrap()
+                .to_string();
             (first, r)
         })
         .collect();
@@ -175,29 +207,76 @@ fn check_fails_on_an_l_change_until_acknowledged() {
         // Night 15 with the x86_64 fix row of another L.
         let night = dir.path().join(format!("night15-{}", db.len()));
         copy_run(&nights[14], &night);
-        let other = std::fs::read_to_string(repo().join("results/distro-config-64GiB-fix/results.csv")).unwrap();
-        let l7 = other.lines().find(|l| l.contains("hz250-fix") && l.contains(",ok,")).unwrap();
+        let other =
+            std::fs::read_to_string(repo().join("results/distro-config-64GiB-fix/results.csv"))
+                .unwrap();
+        let l7 = other
+            .lines()
+            .find(|l| l.contains("hz250-fix") && l.contains(",ok,"))
+            .unwrap();
         let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
-        let mine = csv.lines().find(|l| l.contains("x86_64-debian-6.1-hz250-fix")).unwrap();
+        let mine = csv
+            .lines()
+            .find(|l| l.contains("x86_64-debian-6.1-hz250-fix"))
+            .unwrap();
         let (m, o): (Vec<&str>, Vec<&str>) = (mine.split(',').collect(), l7.split(',').collect());
         // Its identity (run, cell, kernel, start) stays; the measurement is the L = 7 row's.
         let mixed: Vec<&str> = (0..m.len())
-            .map(|i| if [0, 1, 6, 7, 20].contains(&i) { m[i] } else { o[i] })
+            .map(|i| {
+                if [0, 1, 6, 7, 20].contains(&i) {
+                    m[i]
+                } else {
+                    o[i]
+                }
+            })
             .collect();
-        std::fs::write(night.join("results.csv"), csv.replace(mine, &mixed.join(","))).unwrap();
+        std::fs::write(
+            night.join("results.csv"),
+            csv.replace(mine, &mixed.join(",")),
+        )
+        .unwrap();
         let junit = dir.path().join("check.xml");
         let night_s = night.to_str().unwrap();
-        let fail = history(&["check", "--db", &db, night_s, "--format", "junit", "--out", junit.to_str().unwrap()]);
+        let fail = history(&[
+            "check",
+            "--db",
+            &db,
+            night_s,
+            "--format",
+            "junit",
+            "--out",
+            junit.to_str().unwrap(),
+        ]);
         assert_eq!(fail.status.code(), Some(1), "{}", text(&fail));
         let xml = std::fs::read_to_string(&junit).unwrap();
         let doc = roxmltree::Document::parse(&xml).unwrap();
-        let failures: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("failure")).collect();
+        let failures: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("failure"))
+            .collect();
         assert_eq!(failures.len(), 1, "{xml}");
         let msg = failures[0].attribute("message").unwrap();
-        assert!(msg.contains("L [8] -> [7]") || msg.contains("off its level"), "{msg}");
-        let id = msg.split('[').nth(1).unwrap().split(']').next().unwrap().to_string();
+        assert!(
+            msg.contains("L [8] -> [7]") || msg.contains("off its level"),
+            "{msg}"
+        );
+        let id = msg
+            .split('[')
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap()
+            .to_string();
         assert_eq!(id.len(), 8, "{msg}");
-        let ack = history(&["ack", "--db", &db, &id, "--note", "L = 7 expected: z1 under 3.2 ms"]);
+        let ack = history(&[
+            "ack",
+            "--db",
+            &db,
+            &id,
+            "--note",
+            "L = 7 expected: z1 under 3.2 ms",
+        ]);
         assert!(ack.status.success(), "{}", text(&ack));
         let pass = history(&["check", "--db", &db, night_s]);
         assert_eq!(pass.status.code(), Some(0), "{}", text(&pass));

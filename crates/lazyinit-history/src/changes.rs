@@ -79,7 +79,9 @@ impl std::str::FromStr for AlertState {
             "new" => Ok(AlertState::New),
             "acknowledged" | "ack" => Ok(AlertState::Acknowledged),
             "invalid" => Ok(AlertState::Invalid),
-            _ => Err(format!("alert state `{s}`: use new, acknowledged or invalid")),
+            _ => Err(format!(
+                "alert state `{s}`: use new, acknowledged or invalid"
+            )),
         }
     }
 }
@@ -221,13 +223,7 @@ fn segment(points: &[Point], mean: f64, sd: f64) -> Segment {
 }
 
 /// A [`Change`] of `series` from a split of its points `[lo, hi)` at `split.index`.
-pub fn change_of(
-    series: &Series,
-    split: &Split,
-    lo: usize,
-    hi: usize,
-    kind: ChangeKind,
-) -> Change {
+pub fn change_of(series: &Series, split: &Split, lo: usize, hi: usize, kind: ChangeKind) -> Change {
     let i = split.index;
     let t = &split.stats;
     let before = segment(&series.points[lo..i], t.mean_before, t.sd_before);

@@ -74,7 +74,11 @@ impl CheckReport {
 
 /// What check found in one series before alerts are looked up: the
 /// changes that would fail it.
-pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Option<(SeriesVerdict, Vec<Change>)> {
+pub fn judge_series(
+    series: &Series,
+    run_key: &str,
+    opts: &ChangeOptions,
+) -> Option<(SeriesVerdict, Vec<Change>)> {
     let at = series.points.iter().position(|p| p.run_key == run_key)?;
     let upto = Series {
         points: series.points[..=at].to_vec(),
@@ -90,8 +94,17 @@ pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Opt
         let t = ttest(&level, &[value]);
         let big = t.magnitude() > opts.edivisive.min_magnitude;
         if t.p < opts.run_p && big {
-            let split = Split { index: at, stats: t };
-            suspects.push(changes::change_of(&upto, &split, since, at + 1, ChangeKind::NewRun));
+            let split = Split {
+                index: at,
+                stats: t,
+            };
+            suspects.push(changes::change_of(
+                &upto,
+                &split,
+                since,
+                at + 1,
+                ChangeKind::NewRun,
+            ));
         }
     }
     let level = (!earlier.is_empty())
@@ -99,7 +112,11 @@ pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Opt
     let verdict = SeriesVerdict {
         series: series.id.clone(),
         label: series.label.clone(),
-        outcome: if at < MIN_HISTORY { Outcome::NoHistory } else { Outcome::Pass },
+        outcome: if at < MIN_HISTORY {
+            Outcome::NoHistory
+        } else {
+            Outcome::Pass
+        },
         value,
         level,
         earlier_runs: at,
@@ -110,7 +127,12 @@ pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Opt
 }
 
 /// Settles a verdict once the suspects' alerts are known.
-pub fn settle(mut v: SeriesVerdict, suspects: Vec<Change>, alerts: &[Alert], unit: &str) -> SeriesVerdict {
+pub fn settle(
+    mut v: SeriesVerdict,
+    suspects: Vec<Change>,
+    alerts: &[Alert],
+    unit: &str,
+) -> SeriesVerdict {
     let mut open = Vec::new();
     for mut c in suspects {
         c.attach(alerts);

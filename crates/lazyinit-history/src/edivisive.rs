@@ -367,7 +367,10 @@ mod tests {
         let x = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0];
         let q = |a: &[f64], b: &[f64]| {
             let (n, m) = (a.len() as f64, b.len() as f64);
-            let cross: f64 = a.iter().flat_map(|p| b.iter().map(move |q| (p - q).abs())).sum();
+            let cross: f64 = a
+                .iter()
+                .flat_map(|p| b.iter().map(move |q| (p - q).abs()))
+                .sum();
             let within = |v: &[f64]| -> f64 {
                 let mut s = 0.0;
                 for i in 0..v.len() {

@@ -188,8 +188,12 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
     })?;
     // Parsed, not validated: the spec as it ran, whose kernel-config file
     // (say) may be on another host.
-    let spec: providers::Spec = toml::from_str(&text)
-        .map_err(|e| bad_input(format!("{name}: spec.toml: {}", exit::one_line_text(e.message()))))?;
+    let spec: providers::Spec = toml::from_str(&text).map_err(|e| {
+        bad_input(format!(
+            "{name}: spec.toml: {}",
+            exit::one_line_text(e.message())
+        ))
+    })?;
     let cells = lazyinit_orchestrator::plan::cells(&spec);
     // The hash covers a kernel config's content: without the file here,
     // only the spec's name can be checked.
@@ -252,14 +256,17 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
 
 fn show(a: ShowArgs) -> anyhow::Result<u8> {
     let mut h = open(&a.series.db)?;
-    let series = h.series(a.series.metric, a.series.cell.as_ref()).map_err(coded)?;
+    let series = h
+        .series(a.series.metric, a.series.cell.as_ref())
+        .map_err(coded)?;
     print!(
         "{}",
         match a.format {
             Format::Text => render::series_text(&series),
             Format::Csv => render::series_csv(&series),
             Format::Json => render::json(&series),
-            Format::Junit => return Err(bad_input("--format junit is a format of `history check`").into()),
+            Format::Junit =>
+                return Err(bad_input("--format junit is a format of `history check`").into()),
         }
     );
     Ok(exit::OK)
@@ -293,7 +300,9 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
     }
     if let Some(parent) = a.out.as_deref().and_then(Path::parent) {
         if !parent.as_os_str().is_empty() && !parent.is_dir() {
-            return Err(bad_input(format!("--out: {} is not a directory", parent.display())).into());
+            return Err(
+                bad_input(format!("--out: {} is not a directory", parent.display())).into(),
+            );
         }
     }
     let opts = a.test.options()?;
@@ -327,7 +336,13 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
 fn ack(a: AckArgs) -> anyhow::Result<u8> {
     let mut h = open(&a.db)?;
     let alert = h.set_alert_state(&a.id, a.state, &a.note).map_err(coded)?;
-    println!("{} {} ({}): {}", alert.alert_id, alert.state.as_str(), alert.series, a.note);
+    println!(
+        "{} {} ({}): {}",
+        alert.alert_id,
+        alert.state.as_str(),
+        alert.series,
+        a.note
+    );
     Ok(exit::OK)
 }
 
@@ -337,7 +352,12 @@ fn generate(a: GenerateArgs) -> anyhow::Result<u8> {
     for r in lazyinit_history::generate::history(a.runs, a.seed) {
         h.import(&r).map_err(coded)?;
     }
-    eprintln!("{} generated runs in {} ({:.2} s)", a.runs, h.url(), t.elapsed().as_secs_f64());
+    eprintln!(
+        "{} generated runs in {} ({:.2} s)",
+        a.runs,
+        h.url(),
+        t.elapsed().as_secs_f64()
+    );
     Ok(exit::OK)
 }
 
