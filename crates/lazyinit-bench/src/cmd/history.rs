@@ -95,14 +95,16 @@ impl TestArgs {
         if !(self.max_p > 0.0 && self.max_p < 1.0) {
             return Err(bad_input("--max-p: use a level between 0 and 1, e.g. 0.001").into());
         }
-        if !(self.min_change_pct >= 0.0) {
+        if self.min_change_pct.is_nan() || self.min_change_pct < 0.0 {
             return Err(bad_input("--min-change-pct: use a percentage >= 0").into());
         }
         if !(self.run_p > 0.0 && self.run_p < 1.0) {
             return Err(bad_input("--run-p: use a level between 0 and 1, e.g. 0.01").into());
         }
-        let mut o = ChangeOptions::default();
-        o.run_p = self.run_p;
+        let mut o = ChangeOptions {
+            run_p: self.run_p,
+            ..ChangeOptions::default()
+        };
         o.edivisive.max_p = self.max_p;
         o.edivisive.min_magnitude = self.min_change_pct / 100.0;
         Ok(o)
