@@ -12,7 +12,7 @@ PG_PREFIX="${PG_BASE%/*}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 psql_pg() { psql "$PG_BASE" -qtAc "$1"; }
-fresh_pg() { psql "$PG_BASE" -qtAc "SET client_min_messages = warning; DROP DATABASE IF EXISTS $1" >/dev/null; psql_pg "CREATE DATABASE $1" >/dev/null; echo "$PG_PREFIX/$1"; }
+fresh_pg() { PGOPTIONS="-c client_min_messages=warning" psql_pg "DROP DATABASE IF EXISTS $1" >/dev/null; psql_pg "CREATE DATABASE $1" >/dev/null; echo "$PG_PREFIX/$1"; }
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
 mapfile -t RUNS < <(find results -name results.csv -printf '%h\n' | sort)
 echo "binary: $BIN ($("$BIN" --version 2>/dev/null || echo unknown))"

@@ -111,3 +111,47 @@ pub fn history(runs: usize, seed: u64) -> Vec<RunImport> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     (0..runs).map(|i| run(i, runs, &mut rng)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::series::{build, StoredRow};
+    use lazyinit_report::cells::Metric;
+
+    /// The two planted changes are found at the run they were planted,
+    /// the L change named as one.
+    #[test]
+    fn the_planted_changes_are_found_where_planted() {
+        let rows: Vec<StoredRow> = history(200, 28)
+            .into_iter()
+            .flat_map(|r| {
+                let key = crate::import::run_key(&r.rows).unwrap();
+                r.rows.into_iter().map(move |row| StoredRow {
+                    run_started_at: row.started_at.clone(),
+                    row,
+                    kernel_build: None,
+                    kernel_source_identity: None,
+                    run_key: key.clone(),
+                    folder: String::new(),
+                })
+            })
+            .collect();
+        let series = build(&rows, Metric::FromFirstGroupS, None);
+        assert_eq!(series.len(), 8);
+        let found = crate::changes::find(&series, &Default::default());
+        let at = |needle: &str| {
+            found
+                .iter()
+                .find(|c| c.series.contains(needle))
+                .map(|c| (c.index, c.sleep_moved.clone()))
+        };
+        assert_eq!(
+            at("x86_64/debian-6.1/hz250/fix/2TiB"),
+            Some((120, Some((vec![8], vec![7]))))
+        );
+        assert_eq!(
+            at("arm64/debian-6.1/hz100/nofix/3TiB").map(|c| c.0),
+            Some(160)
+        );
+    }
+}
