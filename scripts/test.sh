@@ -33,5 +33,10 @@ bash terraform/check.sh
 # (default 30; 4 targets, ~2 min plus a first build of ~7 min); installs
 # cargo-fuzz when missing. A crash fails the suite.
 bash scripts/fuzz.sh
+# The history's PostgreSQL backend is tested against a real server: a
+# cluster of our own on loopback (scripts/history-postgres.sh). Its tests
+# fail, never skip, without LAZYINIT_TEST_POSTGRES.
+LAZYINIT_TEST_POSTGRES="$(bash scripts/history-postgres.sh)"
+export LAZYINIT_TEST_POSTGRES
 # Debug builds: the AWS SDK takes ~4 min in debug and ~11 in release.
 exec cargo nextest run --workspace --no-fail-fast "$@"

@@ -2,7 +2,7 @@
 //! file can hold (1e300 s, NaN, inf, negative, huge group counts) without
 //! a panic (debug builds check overflow), and keep their invariants.
 
-use lazyinit_core::estimate::{check, next_check, Trace};
+use lazyinit_core::estimate::{check, next_check, Load, Trace};
 use lazyinit_core::{ticks, Hz};
 use proptest::prelude::*;
 
@@ -63,8 +63,10 @@ proptest! {
         to_init in prop_oneof![Just(u64::MAX), Just(0u64), any::<u64>(), 0u64..100_000],
         first in time(),
         hz in hz(),
+        changing in prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()],
     ) {
-        let tr = Trace { hz, to_init, first_group_s: first, t_s: &t_s, zero_s: &zero };
+        let load = Load { changing };
+        let tr = Trace { hz, to_init, first_group_s: first, t_s: &t_s, zero_s: &zero, load };
         if let Ok(e) = check(&tr) {
             prop_assert_eq!(e.groups_traced, t_s.len() as u64);
             prop_assert!(e.groups_traced < e.to_init);
@@ -80,7 +82,8 @@ proptest! {
     ) {
         let t = regular(3.0, hz.tick_s() * 11.0, n, scale);
         let z: Vec<Option<f64>> = t.iter().map(|_| Some(0.0035 * scale)).collect();
-        let tr = Trace { hz, to_init, first_group_s: 3.0 * scale, t_s: &t, zero_s: &z };
+        let load = Load { changing: u32::MAX };
+        let tr = Trace { hz, to_init, first_group_s: 3.0 * scale, t_s: &t, zero_s: &z, load };
         let _ = check(&tr);
     }
 
@@ -104,6 +107,7 @@ fn a_regular_trace_locks() {
         first_group_s: 3.0,
         t_s: &t,
         zero_s: &z,
+        load: Load::default(),
     };
     let e = check(&tr).unwrap();
     assert_eq!(e.ticks, 11);
