@@ -12,10 +12,14 @@ pub mod error;
 pub mod fake;
 pub mod gate;
 pub mod plan;
+pub mod record;
+pub mod merge;
 pub mod runner;
+pub mod shard;
 pub mod spec;
 
 pub use error::{CellError, RunError};
 pub use plan::{plan, Plan};
 pub use runner::{run, RunOptions, RunSummary};
+pub use shard::{Shard, ShardArg};
 pub use spec::{ProviderConfigs, Spec};
