@@ -5,6 +5,7 @@ pub mod cleanup;
 pub mod image;
 pub mod kcidb;
 pub mod kernel;
+pub mod merge;
 pub mod providers;
 pub mod replay;
 pub mod report;
