@@ -104,6 +104,10 @@ pub struct PlanArgs {
     /// cells and predicted wall time, against the whole plan's.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub shards: Option<u32>,
+    /// Show only the plan of shard K of N, or of the shard `auto` finds
+    /// in the environment (as `run --shard` would run it).
+    #[arg(long, value_name = "K/N|auto", conflicts_with = "shards")]
+    pub shard: Option<lazyinit_orchestrator::ShardArg>,
 }
 
 /// The spec to run: a file, a preset, or one cell from flags.
@@ -179,6 +183,7 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
 }
 
 pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
+    let shard = resolve_shard(a.shard)?;
     let spec = resolve_spec(&a.spec)?;
     // Reads no keys: the state folder is only named.
     let provider = providers::provider(&spec, &lazyinit_core::paths::state_dir())?;
@@ -187,6 +192,13 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
         &*provider,
         lazyinit_orchestrator::plan::host_available_mib(),
     );
+    let p = match &shard {
+        Some((s, how)) => {
+            eprintln!("shard {s} ({how})");
+            p.shard(*s)
+        }
+        None => p,
+    };
     // The plan is shown even when its price is not known (a price
     // missing from the config is then the error).
     if let Some(n) = a.shards {
