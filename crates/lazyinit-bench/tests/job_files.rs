@@ -82,7 +82,10 @@ fn kubernetes_jobs_pass_the_api_schemas() {
     for f in &files {
         check(&tool, &["--strict"], f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         let bad = broken(tmp.path(), f, "  template:", "  templat:");
-        assert!(check(&tool, &["--strict"], &bad).is_err(), "a broken copy passed");
+        assert!(
+            check(&tool, &["--strict"], &bad).is_err(),
+            "a broken copy passed"
+        );
     }
     let job = std::fs::read_to_string(&files[1]).unwrap();
     assert!(job.contains("completionMode: Indexed") && job.contains("LAZYINIT_SHARD_COUNT"));
@@ -97,20 +100,44 @@ fn slurm_scripts_parse() {
         check(bash, &["-n"], f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
     }
     let tmp = tempfile::tempdir().unwrap();
-    let bad = broken(tmp.path(), &files[1], "exec lazyinit-bench", "exec lazyinit-bench (");
+    let bad = broken(
+        tmp.path(),
+        &files[1],
+        "exec lazyinit-bench",
+        "exec lazyinit-bench (",
+    );
     assert!(check(bash, &["-n"], &bad).is_err());
 }
+
+/// An engine's variables, the shard they mean, and a word of what says so.
+type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
 
 /// `plan nightly --shard auto` under the variables each job file's engine
 /// sets: the shard the job means, and the sentence naming the variables.
 #[test]
 fn auto_finds_the_shard_each_engine_gives() {
-    let cases: &[(&[(&str, &str)], &str, &str)] = &[
-        (&[("JOB_COMPLETION_INDEX", "0"), ("LAZYINIT_SHARD_COUNT", "4")], "shard 1/4", "Kubernetes Indexed Job"),
-        (&[("LAZYINIT_SHARD", "3/4")], "shard 3/4", "LAZYINIT_SHARD=3/4"),
-        (&[("CI_NODE_INDEX", "4"), ("CI_NODE_TOTAL", "4")], "shard 4/4", "GitLab"),
+    let cases: &[Case] = &[
         (
-            &[("SLURM_ARRAY_TASK_ID", "1"), ("SLURM_ARRAY_TASK_MIN", "0"), ("SLURM_ARRAY_TASK_COUNT", "4")],
+            &[("JOB_COMPLETION_INDEX", "0"), ("LAZYINIT_SHARD_COUNT", "4")],
+            "shard 1/4",
+            "Kubernetes Indexed Job",
+        ),
+        (
+            &[("LAZYINIT_SHARD", "3/4")],
+            "shard 3/4",
+            "LAZYINIT_SHARD=3/4",
+        ),
+        (
+            &[("CI_NODE_INDEX", "4"), ("CI_NODE_TOTAL", "4")],
+            "shard 4/4",
+            "GitLab",
+        ),
+        (
+            &[
+                ("SLURM_ARRAY_TASK_ID", "1"),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ],
             "shard 2/4",
             "a Slurm array",
         ),
@@ -125,7 +152,10 @@ fn auto_finds_the_shard_each_engine_gives() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{env:?}: {err}");
-        assert!(err.starts_with(&format!("{shard} (--shard auto: ")) && err.contains(said), "{env:?}: {err}");
+        assert!(
+            err.starts_with(&format!("{shard} (--shard auto: ")) && err.contains(said),
+            "{env:?}: {err}"
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains(&format!(", {shard} — ")), "{text}");
     }

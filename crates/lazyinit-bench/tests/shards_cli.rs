@@ -27,10 +27,21 @@ fn cli(args: &[&str], dir: &Path) -> Output {
 fn the_split_of_reported_and_the_series_is_the_golden_one() {
     for (spec, n, golden) in [
         ("reported", "3", "plan-reported-shards3.txt"),
-        ("../../specs/reported-series.toml", "4", "plan-series-shards4.txt"),
+        (
+            "../../specs/reported-series.toml",
+            "4",
+            "plan-series-shards4.txt",
+        ),
     ] {
-        let out = cli(&["plan", spec, "--shards", n, "--concurrency", "8"], &here());
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = cli(
+            &["plan", spec, "--shards", n, "--concurrency", "8"],
+            &here(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8(out.stdout).unwrap();
         let path = here().join("tests/golden").join(golden);
         if std::env::var_os("UPDATE_GOLDEN").is_some() {
@@ -46,21 +57,36 @@ fn refused(args: &[&str], want: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     // The first line says it (clap adds a pointer to --help below its own).
-    assert!(err.lines().next().unwrap_or("").contains(want), "{args:?}: {err}");
+    assert!(
+        err.lines().next().unwrap_or("").contains(want),
+        "{args:?}: {err}"
+    );
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert!(left.is_empty(), "{args:?} created {left:?}");
 }
 
 #[test]
 fn bad_shards_are_refused_with_exit_2_and_nothing_created() {
-    refused(&["run", "quick", "--shard", "3/2", "--out", "x"], "shard 3/2 does not exist");
-    refused(&["run", "quick", "--shard", "0/2", "--out", "x"], "K must be between 1 and N");
-    refused(&["run", "quick", "--shard", "half", "--out", "x"], "`half` is not a shard");
+    refused(
+        &["run", "quick", "--shard", "3/2", "--out", "x"],
+        "shard 3/2 does not exist",
+    );
+    refused(
+        &["run", "quick", "--shard", "0/2", "--out", "x"],
+        "K must be between 1 and N",
+    );
+    refused(
+        &["run", "quick", "--shard", "half", "--out", "x"],
+        "`half` is not a shard",
+    );
     refused(
         &["run", "quick", "--shard", "auto", "--out", "x"],
         "--shard auto found no shard in the environment: set LAZYINIT_SHARD=K/N",
     );
     refused(&["plan", "quick", "--shards", "0"], "--shards");
-    refused(&["merge", "nowhere", "--out", "m"], "nowhere: no such folder");
+    refused(
+        &["merge", "nowhere", "--out", "m"],
+        "nowhere: no such folder",
+    );
     refused(&["merge", ".", "--out", "m"], "is not a shard's folder");
 }

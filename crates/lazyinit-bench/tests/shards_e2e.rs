@@ -12,8 +12,12 @@ use lazyinit_core::results::{read_rows, Status};
 
 mod kcidb_support;
 
+/// The binary under test; `LAZYINIT_BENCH_BIN` names another build of the
+/// same tree (a target folder that other trees write into too).
 fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench"))
+    std::env::var_os("LAZYINIT_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench")))
 }
 
 fn stderr(o: &Output) -> String {
@@ -53,12 +57,26 @@ fn quick_as_two_shards_at_once_merges_into_the_plans_four_cells() {
     let (a, b) = (tmp.path().join("shard-1"), tmp.path().join("shard-2"));
     // Shard 1 named on the command line, shard 2 from GitLab's variables.
     let s1 = Command::new(bin())
-        .args(["run", spec.to_str().unwrap(), "--no-report", "--shard", "1/2", "--out"])
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--no-report",
+            "--shard",
+            "1/2",
+            "--out",
+        ])
         .arg(&a)
         .spawn()
         .unwrap();
     let s2 = Command::new(bin())
-        .args(["run", spec.to_str().unwrap(), "--no-report", "--shard", "auto", "--out"])
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--no-report",
+            "--shard",
+            "auto",
+            "--out",
+        ])
         .arg(&b)
         .env("CI_NODE_INDEX", "2")
         .env("CI_NODE_TOTAL", "2")
@@ -67,7 +85,11 @@ fn quick_as_two_shards_at_once_merges_into_the_plans_four_cells() {
         .unwrap();
     let o2 = s2.wait_with_output().unwrap();
     let o1 = s1.wait_with_output().unwrap();
-    assert!(o1.status.success() && o2.status.success(), "{}", stderr(&o2));
+    assert!(
+        o1.status.success() && o2.status.success(),
+        "{}",
+        stderr(&o2)
+    );
     assert!(
         stderr(&o2).contains("shard 2/2 (--shard auto: CI_NODE_INDEX=2 (from 1) and CI_NODE_TOTAL=2: GitLab `parallel:`): 2 of the plan's 4 cells"),
         "{}",
@@ -99,12 +121,23 @@ fn quick_as_two_shards_at_once_merges_into_the_plans_four_cells() {
         assert!(["1/2", "2/2"].contains(&r.shard.as_str()), "{}", r.shard);
         assert!(!r.host.is_empty());
         assert_eq!(r.measured.traced_groups, r.measured.groups, "{}", r.cell_id);
-        assert!(out.join(&r.cell_id).join("groups.csv").is_file(), "{}", r.cell_id);
-        assert!(out.join(&r.cell_id).join("console.log").is_file(), "{}", r.cell_id);
+        assert!(
+            out.join(&r.cell_id).join("groups.csv").is_file(),
+            "{}",
+            r.cell_id
+        );
+        assert!(
+            out.join(&r.cell_id).join("console.log").is_file(),
+            "{}",
+            r.cell_id
+        );
     }
     // Figures like an unsharded run's: without the fix the cycle is
     // W + 1 = 11 ticks, whatever else runs on the host.
-    for r in rows.iter().filter(|r| r.variant == lazyinit_core::Variant::NoFix) {
+    for r in rows
+        .iter()
+        .filter(|r| r.variant == lazyinit_core::Variant::NoFix)
+    {
         assert_eq!(r.measured.sleep_ticks, Some(10), "{}", r.cell_id);
     }
     // `report` and the KCIDB export read the merged folder as one run.
@@ -122,20 +155,36 @@ fn quick_as_two_shards_at_once_merges_into_the_plans_four_cells() {
     let tests = v["tests"].as_array().unwrap();
     assert_eq!(tests.len(), 4 * 3, "3 tests per cell, 4 cells: {v}");
     assert!(tests.iter().all(|t| t["status"] == "DONE"), "{v}");
-    assert_eq!(v["builds"].as_array().map(Vec::len), Some(4), "one build per kernel: {v}");
+    assert_eq!(
+        v["builds"].as_array().map(Vec::len),
+        Some(4),
+        "one build per kernel: {v}"
+    );
 
     // A missing shard is named, with its cells; nothing is written.
     let alone = tmp.path().join("alone");
     let m = merge(&[&a], &alone);
     assert_eq!(m.status.code(), Some(2), "{}", stderr(&m));
-    assert!(stderr(&m).contains("shard 2/2 (not given: "), "{}", stderr(&m));
+    assert!(
+        stderr(&m).contains("shard 2/2 (not given: "),
+        "{}",
+        stderr(&m)
+    );
     assert!(!alone.exists());
 
     // A shard of another spec (quick with 2 repetitions: shard 9/9 has no
     // cells, so it runs at once) is refused, both named.
     let other = tmp.path().join("other");
     let o = Command::new(bin())
-        .args(["run", spec.to_str().unwrap(), "--repetitions", "2", "--shard", "9/9", "--out"])
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--repetitions",
+            "2",
+            "--shard",
+            "9/9",
+            "--out",
+        ])
         .arg(&other)
         .output()
         .unwrap();
@@ -143,6 +192,9 @@ fn quick_as_two_shards_at_once_merges_into_the_plans_four_cells() {
     let m = merge(&[&a, &other], &alone);
     assert_eq!(m.status.code(), Some(2), "{}", stderr(&m));
     let e = stderr(&m);
-    assert!(e.contains("ran spec quick-") && e.contains("merge the shards of one spec"), "{e}");
+    assert!(
+        e.contains("ran spec quick-") && e.contains("merge the shards of one spec"),
+        "{e}"
+    );
     assert!(!alone.exists());
 }

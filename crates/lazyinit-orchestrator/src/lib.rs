@@ -11,9 +11,9 @@ pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod gate;
+pub mod merge;
 pub mod plan;
 pub mod record;
-pub mod merge;
 pub mod runner;
 pub mod shard;
 pub mod spec;

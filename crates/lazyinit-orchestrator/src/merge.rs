@@ -89,7 +89,10 @@ pub fn merge<C: ProviderConfigs>(
     if inputs.is_empty() {
         return Err(refuse("give the shard folders to merge".into()));
     }
-    let mut shards = inputs.iter().map(|d| load(d)).collect::<Result<Vec<_>, _>>()?;
+    let mut shards = inputs
+        .iter()
+        .map(|d| load(d))
+        .collect::<Result<Vec<_>, _>>()?;
     check_one_run(&shards)?;
     shards.sort_by_key(|s| s.record.shard);
     let first = &shards[0];
@@ -272,7 +275,10 @@ fn missing_cells<C: ProviderConfigs>(
     for (k, part) in split(&planned, count).iter().enumerate() {
         for &i in part {
             if !ok.contains_key(planned[i].id.as_str()) {
-                by_shard.entry(k as u32 + 1).or_default().push(&planned[i].id);
+                by_shard
+                    .entry(k as u32 + 1)
+                    .or_default()
+                    .push(&planned[i].id);
             }
         }
     }
@@ -348,7 +354,10 @@ fn write_atomically(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = parent.join(format!(".{name}.merging-{}", std::process::id()));
     let werr = |e| MergeError::Write(out.to_path_buf(), e);
     std::fs::create_dir_all(&parent).map_err(werr)?;
@@ -399,9 +408,16 @@ fn build(
         }
         let own = folder.shard_files(&s.record.shard.slug());
         std::fs::create_dir_all(&own).map_err(werr)?;
-        for e in std::fs::read_dir(&s.dir).map_err(werr)?.filter_map(Result::ok) {
+        for e in std::fs::read_dir(&s.dir)
+            .map_err(werr)?
+            .filter_map(Result::ok)
+        {
             let name = e.file_name().to_string_lossy().into_owned();
-            let skip = [RunFolder::RESULTS_CSV, RunFolder::SPEC_TOML, RunFolder::LOCK];
+            let skip = [
+                RunFolder::RESULTS_CSV,
+                RunFolder::SPEC_TOML,
+                RunFolder::LOCK,
+            ];
             if e.file_type().is_ok_and(|t| t.is_file()) && !skip.contains(&name.as_str()) {
                 std::fs::copy(e.path(), own.join(&name)).map_err(werr)?;
             }

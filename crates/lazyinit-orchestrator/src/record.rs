@@ -95,7 +95,10 @@ impl ShardRecord {
 pub(crate) fn check_same_shard(folder: &RunFolder, plan: &Plan) -> Result<(), RunError> {
     let other = |m: String| RunError::OtherSpec(folder.root().to_path_buf(), exit::bad_input(m));
     let there = ShardRecord::read(&folder.shard_toml()).map_err(&other)?;
-    let has_rows = folder.results_csv().exists();
+    // Rows, not the file: a shard killed between creating `results.csv`
+    // and writing `shard.toml` left a header only.
+    let has_rows = lazyinit_core::results::read_whole_rows(folder.results_csv())
+        .is_ok_and(|rows| !rows.is_empty());
     match (there.map(|r| r.shard), plan.shard) {
         (Some(a), Some(b)) if a != b => Err(other(format!(
             "it holds shard {a} and this run is shard {b}: rerun with --shard {a} to resume it, or give this shard its own --out"

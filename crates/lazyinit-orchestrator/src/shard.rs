@@ -158,7 +158,9 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
         let s = make(i + 1, n)?;
         return Ok((
             s,
-            format!("JOB_COMPLETION_INDEX={i} (from 0) and {COUNT_VAR}={n}: a Kubernetes Indexed Job"),
+            format!(
+                "JOB_COMPLETION_INDEX={i} (from 0) and {COUNT_VAR}={n}: a Kubernetes Indexed Job"
+            ),
         ));
     }
     if let Some(i) = num("CI_NODE_INDEX")? {
@@ -283,7 +285,11 @@ pub fn shard_plans(plan: &Plan, count: u32) -> Result<Vec<ShardPlan>, ShardError
                 cells: p.cells.iter().map(|c| c.id.clone()).collect(),
                 kernels: p.kernels.len(),
                 concurrency: p.concurrency,
-                predicted_wall_s: if p.cells.is_empty() { 0.0 } else { p.parallel_s },
+                predicted_wall_s: if p.cells.is_empty() {
+                    0.0
+                } else {
+                    p.parallel_s
+                },
                 serial_s: p.serial_s,
             })
         })
@@ -310,7 +316,10 @@ pub fn render(plan: &Plan, shards: &[ShardPlan]) -> String {
             hms(p.serial_s)
         ));
     }
-    let slowest = shards.iter().map(|p| p.predicted_wall_s).fold(0.0, f64::max);
+    let slowest = shards
+        .iter()
+        .map(|p| p.predicted_wall_s)
+        .fold(0.0, f64::max);
     s.push_str(&format!(
         "\npredicted wall: {} with {} shards against {} unsharded ({} at once); kernel builds not counted (each shard builds its own unless its cache has them)\n",
         hms(slowest),
@@ -351,7 +360,16 @@ mod tests {
         assert_eq!("2/4".parse::<Shard>().unwrap(), Shard::new(2, 4).unwrap());
         assert_eq!(" 1 / 1 ".parse::<Shard>().unwrap().to_string(), "1/1");
         assert_eq!("auto".parse::<ShardArg>().unwrap(), ShardArg::Auto);
-        for bad in ["0/2", "3/2", "1/0", "2", "a/b", "1/2/3", "-1/2", "99999999999/1"] {
+        for bad in [
+            "0/2",
+            "3/2",
+            "1/0",
+            "2",
+            "a/b",
+            "1/2/3",
+            "-1/2",
+            "99999999999/1",
+        ] {
             let e = bad.parse::<ShardArg>().unwrap_err();
             assert!(
                 matches!(e, ShardError::Syntax(_) | ShardError::OutOfRange { .. }),
@@ -413,7 +431,10 @@ mod tests {
             assert!(hi - lo <= longest + 1e-6, "N={n}: {loads:?}");
             // And far better than a split by count would guarantee: the
             // ideal is the total over N, LPT is within 4/3 of it.
-            assert!(hi <= plan.serial_s / n as f64 * 4.0 / 3.0 + longest, "{loads:?}");
+            assert!(
+                hi <= plan.serial_s / n as f64 * 4.0 / 3.0 + longest,
+                "{loads:?}"
+            );
         }
         // Two cells of equal length never share a shard while another is empty.
         let q = plan_of("quick");
@@ -440,7 +461,11 @@ mod tests {
     }
 
     fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
@@ -479,7 +504,13 @@ mod tests {
         let e = from_env(env(&[("JOB_COMPLETION_INDEX", "3"), (COUNT_VAR, "3")])).unwrap_err();
         assert_eq!(e, ShardError::OutOfRange { index: 4, count: 3 });
         let e = from_env(env(&[("CI_NODE_INDEX", "x"), ("CI_NODE_TOTAL", "2")])).unwrap_err();
-        assert!(matches!(e, ShardError::NotANumber { var: "CI_NODE_INDEX", .. }));
+        assert!(matches!(
+            e,
+            ShardError::NotANumber {
+                var: "CI_NODE_INDEX",
+                ..
+            }
+        ));
     }
 
     #[test]

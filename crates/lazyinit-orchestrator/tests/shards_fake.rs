@@ -86,7 +86,10 @@ async fn two_shards_at_once_merge_into_the_plans_cells() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("s1"), tmp.path().join("s2"));
     let s = spec("fake");
-    let (lab1, lab2) = (Lab::new(tmp.path().join("l1")), Lab::new(tmp.path().join("l2")));
+    let (lab1, lab2) = (
+        Lab::new(tmp.path().join("l1")),
+        Lab::new(tmp.path().join("l2")),
+    );
     let (r1, r2) = tokio::join!(
         run_shard(&s, &lab1, Some(shard(1, 2)), &a),
         run_shard(&s, &lab2, Some(shard(2, 2)), &b)
@@ -94,10 +97,16 @@ async fn two_shards_at_once_merge_into_the_plans_cells() {
     assert_eq!((r1.unwrap().ok, r2.unwrap().ok), (2, 2));
     // Each shard builds only the kernels its cells boot: 2 of the 4.
     for lab in [&lab1, &lab2] {
-        let builds = lab.journal().iter().filter(|l| l.starts_with("build ")).count();
+        let builds = lab
+            .journal()
+            .iter()
+            .filter(|l| l.starts_with("build "))
+            .count();
         assert_eq!(builds, 2, "{:?}", lab.journal());
     }
-    let record = ShardRecord::read(&RunFolder::new(&a).shard_toml()).unwrap().unwrap();
+    let record = ShardRecord::read(&RunFolder::new(&a).shard_toml())
+        .unwrap()
+        .unwrap();
     assert_eq!((record.shard, record.cells.len()), (shard(1, 2), 2));
     assert_eq!(record.chosen_by, "--shard 1/2");
     assert_eq!(record.hosts.len(), 1);
@@ -128,7 +137,8 @@ async fn two_shards_at_once_merge_into_the_plans_cells() {
     assert_eq!(rows[0].shard, "1/2");
     assert_eq!(rows[3].shard, "2/2");
     let merged = RunFolder::new(&out);
-    let m: MergeRecord = toml::from_str(&std::fs::read_to_string(merged.merge_toml()).unwrap()).unwrap();
+    let m: MergeRecord =
+        toml::from_str(&std::fs::read_to_string(merged.merge_toml()).unwrap()).unwrap();
     assert_eq!((m.shard_count, m.shards.len(), m.missing.len()), (2, 2, 0));
     for k in ["shard-1-of-2", "shard-2-of-2"] {
         assert!(merged.shard_files(k).join("shard.toml").is_file(), "{k}");
@@ -140,27 +150,58 @@ async fn two_shards_at_once_merge_into_the_plans_cells() {
         std::fs::read_to_string(RunFolder::new(&a).spec_toml()).unwrap()
     );
     // No half-built folder is left beside it.
-    let beside: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(beside.iter().all(|n| !n.to_string_lossy().contains("merging")), "{beside:?}");
+    let beside: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        beside
+            .iter()
+            .all(|n| !n.to_string_lossy().contains("merging")),
+        "{beside:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shards_of_two_specs_a_missing_shard_and_overlaps_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let lab = Lab::new(tmp.path().join("lab"));
-    let (a, b, other) = (tmp.path().join("a"), tmp.path().join("b"), tmp.path().join("o"));
-    run_shard(&spec("fake"), &lab, Some(shard(1, 2)), &a).await.unwrap();
-    run_shard(&spec("fake"), &lab, Some(shard(2, 2)), &b).await.unwrap();
-    run_shard(&spec("other"), &lab, Some(shard(2, 2)), &other).await.unwrap();
+    let (a, b, other) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("o"),
+    );
+    run_shard(&spec("fake"), &lab, Some(shard(1, 2)), &a)
+        .await
+        .unwrap();
+    run_shard(&spec("fake"), &lab, Some(shard(2, 2)), &b)
+        .await
+        .unwrap();
+    run_shard(&spec("other"), &lab, Some(shard(2, 2)), &other)
+        .await
+        .unwrap();
     let out = tmp.path().join("merged");
 
     let e = refusal(merge_into(&[&a, &other], &out, false));
-    assert!(e.contains("ran spec fake-") && e.contains("ran other-"), "{e}");
-    assert!(e.contains(&a.display().to_string()) && e.contains(&other.display().to_string()), "{e}");
+    assert!(
+        e.contains("ran spec fake-") && e.contains("ran other-"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&a.display().to_string()) && e.contains(&other.display().to_string()),
+        "{e}"
+    );
 
     let e = refusal(merge_into(&[&a], &out, false));
-    assert!(e.starts_with("2 of the plan's 4 cells are missing: shard 2/2 (not given: "), "{e}");
-    for id in ShardRecord::read(&RunFolder::new(&b).shard_toml()).unwrap().unwrap().cells {
+    assert!(
+        e.starts_with("2 of the plan's 4 cells are missing: shard 2/2 (not given: "),
+        "{e}"
+    );
+    for id in ShardRecord::read(&RunFolder::new(&b).shard_toml())
+        .unwrap()
+        .unwrap()
+        .cells
+    {
         assert!(e.contains(&id), "{e}");
     }
     assert!(e.contains("--allow-missing"), "{e}");
@@ -178,7 +219,8 @@ async fn shards_of_two_specs_a_missing_shard_and_overlaps_are_refused() {
     // What is there, with the missing cells recorded.
     merge_into(&[&a], &out, true).unwrap();
     let m: MergeRecord =
-        toml::from_str(&std::fs::read_to_string(RunFolder::new(&out).merge_toml()).unwrap()).unwrap();
+        toml::from_str(&std::fs::read_to_string(RunFolder::new(&out).merge_toml()).unwrap())
+            .unwrap();
     assert_eq!(m.missing.len(), 2);
     assert_eq!(rows_in(&out).len(), 2);
     // Merged again with every shard: the earlier merge is replaced.
@@ -208,16 +250,23 @@ async fn a_failed_shard_is_rerun_alone_and_merged_again() {
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     let lab = Lab::new(tmp.path().join("l2"));
     run_shard(&s, &lab, Some(shard(1, 2)), &a).await.unwrap();
-    let r = run_shard(&s, &failing, Some(shard(2, 2)), &b).await.unwrap();
+    let r = run_shard(&s, &failing, Some(shard(2, 2)), &b)
+        .await
+        .unwrap();
     assert_eq!((r.ok, r.failed), (1, 1));
     let out = tmp.path().join("merged");
     let e = refusal(merge_into(&[&a, &b], &out, false));
     assert!(e.contains(&format!("has no ok row of {victim})")), "{e}");
 
     // The wrong shard into its folder is refused before anything runs.
-    let e = run_shard(&s, &lab, Some(shard(1, 2)), &b).await.unwrap_err();
+    let e = run_shard(&s, &lab, Some(shard(1, 2)), &b)
+        .await
+        .unwrap_err();
     assert_eq!(exit::code_in(&e), exit::BAD_INPUT);
-    assert!(exit::one_line(&e).contains("it holds shard 2/2 and this run is shard 1/2"), "{e}");
+    assert!(
+        exit::one_line(&e).contains("it holds shard 2/2 and this run is shard 1/2"),
+        "{e}"
+    );
     let e = run_shard(&s, &lab, None, &b).await.unwrap_err();
     assert!(exit::one_line(&e).contains("rerun with --shard 2/2"), "{e}");
 

@@ -39,7 +39,11 @@ pub async fn run(a: MergeArgs) -> anyhow::Result<u8> {
             lazyinit_core::RunFolder::new(&m.out).merge_toml().display()
         ),
     };
-    let replaced = if m.replaced { " (replacing the earlier merge)" } else { "" };
+    let replaced = if m.replaced {
+        " (replacing the earlier merge)"
+    } else {
+        ""
+    };
     eprintln!(
         "merged {} of {} shards of {} into {}{replaced}: {} rows, {} cells ok{missing}; {:.2} s",
         r.shards.len(),
