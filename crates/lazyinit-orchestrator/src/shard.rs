@@ -441,6 +441,28 @@ mod tests {
         assert!(split(&q.cells, 4).iter().all(|s| s.len() == 1));
     }
 
+    /// One long cell and ten short ones: by time, not by count (a split by
+    /// count would put 6 cells against 5, 14 s against 6).
+    #[test]
+    fn one_long_cell_is_worth_ten_short_ones() {
+        let base = plan_of("quick").cells[0].clone();
+        let cells: Vec<PlannedCell> = (0..11)
+            .map(|i| PlannedCell {
+                id: format!("c{i:02}"),
+                predicted_wall_s: if i == 0 { 10.0 } else { 1.0 },
+                ..base.clone()
+            })
+            .collect();
+        let parts = split(&cells, 2);
+        let load = |p: &[usize]| p.iter().map(|&i| cells[i].predicted_wall_s).sum::<f64>();
+        assert_eq!(
+            (load(&parts[0]), load(&parts[1])),
+            (10.0, 10.0),
+            "{parts:?}"
+        );
+        assert_eq!(parts[0], vec![0]);
+    }
+
     #[test]
     fn a_shard_plans_only_its_cells_and_their_kernels() {
         let plan = plan_of("quick");
