@@ -90,3 +90,33 @@ fn bad_shards_are_refused_with_exit_2_and_nothing_created() {
     );
     refused(&["merge", ".", "--out", "m"], "is not a shard's folder");
 }
+
+/// The committed shards of results/quick-shards merge again into the
+/// committed merged run's rows, and their folders are left as they were.
+#[test]
+fn the_committed_shards_merge_into_the_committed_run() {
+    let results = here().join("../../results/quick-shards");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("merged");
+    let a = results.join("shard-1-of-2");
+    let b = results.join("shard-2-of-2");
+    let before = std::fs::read(a.join("results.csv")).unwrap();
+    let m = cli(
+        &[
+            "merge",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        tmp.path(),
+    );
+    assert!(m.status.success(), "{}", String::from_utf8_lossy(&m.stderr));
+    let rows = |p: &Path| lazyinit_core::results::read_rows(p).unwrap();
+    assert_eq!(
+        rows(&out.join("results.csv")),
+        rows(&results.join("merged/results.csv"))
+    );
+    assert_eq!(rows(&out.join("results.csv")).len(), 4);
+    assert_eq!(std::fs::read(a.join("results.csv")).unwrap(), before);
+}
