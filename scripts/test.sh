@@ -19,6 +19,9 @@ if [ -f scripts/ec2-emulator.sh ]; then
 fi
 # kcidb-io: the KCIDB export tests validate real exports with it.
 bash scripts/kcidb-validator.sh >/dev/null
+# check-jsonschema and kubernetes-validate: the job files in examples/
+# are checked with them (crates/lazyinit-bench/tests/job_files.rs).
+bash scripts/job-validators.sh >/dev/null
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi

@@ -32,6 +32,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Show what a run would do, how long and at what cost; launches nothing.
     Plan(cmd::run::PlanArgs),
+    /// Make one run folder of the folders of a run's shards (`run --shard`).
+    Merge(cmd::merge::MergeArgs),
     /// Turn result CSVs into tables, statistics and plots.
     Report(cmd::report::ReportArgs),
     /// Compare a candidate's results against a baseline (exit 1 on regression).
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
             Command::Image(c) => cmd::image::run(c).await,
             Command::Run(a) => cmd::run::run(a).await,
             Command::Plan(a) => cmd::run::plan(a).await,
+            Command::Merge(a) => cmd::merge::run(a).await,
             Command::Report(a) => cmd::report::report(a).await,
             Command::Compare(a) => cmd::report::compare(a).await,
             Command::Replay(a) => cmd::replay::run(a).await,

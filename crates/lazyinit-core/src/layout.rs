@@ -9,6 +9,11 @@
 //!   run.log               the log
 //!   .lock                 held while a run writes here
 //!   results.csv.torn      a row torn by a killed run, cut off on resume
+//!   shard.toml            a shard's: which one, its cells, spec hash,
+//!                         harness version, the hosts that ran it (runner)
+//!   merge.toml            a merged run's: its shards, cells missing (merge)
+//!   shards/shard-K-of-N/  a merged run's: each shard's shard.toml,
+//!                         command.txt, events.jsonl, run.log (merge)
 //!   <cell id>/            CellFolder
 //!     .running            while a run has the cell (its pid): found on
 //!                         resume, the cell's row was lost
@@ -45,6 +50,9 @@ impl RunFolder {
     pub const RUN_LOG: &'static str = "run.log";
     pub const LOCK: &'static str = ".lock";
     pub const RESULTS_TORN: &'static str = "results.csv.torn";
+    pub const SHARD_TOML: &'static str = "shard.toml";
+    pub const MERGE_TOML: &'static str = "merge.toml";
+    pub const SHARDS_DIR: &'static str = "shards";
 
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
@@ -79,6 +87,18 @@ impl RunFolder {
     /// Where a resume keeps the torn last line it cut off `results.csv`.
     pub fn results_torn(&self) -> PathBuf {
         self.root.join(Self::RESULTS_TORN)
+    }
+    /// What a shard's run says of itself (docs/shards.md).
+    pub fn shard_toml(&self) -> PathBuf {
+        self.root.join(Self::SHARD_TOML)
+    }
+    /// What a merged run says of its shards (docs/shards.md).
+    pub fn merge_toml(&self) -> PathBuf {
+        self.root.join(Self::MERGE_TOML)
+    }
+    /// Where a merged run keeps each shard's own files.
+    pub fn shard_files(&self, slug: &str) -> PathBuf {
+        self.root.join(Self::SHARDS_DIR).join(slug)
     }
     /// The folder of one cell (named by its id).
     pub fn cell(&self, cell_id: &str) -> CellFolder {

@@ -87,6 +87,12 @@ pub struct ResultRow {
     /// The `estimate-after` the run asked for (on every row the protocol
     /// ended, also those whose cycle never locked, which are measured).
     pub estimate_after: Option<u64>,
+    /// The shard of the run that measured this row, `K/N` (`run --shard`;
+    /// empty for a run that was not split; docs/shards.md).
+    pub shard: String,
+    /// The host the harness ran on when it measured this row (its
+    /// hostname), so a merged run says where each row came from.
+    pub host: String,
     /// What the guest protocol measured; empty unless it ran to the end.
     pub measured: Measurement,
 }
@@ -215,6 +221,9 @@ struct Flat {
     crossed_ticks: Option<f64>,
     #[serde(default)]
     estimate_caveat: Option<String>,
+    shard: String,
+    #[serde(default)]
+    host: String,
 }
 
 impl From<ResultRow> for Flat {
@@ -266,6 +275,8 @@ impl From<ResultRow> for Flat {
             lazyinit_hi_s: m.lazyinit_hi_s,
             crossed_ticks: m.crossed_ticks,
             estimate_caveat: m.estimate_caveat,
+            shard: r.shard,
+            host: r.host,
         }
     }
 }
@@ -294,6 +305,8 @@ impl From<Flat> for ResultRow {
             storage_profile: f.storage_profile,
             concurrency: f.concurrency,
             estimate_after: f.estimate_after,
+            shard: f.shard,
+            host: f.host,
             measured: Measurement {
                 groups: f.groups,
                 mkfs_s: f.mkfs_s,
@@ -390,6 +403,8 @@ pub const COLUMNS: &[&str] = &[
     "lazyinit_hi_s",
     "crossed_ticks",
     "estimate_caveat",
+    "shard",
+    "host",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -640,6 +655,8 @@ mod tests {
             storage_profile: "none".into(),
             concurrency: 1,
             estimate_after: None,
+            shard: String::new(),
+            host: String::new(),
             measured: Measurement {
                 groups: Some(512),
                 mkfs_s: Some(1.25),
@@ -691,9 +708,9 @@ mod tests {
         failed.measured = Measurement::default();
         w.append(&failed).unwrap();
         let want = concat!(
-            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,\n",
+            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,\n",
         );
         assert_eq!(std::fs::read_to_string(&p).unwrap(), want);
         assert_eq!(read_rows(&p).unwrap(), vec![sample(), failed]);
@@ -751,7 +768,7 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(
             text.lines().nth(1).unwrap().ends_with(
-                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s)"
+                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s),,"
             ),
             "{text}"
         );

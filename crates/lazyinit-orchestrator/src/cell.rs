@@ -281,6 +281,7 @@ fn blank_row(sh: &Shared, cell: &Cell, kernel_release: &str) -> ResultRow {
         kernel_release,
         sh.settings.storage_profile,
         sh.concurrency,
+        &sh.origin,
     )
 }
 
@@ -292,6 +293,7 @@ pub(crate) fn row_for(
     kernel_release: &str,
     storage_profile: lazyinit_core::StorageProfile,
     concurrency: u32,
+    origin: &crate::runner::Origin,
 ) -> ResultRow {
     ResultRow {
         run_id: run_id.to_string(),
@@ -315,6 +317,8 @@ pub(crate) fn row_for(
         storage_profile: storage_profile.to_string(),
         concurrency,
         estimate_after: None,
+        shard: origin.shard.clone(),
+        host: origin.host.clone(),
         measured: Measurement::default(),
     }
 }

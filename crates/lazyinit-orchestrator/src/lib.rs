@@ -11,12 +11,16 @@ pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod gate;
+pub mod merge;
 pub mod plan;
+pub mod record;
 pub mod runner;
+pub mod shard;
 pub mod spec;
 pub mod token;
 
 pub use error::{CellError, RunError};
 pub use plan::{plan, Plan};
 pub use runner::{run, RunOptions, RunSummary};
+pub use shard::{Shard, ShardArg};
 pub use spec::{ProviderConfigs, Spec};

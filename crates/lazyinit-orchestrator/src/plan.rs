@@ -75,6 +75,9 @@ pub struct Plan {
     pub cost: Option<Cost>,
     /// Cells stop early, estimating the rest (`estimate-after`).
     pub estimate_after: Option<u64>,
+    /// The shard of the whole plan this is (`run --shard`), if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::Shard>,
 }
 
 pub fn cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<Cell> {
@@ -154,14 +157,10 @@ fn traced_s<C: ProviderConfigs>(p: &Prediction, groups: u64, spec: &Spec<C>) -> 
     }
 }
 
-/// The plan of `spec` on `provider`, unpriced.
-pub fn plan<C: ProviderConfigs>(
-    spec: &Spec<C>,
-    provider: &dyn Provider,
-    host_available_mib: u64,
-) -> Plan {
-    let cells = cells(spec);
-    let planned: Vec<PlannedCell> = cells
+/// The cells of `spec` with what the model predicts of each: what any
+/// provider runs (the split into shards needs no more).
+pub fn planned_cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<PlannedCell> {
+    cells(spec)
         .into_iter()
         .map(|cell| {
             let predicted = model::predict_cell(cell.hz, cell.variant, cell.wait_mult, cell.volume);
@@ -181,7 +180,16 @@ pub fn plan<C: ProviderConfigs>(
                 cell,
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The plan of `spec` on `provider`, unpriced.
+pub fn plan<C: ProviderConfigs>(
+    spec: &Spec<C>,
+    provider: &dyn Provider,
+    host_available_mib: u64,
+) -> Plan {
+    let planned = planned_cells(spec);
     let kernels: BTreeSet<KernelNeed> = planned.iter().map(|p| KernelNeed::of(&p.cell)).collect();
     let arches: BTreeSet<Arch> = planned.iter().map(|p| p.cell.arch).collect();
     let concurrency = match spec.concurrency {
@@ -207,6 +215,7 @@ pub fn plan<C: ProviderConfigs>(
         kernels: kernels.into_iter().collect(),
         arches: arches.into_iter().collect(),
         concurrency,
+        shard: None,
     }
 }
 
@@ -227,7 +236,7 @@ impl Plan {
     }
 }
 
-fn hms(s: f64) -> String {
+pub(crate) fn hms(s: f64) -> String {
     let s = s.round() as u64;
     if s >= 3600 {
         format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
@@ -240,8 +249,12 @@ fn hms(s: f64) -> String {
 
 /// The plan as text for a terminal.
 pub fn render(p: &Plan) -> String {
+    let shard = match p.shard {
+        Some(k) => format!(", shard {k}"),
+        None => String::new(),
+    };
     let mut s = format!(
-        "run {} — {} cells, {} at once\n\n",
+        "run {}{shard} — {} cells, {} at once\n\n",
         p.run_id,
         p.cells.len(),
         p.concurrency

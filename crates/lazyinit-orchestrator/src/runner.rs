@@ -36,6 +36,9 @@ pub struct RunOptions {
     pub boot_timeout: Duration,
     /// Kernels, guest images and the way into guests.
     pub artifacts: Arc<dyn Artifacts>,
+    /// How the plan's shard was chosen (`--shard 1/2`, or the engine's
+    /// variables), for `shard.toml`; unused when the plan is not a shard.
+    pub shard_chosen_by: String,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -115,6 +118,24 @@ pub(crate) struct Shared {
     pub unwritten: Mutex<(Vec<String>, Option<ResultsError>)>,
     /// Cells whose machine's teardown failed, with the error.
     pub teardown_failures: Mutex<Vec<String>>,
+    /// Which shard and host every row of the run says measured it.
+    pub origin: Origin,
+}
+
+/// Which shard and host measured a row (its `shard` and `host` columns).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    pub shard: String,
+    pub host: String,
+}
+
+impl Origin {
+    pub fn of(plan: &Plan) -> Origin {
+        Origin {
+            shard: plan.shard.map(|s| s.to_string()).unwrap_or_default(),
+            host: crate::record::hostname(),
+        }
+    }
 }
 
 impl Shared {
@@ -209,6 +230,7 @@ async fn prepare<C: ProviderConfigs>(
 ) -> Result<Prepared, RunError> {
     let folder = &opts.folder;
     check_same_spec(folder, spec)?;
+    crate::record::check_same_shard(folder, plan)?;
     let csv = folder.results_csv();
     let done = completed_cells(&csv).map_err(|e| RunError::Resume(csv.clone(), e))?;
     let todo: Vec<Cell> = plan
@@ -248,6 +270,7 @@ async fn prepare<C: ProviderConfigs>(
         }
     }
     let (lock, mut writer) = claim_folder(folder, spec)?;
+    crate::record::write_shard_record(folder, plan, &spec.hash(), &opts.shard_chosen_by)?;
     recover(plan, provider, folder, &done, &mut writer).await?;
     for c in &todo {
         opts.events.phase(&c.id(), Phase::Queued);
@@ -374,6 +397,7 @@ async fn recover(
                 "",
                 plan.storage_profile,
                 plan.concurrency as u32,
+                &Origin::of(plan),
             );
             row.status = Status::Interrupted;
             row.error = format!(
@@ -593,6 +617,7 @@ async fn schedule(
         boot_timeout: opts.boot_timeout,
         unwritten: Mutex::default(),
         teardown_failures: Mutex::default(),
+        origin: Origin::of(plan),
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let order = longest_first(plan, todo);

@@ -40,6 +40,7 @@ async fn run_on(
         cancel,
         prioritize_sensitive: true,
         boot_timeout: Duration::from_secs(5),
+        shard_chosen_by: String::new(),
         artifacts: Arc::new(lab.artifacts()),
     };
     lazyinit_orchestrator::run(spec, &plan, Arc::new(provider), opts).await

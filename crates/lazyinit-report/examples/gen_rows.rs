@@ -102,6 +102,8 @@ fn main() {
             storage_profile: "none".into(),
             concurrency: 4,
             estimate_after: None,
+            shard: String::new(),
+            host: String::new(),
             measured: Measurement {
                 groups: Some(groups),
                 mkfs_s: Some(1.0 + rng.unit()),

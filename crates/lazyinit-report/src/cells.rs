@@ -399,6 +399,8 @@ pub(crate) mod tests_support {
             storage_profile: "none".into(),
             concurrency: 1,
             estimate_after: None,
+            shard: String::new(),
+            host: String::new(),
             measured: Measurement {
                 groups: Some(512),
                 mkfs_s: Some(1.3),

@@ -113,6 +113,7 @@ pub async fn run(
         cancel,
         prioritize_sensitive: false,
         boot_timeout: Duration::from_secs(900),
+        shard_chosen_by: String::new(),
         artifacts: Arc::new(lazyinit_orchestrator::artifacts::Built::new(
             lazyinit_core::paths::cache_dir(),
             run_keys.state_dir().to_path_buf(),

@@ -6,6 +6,7 @@ pub mod history;
 pub mod image;
 pub mod kcidb;
 pub mod kernel;
+pub mod merge;
 pub mod providers;
 pub mod replay;
 pub mod report;

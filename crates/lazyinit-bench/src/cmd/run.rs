@@ -92,6 +92,14 @@ pub struct RunArgs {
     /// concurrently changed per cell.
     #[arg(long)]
     pub alone: bool,
+    /// Run only shard K of N of the plan's cells (1 <= K <= N; the same
+    /// spec and N always give the same split), or `auto`: K and N from the
+    /// engine's environment (LAZYINIT_SHARD=K/N; a Kubernetes Indexed
+    /// Job's JOB_COMPLETION_INDEX with LAZYINIT_SHARD_COUNT; GitLab's
+    /// CI_NODE_INDEX/CI_NODE_TOTAL; a Slurm array's SLURM_ARRAY_TASK_*).
+    /// Merge the shards' folders with `merge` (docs/shards.md).
+    #[arg(long, value_name = "K/N|auto")]
+    pub shard: Option<lazyinit_orchestrator::ShardArg>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -101,6 +109,14 @@ pub struct PlanArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// Show the plan split into N shards (`run --shard K/N`): each shard's
+    /// cells and predicted wall time, against the whole plan's.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub shards: Option<u32>,
+    /// Show only the plan of shard K of N, or of the shard `auto` finds
+    /// in the environment (as `run --shard` would run it).
+    #[arg(long, value_name = "K/N|auto", conflicts_with = "shards")]
+    pub shard: Option<lazyinit_orchestrator::ShardArg>,
 }
 
 /// The spec to run: a file, a preset, or one cell from flags.
@@ -198,6 +214,7 @@ fn one_cell_toml(arch: Arch, hz: Hz, variant: Variant, size: ByteSize, a: &SpecA
 }
 
 pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
+    let shard = resolve_shard(a.shard)?;
     let spec = resolve_spec(&a.spec)?;
     // Reads no keys: the state folder is only named.
     let provider = providers::provider(&spec, &lazyinit_core::paths::state_dir())?;
@@ -206,8 +223,26 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
         &*provider,
         lazyinit_orchestrator::plan::host_available_mib(),
     );
+    let p = match &shard {
+        Some((s, how)) => {
+            eprintln!("shard {s} ({how})");
+            p.shard(*s)
+        }
+        None => p,
+    };
     // The plan is shown even when its price is not known (a price
     // missing from the config is then the error).
+    if let Some(n) = a.shards {
+        let shards = lazyinit_orchestrator::shard::shard_plans(&p, n)
+            .map_err(|e| bad_input(format!("--shards: {e}")))?;
+        if a.json {
+            let json = serde_json::json!({ "plan": p, "shards": shards });
+            println!("{}", serde_json::to_string_pretty(&json)?);
+        } else {
+            print!("{}", lazyinit_orchestrator::shard::render(&p, &shards));
+        }
+        return Ok(exit::OK);
+    }
     let priced = p.clone().priced(&*provider);
     let shown = priced.as_ref().unwrap_or(&p);
     if a.json {
@@ -257,8 +292,24 @@ fn install_signal_handler(cancel: Arc<AtomicBool>, keys_dir: Option<PathBuf>) {
     });
 }
 
+/// The shard `--shard` names, and how it was chosen (said on stderr and
+/// kept in the shard's `shard.toml`).
+fn resolve_shard(
+    arg: Option<lazyinit_orchestrator::ShardArg>,
+) -> anyhow::Result<Option<(lazyinit_orchestrator::Shard, String)>> {
+    use lazyinit_orchestrator::ShardArg;
+    match arg {
+        None => Ok(None),
+        Some(ShardArg::Fixed(s)) => Ok(Some((s, format!("--shard {s}")))),
+        Some(ShardArg::Auto) => lazyinit_orchestrator::shard::from_env(|k| std::env::var(k).ok())
+            .map(|(s, how)| Some((s, format!("--shard auto: {how}"))))
+            .map_err(|e| bad_input(format!("--shard auto: {e}")).into()),
+    }
+}
+
 // Long: the run command top to bottom (spec, provider, plan, events, run, summary, exit code), read in one go.
 pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
+    let shard = resolve_shard(a.shard)?;
     let mut spec = resolve_spec(&a.spec)?;
     // Bad input before any key, folder or banner: a file, a device, /proc
     // or a read-only place is not a results folder.
@@ -282,10 +333,26 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         &*provider,
         lazyinit_orchestrator::plan::host_available_mib(),
     );
+    let whole = plan.cells.len();
+    let plan = match &shard {
+        Some((s, how)) => {
+            let p = plan.shard(*s);
+            eprintln!(
+                "shard {s} ({how}): {} of the plan's {whole} cells",
+                p.cells.len()
+            );
+            p
+        }
+        None => plan,
+    };
+    let default_name = match &shard {
+        Some((s, _)) => format!("{}-{}", plan.run_id, s.slug()),
+        None => plan.run_id.clone(),
+    };
     let mut out = a
         .out
         .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(&plan.run_id));
+        .unwrap_or_else(|| PathBuf::from("results").join(default_name));
     if a.alone {
         let name = out
             .file_name()
@@ -333,6 +400,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             )
             .with_kernel_config(spec.kernel_config.clone()),
         ),
+        shard_chosen_by: shard.map(|(_, how)| how).unwrap_or_default(),
     };
     let result = lazyinit_orchestrator::run(&spec, &plan, provider, opts).await;
     // Said again here: the events or the log of the run are incomplete.

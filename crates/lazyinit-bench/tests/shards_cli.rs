@@ -1,0 +1,122 @@
+//! `run --shard`, `plan --shards` and `merge` as a user types them, without
+//! guests: the split against golden files (the same on every host), and
+//! bad input refused with exit 2, one line, nothing created.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn here() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cli(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lazyinit-bench"))
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", dir)
+        .output()
+        .unwrap()
+}
+
+/// `plan --shards N` against its golden file (`UPDATE_GOLDEN=1` rewrites
+/// it). Fixed concurrency: the split does not depend on the host, the
+/// number of guests at once would.
+#[test]
+fn the_split_of_reported_and_the_series_is_the_golden_one() {
+    for (spec, n, golden) in [
+        ("reported", "3", "plan-reported-shards3.txt"),
+        (
+            "../../specs/reported-series.toml",
+            "4",
+            "plan-series-shards4.txt",
+        ),
+    ] {
+        let out = cli(
+            &["plan", spec, "--shards", n, "--concurrency", "8"],
+            &here(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let path = here().join("tests/golden").join(golden);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        assert_eq!(text, std::fs::read_to_string(&path).unwrap(), "{golden}");
+    }
+}
+
+fn refused(args: &[&str], want: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = cli(args, tmp.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    // The first line says it (clap adds a pointer to --help below its own).
+    assert!(
+        err.lines().next().unwrap_or("").contains(want),
+        "{args:?}: {err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "{args:?} created {left:?}");
+}
+
+#[test]
+fn bad_shards_are_refused_with_exit_2_and_nothing_created() {
+    refused(
+        &["run", "quick", "--shard", "3/2", "--out", "x"],
+        "shard 3/2 does not exist",
+    );
+    refused(
+        &["run", "quick", "--shard", "0/2", "--out", "x"],
+        "K must be between 1 and N",
+    );
+    refused(
+        &["run", "quick", "--shard", "half", "--out", "x"],
+        "`half` is not a shard",
+    );
+    refused(
+        &["run", "quick", "--shard", "auto", "--out", "x"],
+        "--shard auto found no shard in the environment: set LAZYINIT_SHARD=K/N",
+    );
+    refused(&["plan", "quick", "--shards", "0"], "--shards");
+    refused(
+        &["merge", "nowhere", "--out", "m"],
+        "nowhere: no such folder",
+    );
+    refused(&["merge", ".", "--out", "m"], "is not a shard's folder");
+}
+
+/// The committed shards of results/quick-shards merge again into the
+/// committed merged run's rows, and their folders are left as they were.
+#[test]
+fn the_committed_shards_merge_into_the_committed_run() {
+    let results = here().join("../../results/quick-shards");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("merged");
+    let a = results.join("shard-1-of-2");
+    let b = results.join("shard-2-of-2");
+    let before = std::fs::read(a.join("results.csv")).unwrap();
+    let m = cli(
+        &[
+            "merge",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        tmp.path(),
+    );
+    assert!(m.status.success(), "{}", String::from_utf8_lossy(&m.stderr));
+    let rows = |p: &Path| lazyinit_core::results::read_rows(p).unwrap();
+    assert_eq!(
+        rows(&out.join("results.csv")),
+        rows(&results.join("merged/results.csv"))
+    );
+    assert_eq!(rows(&out.join("results.csv")).len(), 4);
+    assert_eq!(std::fs::read(a.join("results.csv")).unwrap(), before);
+}

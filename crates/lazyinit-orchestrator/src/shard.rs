@@ -1,0 +1,549 @@
+//! Splitting a plan over N machines: shard K of N runs only its cells, and
+//! `merge` (crate::merge) makes one run of the shards' folders.
+//!
+//! The split is a pure function of the plan (its cells and their predicted
+//! wall times) and N, like nextest's `--partition count:K/N`: every machine
+//! computes the same shards with no coordinator. It is longest processing
+//! time first, so the shards' predicted walls come out within one cell of
+//! each other (docs/shards.md). Repetitions are cells of their own and may
+//! land on different shards; a shard builds only the kernels its cells boot.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{makespan, KernelNeed, Plan, PlannedCell};
+
+/// Shard `index` of `count`, both from 1 (as `run --shard K/N` says it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Shard {
+    index: u32,
+    count: u32,
+}
+
+/// A `--shard` or an engine's environment that names no shard.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("`{0}` is not a shard: give K/N with 1 <= K <= N, e.g. --shard 1/4")]
+    Syntax(String),
+    #[error("shard {index}/{count} does not exist: K must be between 1 and N")]
+    OutOfRange { index: u64, count: u64 },
+    #[error("{var} is `{value}`, not a whole number")]
+    NotANumber { var: &'static str, value: String },
+    #[error("{index_var} is set but {count_var} is not: {hint}")]
+    NoCount {
+        index_var: &'static str,
+        count_var: &'static str,
+        hint: &'static str,
+    },
+    #[error("{0}")]
+    Engine(String),
+    #[error("--shard auto found no shard in the environment: set LAZYINIT_SHARD=K/N, or run under a Kubernetes Indexed Job (JOB_COMPLETION_INDEX with LAZYINIT_SHARD_COUNT), GitLab `parallel:` (CI_NODE_INDEX, CI_NODE_TOTAL) or a Slurm array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT)")]
+    NoEngine,
+}
+
+impl Shard {
+    pub fn new(index: u32, count: u32) -> Result<Shard, ShardError> {
+        if index == 0 || index > count {
+            return Err(ShardError::OutOfRange {
+                index: index.into(),
+                count: count.into(),
+            });
+        }
+        Ok(Shard { index, count })
+    }
+    /// From 1.
+    pub fn index(self) -> u32 {
+        self.index
+    }
+    pub fn count(self) -> u32 {
+        self.count
+    }
+    /// `shard-K-of-N`: a file-name-safe name.
+    pub fn slug(self) -> String {
+        format!("shard-{}-of-{}", self.index, self.count)
+    }
+}
+
+impl fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl FromStr for Shard {
+    type Err = ShardError;
+    fn from_str(s: &str) -> Result<Shard, ShardError> {
+        let syntax = || ShardError::Syntax(s.to_string());
+        let (k, n) = s.trim().split_once('/').ok_or_else(syntax)?;
+        let k: u64 = k.trim().parse().map_err(|_| syntax())?;
+        let n: u64 = n.trim().parse().map_err(|_| syntax())?;
+        match (u32::try_from(k), u32::try_from(n)) {
+            (Ok(k), Ok(n)) => Shard::new(k, n),
+            _ => Err(ShardError::OutOfRange { index: k, count: n }),
+        }
+    }
+}
+
+impl Serialize for Shard {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Shard {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What `run --shard` was given: a shard, or `auto` (the environment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardArg {
+    Fixed(Shard),
+    Auto,
+}
+
+impl FromStr for ShardArg {
+    type Err = ShardError;
+    fn from_str(s: &str) -> Result<ShardArg, ShardError> {
+        match s.trim() {
+            "auto" => Ok(ShardArg::Auto),
+            other => other.parse().map(ShardArg::Fixed),
+        }
+    }
+}
+
+/// The variable that carries the shard count for a Kubernetes Indexed Job
+/// (the Job's `completions` is not in the pod's environment).
+pub const COUNT_VAR: &str = "LAZYINIT_SHARD_COUNT";
+/// `K/N` for any engine (GitHub Actions' matrix sets it, or passes
+/// `--shard K/N`).
+pub const SHARD_VAR: &str = "LAZYINIT_SHARD";
+
+/// The shard the engine running this process gave it, and a sentence
+/// saying which variables said so. Pure: `get` reads the environment.
+/// The first engine found wins, in this order: `LAZYINIT_SHARD`, a
+/// Kubernetes Indexed Job (0-based), GitLab `parallel:` (1-based), a Slurm
+/// array (`SLURM_ARRAY_TASK_ID` counted from `SLURM_ARRAY_TASK_MIN` in
+/// steps of `SLURM_ARRAY_TASK_STEP`).
+pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String), ShardError> {
+    let num = |var: &'static str| -> Result<Option<u64>, ShardError> {
+        match get(var) {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| ShardError::NotANumber { var, value: v }),
+        }
+    };
+    let make = |k: u64, n: u64| match (u32::try_from(k), u32::try_from(n)) {
+        (Ok(k), Ok(n)) => Shard::new(k, n),
+        _ => Err(ShardError::OutOfRange { index: k, count: n }),
+    };
+    if let Some(v) = get(SHARD_VAR) {
+        let s: Shard = v.parse()?;
+        return Ok((s, format!("{SHARD_VAR}={v}")));
+    }
+    if let Some(i) = num("JOB_COMPLETION_INDEX")? {
+        let n = num(COUNT_VAR)?.ok_or(ShardError::NoCount {
+            index_var: "JOB_COMPLETION_INDEX",
+            count_var: COUNT_VAR,
+            hint: "set it to the Indexed Job's `completions` in the pod's env",
+        })?;
+        let s = make(i + 1, n)?;
+        return Ok((
+            s,
+            format!(
+                "JOB_COMPLETION_INDEX={i} (from 0) and {COUNT_VAR}={n}: a Kubernetes Indexed Job"
+            ),
+        ));
+    }
+    if let Some(i) = num("CI_NODE_INDEX")? {
+        let n = num("CI_NODE_TOTAL")?.ok_or(ShardError::NoCount {
+            index_var: "CI_NODE_INDEX",
+            count_var: "CI_NODE_TOTAL",
+            hint: "GitLab sets both for a job with `parallel: N`",
+        })?;
+        let s = make(i, n)?;
+        return Ok((
+            s,
+            format!("CI_NODE_INDEX={i} (from 1) and CI_NODE_TOTAL={n}: GitLab `parallel:`"),
+        ));
+    }
+    if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
+        let n = num("SLURM_ARRAY_TASK_COUNT")?.ok_or(ShardError::NoCount {
+            index_var: "SLURM_ARRAY_TASK_ID",
+            count_var: "SLURM_ARRAY_TASK_COUNT",
+            hint: "submit with sbatch --array=0-(N-1)",
+        })?;
+        let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+        let step = num("SLURM_ARRAY_TASK_STEP")?.unwrap_or(1).max(1);
+        let from_min = id.checked_sub(min).filter(|d| d % step == 0);
+        let Some(d) = from_min.map(|d| d / step).filter(|d| *d < n) else {
+            return Err(ShardError::Engine(format!(
+                "SLURM_ARRAY_TASK_ID={id} is not one of {n} tasks from SLURM_ARRAY_TASK_MIN={min} in steps of {step}: submit a contiguous array, sbatch --array=0-{}",
+                n.saturating_sub(1)
+            )));
+        };
+        let s = make(d + 1, n)?;
+        return Ok((
+            s,
+            format!("SLURM_ARRAY_TASK_ID={id} from SLURM_ARRAY_TASK_MIN={min} and SLURM_ARRAY_TASK_COUNT={n}: a Slurm array"),
+        ));
+    }
+    Err(ShardError::NoEngine)
+}
+
+/// The cells of each shard (indices into `cells`, in plan order), shard
+/// 1 first. Longest predicted wall first, each onto the shard with the
+/// least predicted work so far; ties go to a shard that already boots the
+/// cell's kernel (one build fewer), then to the lowest shard. Times are
+/// compared in whole milliseconds so that no host's float rounding can
+/// move a cell.
+pub fn split(cells: &[PlannedCell], count: u32) -> Vec<Vec<usize>> {
+    let n = count.max(1) as usize;
+    let ms = |c: &PlannedCell| (c.predicted_wall_s * 1000.0).round().max(0.0) as u64;
+    let mut order: Vec<usize> = (0..cells.len()).collect();
+    order.sort_by(|&a, &b| {
+        ms(&cells[b])
+            .cmp(&ms(&cells[a]))
+            .then_with(|| cells[a].id.cmp(&cells[b].id))
+    });
+    let mut load = vec![0u64; n];
+    let mut kernels: Vec<BTreeSet<KernelNeed>> = vec![BTreeSet::new(); n];
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in order {
+        let need = KernelNeed::of(&cells[i].cell);
+        let s = (0..n)
+            .min_by_key(|&s| (load[s], !kernels[s].contains(&need), s))
+            .unwrap_or(0);
+        load[s] += ms(&cells[i]);
+        kernels[s].insert(need);
+        out[s].push(i);
+    }
+    for cells in &mut out {
+        cells.sort_unstable();
+    }
+    out
+}
+
+impl Plan {
+    /// The plan of one shard: its cells only, the kernels they boot, and
+    /// its own predicted times (with as many cells at once as the whole
+    /// plan's, or fewer when the shard has fewer cells).
+    pub fn shard(&self, shard: Shard) -> Plan {
+        let mine = &split(&self.cells, shard.count())[shard.index() as usize - 1];
+        let cells: Vec<PlannedCell> = mine.iter().map(|&i| self.cells[i].clone()).collect();
+        let kernels: BTreeSet<KernelNeed> = cells.iter().map(|p| KernelNeed::of(&p.cell)).collect();
+        let arches: BTreeSet<_> = cells.iter().map(|p| p.cell.arch).collect();
+        let concurrency = self.concurrency.min(cells.len()).max(1);
+        let durations: Vec<f64> = cells.iter().map(|p| p.predicted_wall_s).collect();
+        Plan {
+            run_id: self.run_id.clone(),
+            provider: self.provider.clone(),
+            kernel_profile: self.kernel_profile,
+            storage_profile: self.storage_profile,
+            slowest_cell_s: durations.iter().cloned().fold(0.0, f64::max),
+            serial_s: durations.iter().sum(),
+            parallel_s: makespan(durations, concurrency),
+            cost: None,
+            estimate_after: self.estimate_after,
+            kernels: kernels.into_iter().collect(),
+            arches: arches.into_iter().collect(),
+            concurrency,
+            cells,
+            shard: Some(shard),
+        }
+    }
+}
+
+/// One shard as `plan --shards N` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardPlan {
+    pub shard: Shard,
+    pub cells: Vec<String>,
+    pub kernels: usize,
+    pub concurrency: usize,
+    /// Predicted wall with `concurrency` cells at once (longest first).
+    pub predicted_wall_s: f64,
+    /// Its cells one after another.
+    pub serial_s: f64,
+}
+
+/// Every shard of `plan` split `count` ways.
+pub fn shard_plans(plan: &Plan, count: u32) -> Result<Vec<ShardPlan>, ShardError> {
+    (1..=count)
+        .map(|k| {
+            let p = plan.shard(Shard::new(k, count)?);
+            Ok(ShardPlan {
+                shard: Shard::new(k, count)?,
+                cells: p.cells.iter().map(|c| c.id.clone()).collect(),
+                kernels: p.kernels.len(),
+                concurrency: p.concurrency,
+                predicted_wall_s: if p.cells.is_empty() {
+                    0.0
+                } else {
+                    p.parallel_s
+                },
+                serial_s: p.serial_s,
+            })
+        })
+        .collect()
+}
+
+/// `plan --shards N` as text: one line per shard, then each shard's cells.
+pub fn render(plan: &Plan, shards: &[ShardPlan]) -> String {
+    let hms = crate::plan::hms;
+    let mut s = format!(
+        "run {} — {} cells in {} shards (longest first; docs/shards.md)\n\n| shard | cells | kernels | at once | predicted wall | cells one after another |\n|---|---:|---:|---:|---:|---:|\n",
+        plan.run_id,
+        plan.cells.len(),
+        shards.len()
+    );
+    for p in shards {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            p.shard,
+            p.cells.len(),
+            p.kernels,
+            p.concurrency,
+            hms(p.predicted_wall_s),
+            hms(p.serial_s)
+        ));
+    }
+    let slowest = shards
+        .iter()
+        .map(|p| p.predicted_wall_s)
+        .fold(0.0, f64::max);
+    s.push_str(&format!(
+        "\npredicted wall: {} with {} shards against {} unsharded ({} at once); kernel builds not counted (each shard builds its own unless its cache has them)\n",
+        hms(slowest),
+        shards.len(),
+        hms(plan.parallel_s),
+        plan.concurrency
+    ));
+    for p in shards {
+        s.push_str(&format!("\nshard {}:\n", p.shard));
+        for c in &p.cells {
+            s.push_str(&format!("  {c}\n"));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::Lab;
+    use crate::spec::{preset, RawSpec};
+
+    fn plan_of(name: &str) -> Plan {
+        let spec = RawSpec::parse(preset(name).unwrap(), name).unwrap();
+        let lab = Lab::new(std::env::temp_dir().join("lazyinit-shard-tests-unused"));
+        crate::plan(&spec, &lab.provider(), 20_000)
+    }
+
+    fn series() -> Plan {
+        let text = include_str!("../../../specs/reported-series.toml");
+        let spec = RawSpec::parse(text, "reported-series").unwrap();
+        let lab = Lab::new(std::env::temp_dir().join("lazyinit-shard-tests-unused"));
+        crate::plan(&spec, &lab.provider(), 200_000)
+    }
+
+    #[test]
+    fn parses_k_of_n_and_refuses_the_rest() {
+        assert_eq!("2/4".parse::<Shard>().unwrap(), Shard::new(2, 4).unwrap());
+        assert_eq!(" 1 / 1 ".parse::<Shard>().unwrap().to_string(), "1/1");
+        assert_eq!("auto".parse::<ShardArg>().unwrap(), ShardArg::Auto);
+        for bad in [
+            "0/2",
+            "3/2",
+            "1/0",
+            "2",
+            "a/b",
+            "1/2/3",
+            "-1/2",
+            "99999999999/1",
+        ] {
+            let e = bad.parse::<ShardArg>().unwrap_err();
+            assert!(
+                matches!(e, ShardError::Syntax(_) | ShardError::OutOfRange { .. }),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(
+            "3/2".parse::<Shard>().unwrap_err().to_string(),
+            "shard 3/2 does not exist: K must be between 1 and N"
+        );
+    }
+
+    #[test]
+    fn every_cell_lands_in_exactly_one_shard() {
+        for plan in [plan_of("quick"), plan_of("reported"), series()] {
+            for n in 1..=9u32 {
+                let parts = split(&plan.cells, n);
+                assert_eq!(parts.len(), n as usize);
+                let mut all: Vec<usize> = parts.concat();
+                all.sort_unstable();
+                assert_eq!(all, (0..plan.cells.len()).collect::<Vec<_>>(), "N={n}");
+            }
+        }
+    }
+
+    /// The same plan and N give the same split, whatever order the plan
+    /// listed its cells in (another host, another spec key order).
+    #[test]
+    fn the_split_is_deterministic() {
+        let plan = series();
+        let ids = |p: &Plan, parts: Vec<Vec<usize>>| -> Vec<BTreeSet<String>> {
+            parts
+                .into_iter()
+                .map(|s| s.into_iter().map(|i| p.cells[i].id.clone()).collect())
+                .collect()
+        };
+        let once = ids(&plan, split(&plan.cells, 3));
+        assert_eq!(once, ids(&plan, split(&plan.cells, 3)));
+        let mut reversed = plan.clone();
+        reversed.cells.reverse();
+        assert_eq!(once, ids(&reversed, split(&reversed.cells, 3)));
+    }
+
+    /// Longest first: no shard has more work than the least loaded one
+    /// plus one cell (the shortest one it took last, at most the longest).
+    #[test]
+    fn the_split_is_balanced_by_predicted_time() {
+        let plan = series();
+        let longest = plan.slowest_cell_s;
+        for n in 2..=4 {
+            let loads: Vec<f64> = split(&plan.cells, n)
+                .iter()
+                .map(|s| s.iter().map(|&i| plan.cells[i].predicted_wall_s).sum())
+                .collect();
+            let (lo, hi) = (
+                loads.iter().cloned().fold(f64::MAX, f64::min),
+                loads.iter().cloned().fold(0.0, f64::max),
+            );
+            assert!(hi - lo <= longest + 1e-6, "N={n}: {loads:?}");
+            // And far better than a split by count would guarantee: the
+            // ideal is the total over N, LPT is within 4/3 of it.
+            assert!(
+                hi <= plan.serial_s / n as f64 * 4.0 / 3.0 + longest,
+                "{loads:?}"
+            );
+        }
+        // Two cells of equal length never share a shard while another is empty.
+        let q = plan_of("quick");
+        assert!(split(&q.cells, 4).iter().all(|s| s.len() == 1));
+    }
+
+    /// One long cell and ten short ones: by time, not by count (a split by
+    /// count would put 6 cells against 5, 14 s against 6).
+    #[test]
+    fn one_long_cell_is_worth_ten_short_ones() {
+        let base = plan_of("quick").cells[0].clone();
+        let cells: Vec<PlannedCell> = (0..11)
+            .map(|i| PlannedCell {
+                id: format!("c{i:02}"),
+                predicted_wall_s: if i == 0 { 10.0 } else { 1.0 },
+                ..base.clone()
+            })
+            .collect();
+        let parts = split(&cells, 2);
+        let load = |p: &[usize]| p.iter().map(|&i| cells[i].predicted_wall_s).sum::<f64>();
+        assert_eq!(
+            (load(&parts[0]), load(&parts[1])),
+            (10.0, 10.0),
+            "{parts:?}"
+        );
+        assert_eq!(parts[0], vec![0]);
+    }
+
+    #[test]
+    fn a_shard_plans_only_its_cells_and_their_kernels() {
+        let plan = plan_of("quick");
+        let a = plan.shard(Shard::new(1, 2).unwrap());
+        let b = plan.shard(Shard::new(2, 2).unwrap());
+        assert_eq!((a.cells.len(), b.cells.len()), (2, 2));
+        assert_eq!((a.kernels.len(), b.kernels.len()), (2, 2));
+        for p in [&a, &b] {
+            for c in &p.cells {
+                assert!(p.kernels.contains(&KernelNeed::of(&c.cell)));
+            }
+            assert!(p.parallel_s <= plan.parallel_s + 1e-9);
+        }
+        // More shards than cells: the last ones are empty, and say so.
+        let empty = plan.shard(Shard::new(5, 5).unwrap());
+        assert!(empty.cells.is_empty() && empty.kernels.is_empty());
+        assert_eq!(empty.shard, Some(Shard::new(5, 5).unwrap()));
+    }
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn auto_reads_each_engine_and_says_which() {
+        let s = |k, n| Shard::new(k, n).unwrap();
+        let k8s = from_env(env(&[("JOB_COMPLETION_INDEX", "0"), (COUNT_VAR, "3")])).unwrap();
+        assert_eq!(k8s.0, s(1, 3));
+        assert!(k8s.1.contains("Kubernetes Indexed Job"), "{}", k8s.1);
+        let gitlab = from_env(env(&[("CI_NODE_INDEX", "2"), ("CI_NODE_TOTAL", "2")])).unwrap();
+        assert_eq!(gitlab.0, s(2, 2));
+        assert!(gitlab.1.contains("GitLab"), "{}", gitlab.1);
+        // Slurm: --array=1-4 starts at 1; --array=0-6:2 steps by 2.
+        let slurm = |id, min, count, step: Option<&'static str>| {
+            let mut v = vec![
+                ("SLURM_ARRAY_TASK_ID", id),
+                ("SLURM_ARRAY_TASK_MIN", min),
+                ("SLURM_ARRAY_TASK_COUNT", count),
+            ];
+            v.extend(step.map(|s| ("SLURM_ARRAY_TASK_STEP", s)));
+            from_env(env(&v))
+        };
+        assert_eq!(slurm("1", "1", "4", None).unwrap().0, s(1, 4));
+        assert_eq!(slurm("4", "1", "4", None).unwrap().0, s(4, 4));
+        assert_eq!(slurm("6", "0", "4", Some("2")).unwrap().0, s(4, 4));
+        assert!(slurm("5", "1", "4", None).is_err(), "past the count");
+        assert!(slurm("3", "0", "4", Some("2")).is_err(), "between steps");
+        let own = from_env(env(&[(SHARD_VAR, "3/5"), ("CI_NODE_INDEX", "1")])).unwrap();
+        assert_eq!(own, (s(3, 5), "LAZYINIT_SHARD=3/5".to_string()));
+    }
+
+    #[test]
+    fn auto_without_an_engine_or_a_count_says_what_to_set() {
+        assert_eq!(from_env(env(&[])).unwrap_err(), ShardError::NoEngine);
+        let e = from_env(env(&[("JOB_COMPLETION_INDEX", "1")])).unwrap_err();
+        assert!(e.to_string().contains(COUNT_VAR), "{e}");
+        let e = from_env(env(&[("JOB_COMPLETION_INDEX", "3"), (COUNT_VAR, "3")])).unwrap_err();
+        assert_eq!(e, ShardError::OutOfRange { index: 4, count: 3 });
+        let e = from_env(env(&[("CI_NODE_INDEX", "x"), ("CI_NODE_TOTAL", "2")])).unwrap_err();
+        assert!(matches!(
+            e,
+            ShardError::NotANumber {
+                var: "CI_NODE_INDEX",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn shard_plans_show_each_shard_against_the_whole() {
+        let plan = plan_of("reported");
+        let shards = shard_plans(&plan, 2).unwrap();
+        let text = render(&plan, &shards);
+        assert!(text.contains("| 1/2 | 4 |"), "{text}");
+        assert!(text.contains("| 2/2 | 4 |"), "{text}");
+        assert!(text.contains("\nshard 2/2:\n  qemu-"), "{text}");
+        let cells: usize = shards.iter().map(|s| s.cells.len()).sum();
+        assert_eq!(cells, 8);
+    }
+}
