@@ -40,6 +40,9 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Find and remove leftover cloud resources of this project.
     Cleanup(cmd::cleanup::CleanupArgs),
+    /// The nightly history: import runs, show series, find changes, check a run.
+    #[command(subcommand)]
+    History(cmd::history::HistoryCmd),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
             Command::Compare(a) => cmd::report::compare(a).await,
             Command::Replay(a) => cmd::replay::run(a).await,
             Command::Cleanup(a) => cmd::cleanup::run(a).await,
+            Command::History(c) => cmd::history::run(c).await,
         }
     });
     // Guests and temp files are owned by the commands and already gone here.

@@ -134,6 +134,11 @@ pub struct Spec<C> {
     /// the hash (and results folder) of every spec without it is unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate_after: Option<u64>,
+    /// A history database every row is imported into as it is written
+    /// (`sqlite:PATH` or `postgres://...`; docs/history.md). Where rows go,
+    /// not what runs: left out of the spec's text and so of its hash.
+    #[serde(default, skip_serializing)]
+    pub history: Option<String>,
     /// Per-provider settings, `[provider-config.<provider>]`, each read by
     /// its provider (the CLI's `providers` module).
     #[serde(default)]

@@ -2,6 +2,7 @@
 //! async functions returning `anyhow::Result<u8>` (the exit code on success).
 
 pub mod cleanup;
+pub mod history;
 pub mod image;
 pub mod kcidb;
 pub mod kernel;

@@ -77,6 +77,11 @@ pub struct RunArgs {
     /// Do not print the table at the end.
     #[arg(long)]
     pub no_report: bool,
+    /// Import each row into a history as it is written (docs/history.md):
+    /// `sqlite:PATH`, `postgres://...`, or no value for the default
+    /// history. Also the spec's `history` key.
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    pub history: Option<String>,
     /// Run the cells one at a time, into `<results folder>-alone`: the
     /// baseline for `compare --baseline ...-alone/results.csv --candidate
     /// .../results.csv --metric ms_per_group`, which shows what running
@@ -243,7 +248,19 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone());
 
+    let history = match a.history.as_deref().or(spec.history.as_deref()) {
+        None => None,
+        Some("") => Some(lazyinit_history::DbUrl::resolve(None).map_err(bad_input)?),
+        Some(s) => Some(s.parse::<lazyinit_history::DbUrl>().map_err(bad_input)?),
+    };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let rx = match history {
+        Some(url) => {
+            let arch = spec.arches.first().map_or("x86_64", |a| a.uname_machine());
+            super::history::live_import(rx, url, out.clone(), format!("qemu-system-{arch}"))
+        }
+        None => rx,
+    };
     let folder = RunFolder::new(&out);
     let ui = super::ui::spawn(rx, &plan, &folder, show_bars());
     eprintln!(

@@ -1,0 +1,365 @@
+//! `history`: every run in a database, change points across runs, and a
+//! gate that knows the past (docs/history.md). Thin over lazyinit-history.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use lazyinit_core::exit::{self, bad_input};
+use lazyinit_history::changes::AlertState;
+use lazyinit_history::check;
+use lazyinit_history::provenance::HostFacts;
+use lazyinit_history::render::{self, Format};
+use lazyinit_history::{ChangeOptions, DbUrl, History, HistoryError, RunImport, SeriesFilter};
+use lazyinit_report::cells::Metric;
+
+use super::providers;
+
+#[derive(Subcommand)]
+pub enum HistoryCmd {
+    /// Record run folders in the history (idempotent; one transaction per run).
+    Import(ImportArgs),
+    /// Each series over time: run, date, kernel, value, L, CI.
+    Show(ShowArgs),
+    /// Where each series changed (E-Divisive means with a t-test, as Otava does).
+    Changes(ChangesArgs),
+    /// Judge a run against its series' history: exit 0 pass, 1 a change, 2 bad input.
+    Check(CheckArgs),
+    /// Set an alert's state: acknowledged (default) or invalid; it stops failing `check`.
+    Ack(AckArgs),
+    /// Fill a history with generated nightly runs (benchmarks, the dashboard).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct DbArg {
+    /// `sqlite:PATH` or `postgres://USER@HOST:PORT/DB` (default:
+    /// $LAZYINIT_HISTORY, else sqlite:<state dir>/history.sqlite).
+    #[arg(long)]
+    pub db: Option<String>,
+}
+
+impl DbArg {
+    fn url(&self) -> anyhow::Result<DbUrl> {
+        Ok(DbUrl::resolve(self.db.as_deref()).map_err(bad_input)?)
+    }
+}
+
+#[derive(Args)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Run folders (each with results.csv and spec.toml).
+    #[arg(required = true)]
+    pub folders: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct SeriesArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Only series whose id matches (a glob, or a substring).
+    #[arg(long, value_parser = clap::value_parser!(SeriesFilter))]
+    pub cell: Option<SeriesFilter>,
+    /// lazyinit_s, ms_per_group or from_first_group_s (the part the random
+    /// start delay does not move).
+    #[arg(long, default_value = "from_first_group_s", value_parser = clap::value_parser!(Metric))]
+    pub metric: Metric,
+}
+
+#[derive(Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub series: SeriesArgs,
+    /// text, csv or json.
+    #[arg(long, default_value = "text", value_parser = clap::value_parser!(Format))]
+    pub format: Format,
+}
+
+#[derive(Args)]
+pub struct TestArgs {
+    /// Significance level of a change.
+    #[arg(long, default_value_t = 0.001)]
+    pub max_p: f64,
+    /// Smallest change kept, in percent.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_change_pct: f64,
+}
+
+impl TestArgs {
+    fn options(&self) -> anyhow::Result<ChangeOptions> {
+        if !(self.max_p > 0.0 && self.max_p < 1.0) {
+            return Err(bad_input("--max-p: use a level between 0 and 1, e.g. 0.001").into());
+        }
+        if !(self.min_change_pct >= 0.0) {
+            return Err(bad_input("--min-change-pct: use a percentage >= 0").into());
+        }
+        let mut o = ChangeOptions::default();
+        o.edivisive.max_p = self.max_p;
+        o.edivisive.min_magnitude = self.min_change_pct / 100.0;
+        Ok(o)
+    }
+}
+
+#[derive(Args)]
+pub struct ChangesArgs {
+    #[command(flatten)]
+    pub series: SeriesArgs,
+    #[command(flatten)]
+    pub test: TestArgs,
+    /// text or json.
+    #[arg(long, default_value = "text", value_parser = clap::value_parser!(Format))]
+    pub format: Format,
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// The new run's folder (imported first if the history lacks it).
+    pub folder: PathBuf,
+    #[arg(long, default_value = "from_first_group_s", value_parser = clap::value_parser!(Metric))]
+    pub metric: Metric,
+    #[command(flatten)]
+    pub test: TestArgs,
+    /// text, json or junit.
+    #[arg(long, default_value = "text", value_parser = clap::value_parser!(Format))]
+    pub format: Format,
+    /// Write the report here instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct AckArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// The alert's id (8 hex, from `changes` or `check`).
+    pub id: String,
+    /// Why: kept with the alert.
+    #[arg(long, required = true)]
+    pub note: String,
+    /// acknowledged (a real change, accepted) or invalid (not a real change).
+    #[arg(long, default_value = "acknowledged", value_parser = clap::value_parser!(AlertState))]
+    pub state: AlertState,
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    #[arg(long, default_value_t = 1000)]
+    pub runs: usize,
+    #[arg(long, default_value_t = 28)]
+    pub seed: u64,
+}
+
+/// A library error with its exit code: the input's fault is 2, the
+/// database's 3.
+fn coded(e: HistoryError) -> anyhow::Error {
+    if e.is_bad_input() {
+        bad_input(e.to_string()).into()
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+fn open(db: &DbArg) -> anyhow::Result<History> {
+    let url = db.url()?;
+    History::open(&url).map_err(coded)
+}
+
+/// A run folder read and checked against its own spec.toml.
+pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
+    let name = folder.display().to_string();
+    let spec_path = folder.join(lazyinit_core::layout::RunFolder::SPEC_TOML);
+    let text = std::fs::read_to_string(&spec_path).map_err(|e| {
+        bad_input(format!(
+            "{name}: cannot read spec.toml ({e}): give a run folder (results.csv beside spec.toml)"
+        ))
+    })?;
+    // Parsed, not validated: the spec as it ran, whose kernel-config file
+    // (say) may be on another host.
+    let spec: providers::Spec = toml::from_str(&text)
+        .map_err(|e| bad_input(format!("{name}: spec.toml: {}", exit::one_line_text(e.message()))))?;
+    let cells = lazyinit_orchestrator::plan::cells(&spec);
+    // The hash covers a kernel config's content: without the file here,
+    // only the spec's name can be checked.
+    let run_id = match &spec.kernel_config {
+        Some(c) if !c.is_file() => {
+            let rows = lazyinit_core::results::read_rows(folder.join("results.csv"))
+                .map_err(|e| bad_input(e.to_string()))?;
+            let id = rows.first().map(|r| r.run_id.clone()).unwrap_or_default();
+            if !id.starts_with(&format!("{}-", spec.name)) {
+                return Err(bad_input(format!(
+                    "{name}: results.csv line 2: run_id `{id}` is not of spec `{}`",
+                    spec.name
+                ))
+                .into());
+            }
+            id
+        }
+        _ => spec.run_id(),
+    };
+    RunImport::read(folder, &cells, &run_id).map_err(coded)
+}
+
+pub async fn run(c: HistoryCmd) -> anyhow::Result<u8> {
+    // The history's clients are synchronous: keep them off the runtime.
+    tokio::task::spawn_blocking(move || run_blocking(c)).await?
+}
+
+fn run_blocking(c: HistoryCmd) -> anyhow::Result<u8> {
+    match c {
+        HistoryCmd::Import(a) => import(a),
+        HistoryCmd::Show(a) => show(a),
+        HistoryCmd::Changes(a) => changes(a),
+        HistoryCmd::Check(a) => check_cmd(a),
+        HistoryCmd::Ack(a) => ack(a),
+        HistoryCmd::Generate(a) => generate(a),
+    }
+}
+
+fn import(a: ImportArgs) -> anyhow::Result<u8> {
+    // Every folder is read and checked before the database is touched:
+    // one bad folder imports nothing.
+    let runs = a
+        .folders
+        .iter()
+        .map(|f| read_folder(f))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut h = open(&a.db)?;
+    for r in &runs {
+        let o = h.import(r).map_err(coded)?;
+        println!(
+            "{}: {} ({} rows added, {} already there)",
+            o.folder,
+            if o.new_run { "new run" } else { "known run" },
+            o.rows_added,
+            o.rows_known
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn show(a: ShowArgs) -> anyhow::Result<u8> {
+    let mut h = open(&a.series.db)?;
+    let series = h.series(a.series.metric, a.series.cell.as_ref()).map_err(coded)?;
+    print!(
+        "{}",
+        match a.format {
+            Format::Text => render::series_text(&series),
+            Format::Csv => render::series_csv(&series),
+            Format::Json => render::json(&series),
+            Format::Junit => return Err(bad_input("--format junit is a format of `history check`").into()),
+        }
+    );
+    Ok(exit::OK)
+}
+
+fn changes(a: ChangesArgs) -> anyhow::Result<u8> {
+    if !matches!(a.format, Format::Text | Format::Json) {
+        return Err(bad_input("history changes: --format text or json").into());
+    }
+    let opts = a.test.options()?;
+    let mut h = open(&a.series.db)?;
+    let s = &a.series;
+    let found = h.changes(s.metric, s.cell.as_ref(), &opts).map_err(coded)?;
+    // Each change gets an alert (state new) a person can triage.
+    h.raise(&found).map_err(coded)?;
+    let found = h.changes(s.metric, s.cell.as_ref(), &opts).map_err(coded)?;
+    let n = h.series(s.metric, s.cell.as_ref()).map_err(coded)?.len();
+    match a.format {
+        Format::Json => print!("{}", render::json(&found)),
+        _ => print!("{}", render::changes_text(&found, n)),
+    }
+    Ok(exit::OK)
+}
+
+fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
+    if a.format == Format::Csv {
+        return Err(bad_input("history check: --format text, json or junit").into());
+    }
+    if let Some(parent) = a.out.as_deref().and_then(Path::parent) {
+        if !parent.as_os_str().is_empty() && !parent.is_dir() {
+            return Err(bad_input(format!("--out: {} is not a directory", parent.display())).into());
+        }
+    }
+    let opts = a.test.options()?;
+    let run = read_folder(&a.folder)?;
+    let mut h = open(&a.db)?;
+    let outcome = h.import(&run).map_err(coded)?;
+    let report = check::check(&mut h, &outcome.run_key, a.metric, &opts).map_err(coded)?;
+    let text = match a.format {
+        Format::Junit => render::check_junit(&report),
+        Format::Json => render::json(&report),
+        _ => render::check_text(&report),
+    };
+    match &a.out {
+        Some(p) => write_atomically(p, &text)?,
+        None => print!("{text}"),
+    }
+    if a.out.is_some() || a.format != Format::Text {
+        eprint!("{}", render::check_text(&report));
+    }
+    Ok(report.exit_code())
+}
+
+/// Written whole or not at all.
+fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp-history");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}
+
+fn ack(a: AckArgs) -> anyhow::Result<u8> {
+    let mut h = open(&a.db)?;
+    let alert = h.set_alert_state(&a.id, a.state, &a.note).map_err(coded)?;
+    println!("{} {} ({}): {}", alert.alert_id, alert.state.as_str(), alert.series, a.note);
+    Ok(exit::OK)
+}
+
+fn generate(a: GenerateArgs) -> anyhow::Result<u8> {
+    let mut h = open(&a.db)?;
+    let t = std::time::Instant::now();
+    for r in lazyinit_history::generate::history(a.runs, a.seed) {
+        h.import(&r).map_err(coded)?;
+    }
+    eprintln!("{} generated runs in {} ({:.2} s)", a.runs, h.url(), t.elapsed().as_secs_f64());
+    Ok(exit::OK)
+}
+
+/// `run --history`: imports the run folder after each row is written
+/// (the runner emits `Finished` once the row is on disk), so a nightly
+/// needs no second step. Events pass through to the terminal UI unchanged.
+pub fn live_import(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<lazyinit_core::events::Event>,
+    url: DbUrl,
+    folder: PathBuf,
+    qemu: String,
+) -> tokio::sync::mpsc::UnboundedReceiver<lazyinit_core::events::Event> {
+    let (tx, out) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            let done = matches!(e, lazyinit_core::events::Event::Finished { .. });
+            let _ = tx.send(e);
+            if done {
+                let (db, folder, qemu) = (url.clone(), folder.clone(), qemu.clone());
+                let r = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+                    let mut run = read_folder(&folder)?;
+                    run.facts.host = HostFacts::this_host(&qemu);
+                    History::open(&db)?.import(&run)?;
+                    Ok(())
+                })
+                .await;
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::error!("history {url}: cannot import the row: {e:#}"),
+                    Err(e) => tracing::error!("history {url}: {e}"),
+                }
+            }
+        }
+    });
+    out
+}

@@ -1,0 +1,248 @@
+//! Change points over the history's series, and the alerts they raise.
+
+use serde::Serialize;
+
+use crate::backend::Row;
+use crate::edivisive::{self, Split};
+use crate::series::{Point, Series};
+use crate::HistoryError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ChangeOptions {
+    pub edivisive: edivisive::Options,
+}
+
+/// What raised an alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeKind {
+    /// A change point E-Divisive found in the series.
+    Change,
+    /// `history check`: the newest run is off its level, before a change
+    /// point can show it.
+    NewRun,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Change => "change",
+            ChangeKind::NewRun => "new-run",
+        }
+    }
+}
+
+/// An alert's triage state, kept in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlertState {
+    /// Nobody looked yet: fails the gate.
+    New,
+    /// A real change somebody accepted (an expected kernel change): no
+    /// longer fails the gate.
+    Acknowledged,
+    /// Not a real change (a broken host, a bad run): no longer fails.
+    Invalid,
+}
+
+impl AlertState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertState::New => "new",
+            AlertState::Acknowledged => "acknowledged",
+            AlertState::Invalid => "invalid",
+        }
+    }
+    /// Whether the gate still fails on it.
+    pub fn is_open(self) -> bool {
+        self == AlertState::New
+    }
+}
+
+impl std::str::FromStr for AlertState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "new" => Ok(AlertState::New),
+            "acknowledged" | "ack" => Ok(AlertState::Acknowledged),
+            "invalid" => Ok(AlertState::Invalid),
+            _ => Err(format!("alert state `{s}`: use new, acknowledged or invalid")),
+        }
+    }
+}
+
+/// An alert as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Alert {
+    pub alert_id: String,
+    pub series: String,
+    pub metric: String,
+    /// The first run after the change (or the new run).
+    pub run_key: String,
+    pub kind: String,
+    pub state: AlertState,
+    pub note: Option<String>,
+    /// The [`Change`] as JSON when it was raised.
+    pub detail: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl Alert {
+    pub(crate) fn from_row(r: &Row) -> Result<Alert, HistoryError> {
+        let state = r.str(5).parse().map_err(|message| HistoryError::Corrupt {
+            what: format!("alert {}", r.str(0)),
+            message,
+        })?;
+        Ok(Alert {
+            alert_id: r.str(0),
+            series: r.str(1),
+            metric: r.str(2),
+            run_key: r.str(3),
+            kind: r.str(4),
+            state,
+            note: r.text(6),
+            detail: r.str(7),
+            created_at: r.str(8),
+            updated_at: r.str(9),
+        })
+    }
+}
+
+/// A run named in a change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRef {
+    pub run_key: String,
+    pub date: String,
+    pub folder: String,
+    pub kernel: String,
+    /// The kernel tree's identity, when known (a git tree's hash of tree
+    /// and diff: the commit range is between two of these).
+    pub kernel_identity: Option<String>,
+}
+
+impl RunRef {
+    fn of(p: &Point) -> RunRef {
+        RunRef {
+            run_key: p.run_key.clone(),
+            date: p.date.clone(),
+            folder: p.folder.clone(),
+            kernel: p.kernel.clone(),
+            kernel_identity: p.kernel_identity.clone(),
+        }
+    }
+}
+
+/// One side of a change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Segment {
+    pub mean: f64,
+    pub sd: f64,
+    /// Runs on this side (up to the neighbouring change point).
+    pub runs: usize,
+    /// Distinct sleeps L measured on this side.
+    pub sleep_ticks: Vec<u64>,
+    /// Distinct kernels on this side.
+    pub kernels: Vec<String>,
+}
+
+/// A change in one series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    /// 8 hex: series, metric and first run after (stable across calls).
+    pub alert_id: String,
+    pub kind: ChangeKind,
+    pub series: String,
+    pub label: String,
+    pub metric: String,
+    pub unit: String,
+    /// Position of the first run after the change in the series (0-based).
+    pub index: usize,
+    pub last_run_before: RunRef,
+    pub first_run: RunRef,
+    pub before: Segment,
+    pub after: Segment,
+    /// `after / before - 1`, in percent.
+    pub change_pct: f64,
+    pub p: f64,
+    /// The sleep L on either side when it moved: the kernel chose another
+    /// L (`docs/history.md`, "An L change"), not a slower cycle.
+    pub sleep_moved: Option<(Vec<u64>, Vec<u64>)>,
+    /// The alert's state when the history has one.
+    pub alert: Option<Alert>,
+}
+
+pub fn alert_id(series: &str, metric: &str, run_key: &str) -> String {
+    lazyinit_core::paths::sha256_hex(format!("{series}|{metric}|{run_key}"))[..8].to_string()
+}
+
+fn distinct<T: Ord + Clone>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = items.collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn segment(points: &[Point], mean: f64, sd: f64) -> Segment {
+    Segment {
+        mean,
+        sd,
+        runs: points.len(),
+        sleep_ticks: distinct(points.iter().flat_map(|p| p.sleep_ticks.iter().copied())),
+        kernels: distinct(points.iter().map(|p| p.kernel.clone())),
+    }
+}
+
+/// A [`Change`] of `series` from a split of its points `[lo, hi)` at `split.index`.
+pub fn change_of(
+    series: &Series,
+    split: &Split,
+    lo: usize,
+    hi: usize,
+    kind: ChangeKind,
+) -> Change {
+    let i = split.index;
+    let t = &split.stats;
+    let before = segment(&series.points[lo..i], t.mean_before, t.sd_before);
+    let after = segment(&series.points[i..hi], t.mean_after, t.sd_after);
+    let sleep_moved = (before.sleep_ticks != after.sleep_ticks)
+        .then(|| (before.sleep_ticks.clone(), after.sleep_ticks.clone()));
+    let first = &series.points[i];
+    Change {
+        alert_id: alert_id(&series.id, series.metric, &first.run_key),
+        kind,
+        series: series.id.clone(),
+        label: series.label.clone(),
+        metric: series.metric.to_string(),
+        unit: series.unit.to_string(),
+        index: i,
+        last_run_before: RunRef::of(&series.points[i - 1]),
+        first_run: RunRef::of(first),
+        before,
+        after,
+        change_pct: t.rel_change() * 100.0,
+        p: t.p,
+        sleep_moved,
+        alert: None,
+    }
+}
+
+/// The change points of one series, oldest first.
+pub fn of_series(series: &Series, opts: &ChangeOptions) -> Vec<Change> {
+    let values: Vec<f64> = series.points.iter().map(|p| p.value).collect();
+    let splits = edivisive::change_points(&values, &opts.edivisive);
+    let bounds: Vec<usize> = std::iter::once(0)
+        .chain(splits.iter().map(|s| s.index))
+        .chain(std::iter::once(values.len()))
+        .collect();
+    splits
+        .iter()
+        .enumerate()
+        .map(|(k, s)| change_of(series, s, bounds[k], bounds[k + 2], ChangeKind::Change))
+        .collect()
+}
+
+/// The change points of every series, series by series.
+pub fn find(series: &[Series], opts: &ChangeOptions) -> Vec<Change> {
+    series.iter().flat_map(|s| of_series(s, opts)).collect()
+}

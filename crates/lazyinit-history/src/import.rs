@@ -1,0 +1,111 @@
+//! A run folder read for the history: its rows (with the project's own
+//! reader), checked against the cells its spec plans, and the provenance
+//! its files hold.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use lazyinit_core::cell::Cell;
+use lazyinit_core::layout::RunFolder;
+use lazyinit_core::results::{read_rows, ResultRow};
+
+use crate::provenance::{CellFacts, RunFacts};
+use crate::HistoryError;
+
+/// One run folder, ready to go into the history in one transaction.
+#[derive(Debug, Clone)]
+pub struct RunImport {
+    /// The folder as given (the dashboard links to it).
+    pub folder: String,
+    pub rows: Vec<ResultRow>,
+    pub facts: RunFacts,
+    /// Keyed by cell id.
+    pub cells: BTreeMap<String, CellFacts>,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ImportOutcome {
+    pub run_key: String,
+    pub folder: String,
+    /// The run was not in the history before.
+    pub new_run: bool,
+    pub rows_added: usize,
+    /// Rows the history already had (an import again, or a resumed run).
+    pub rows_known: usize,
+}
+
+/// The run's identity in the history: its id (the spec's name and hash,
+/// the same for every run of one spec) and when its first row started.
+/// A resumed run appends rows after its first, so it keeps its key.
+pub fn run_key(rows: &[ResultRow]) -> Option<String> {
+    rows.first().map(|r| format!("{}@{}", r.run_id, r.started_at))
+}
+
+impl RunImport {
+    /// Reads `folder`. `planned` are the cells its `spec.toml` plans and
+    /// `run_id` the id it gives (the caller parses the spec: its provider
+    /// tables are the CLI's types). Refuses, naming why, a folder without
+    /// rows or with a row its spec does not plan.
+    pub fn read(folder: &Path, planned: &[Cell], run_id: &str) -> Result<RunImport, HistoryError> {
+        let name = folder.display().to_string();
+        let refuse = |message: String| HistoryError::Refused {
+            folder: name.trim_end_matches('/').to_string(),
+            message,
+        };
+        let run = RunFolder::new(folder);
+        let rows = read_rows(run.results_csv()).map_err(|e| refuse(e.to_string()))?;
+        if rows.is_empty() {
+            return Err(refuse("results.csv has no rows yet".into()));
+        }
+        check_rows(&rows, planned, run_id).map_err(refuse)?;
+        let cells = rows
+            .iter()
+            .map(|r| (r.cell_id.clone(), CellFacts::of(&run.cell(&r.cell_id))))
+            .collect();
+        Ok(RunImport {
+            folder: name.trim_end_matches('/').to_string(),
+            facts: RunFacts::of(&run),
+            rows,
+            cells,
+        })
+    }
+}
+
+/// Every row must be of this spec's run and one of its planned cells,
+/// field for field.
+pub fn check_rows(rows: &[ResultRow], planned: &[Cell], run_id: &str) -> Result<(), String> {
+    let by_id: BTreeMap<String, &Cell> = planned.iter().map(|c| (c.id(), c)).collect();
+    for (i, r) in rows.iter().enumerate() {
+        let line = i + 2;
+        if r.run_id != run_id {
+            return Err(format!(
+                "results.csv line {line}: run_id `{}` is not this spec's (`{run_id}`): the rows are of another spec; import the folder they came from",
+                r.run_id
+            ));
+        }
+        let Some(c) = by_id.get(&r.cell_id) else {
+            return Err(format!(
+                "results.csv line {line}: cell `{}` is not one spec.toml plans",
+                r.cell_id
+            ));
+        };
+        let mismatches = [
+            ("provider", r.provider == c.provider),
+            ("arch", r.arch == c.arch),
+            ("kernel_source", r.kernel_source == c.source.to_string()),
+            ("hz", r.hz == c.hz),
+            ("variant", r.variant == c.variant),
+            ("wait_mult", r.wait_mult == c.wait_mult),
+            ("volume_bytes", r.volume_bytes == c.volume.0),
+            ("repetition", r.repetition == c.repetition),
+        ];
+        if let Some((field, _)) = mismatches.iter().find(|(_, ok)| !ok) {
+            return Err(format!(
+                "results.csv line {line}: cell `{}` has a {field} its spec.toml does not plan for it",
+                r.cell_id
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! The nightly history: every run in a database, change points across
+//! runs, and a gate that knows the past (docs/history.md).
+//!
+//! - [`History`] opens a store ([`DbUrl`]: SQLite by default, PostgreSQL
+//!   for a team), applies the [`migrate`]d schema, and imports run folders
+//!   ([`import`]), each in one transaction.
+//! - A **series** is one cell on one testbed: every field of
+//!   [`lazyinit_report::cells::CellKey`]. Rows of different keys are never
+//!   pooled. [`History::series`] gives each with its points over time.
+//! - [`edivisive`] finds change points in one series (E-Divisive means
+//!   with a Student t-test, as Apache Otava / Hunter do);
+//!   [`History::changes`] runs it over every series.
+//! - [`check`] judges a new run against its series' history; alerts keep a
+//!   state a person sets ([`History::set_alert_state`]).
+//!
+//! # The read API (for the dashboard)
+//!
+//! ```no_run
+//! use lazyinit_history::{DbUrl, History, ChangeOptions};
+//! use lazyinit_report::cells::Metric;
+//! let mut h = History::open(&DbUrl::default_sqlite())?;
+//! for s in h.series(Metric::FromFirstGroupS, None)? {
+//!     println!("{}: {} points", s.id, s.points.len());
+//! }
+//! let changes = h.changes(Metric::FromFirstGroupS, None, &ChangeOptions::default())?;
+//! let alerts = h.alerts()?;
+//! # Ok::<(), lazyinit_history::HistoryError>(())
+//! ```
+
+pub mod backend;
+pub mod changes;
+pub mod check;
+pub mod edivisive;
+pub mod generate;
+pub mod import;
+pub mod migrate;
+pub mod postgres;
+pub mod provenance;
+pub mod render;
+pub mod series;
+pub mod sqlite;
+mod store;
+pub mod url;
+
+pub use changes::{Alert, AlertState, Change, ChangeOptions, Segment};
+pub use import::{ImportOutcome, RunImport};
+pub use series::{Point, Series, SeriesFilter};
+pub use store::History;
+pub use url::DbUrl;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The database refused or could not be reached.
+    #[error("{0}")]
+    Db(String),
+    /// A run folder that cannot go into the history as it is.
+    #[error("{folder}: {message}")]
+    Refused { folder: String, message: String },
+    /// A value in the database this harness cannot read.
+    #[error("history row {what}: {message}")]
+    Corrupt { what: String, message: String },
+    #[error("no alert `{0}` (list them with `history changes`)")]
+    NoAlert(String),
+}
+
+impl HistoryError {
+    /// Whether the input (a folder, an id) is at fault rather than the
+    /// database: exit 2, not 3.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, HistoryError::Refused { .. } | HistoryError::NoAlert(_))
+    }
+}

@@ -1,0 +1,228 @@
+//! Text, CSV, JSON and JUnit renderings of series, changes and a check.
+//! Pure: the same history gives the same bytes on either backend.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::changes::Change;
+use crate::check::{CheckReport, Outcome};
+use crate::series::Series;
+
+/// `--format` of `show`, `changes` and `check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Csv,
+    Json,
+    Junit,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(Format::Text),
+            "csv" => Ok(Format::Csv),
+            "json" => Ok(Format::Json),
+            "junit" => Ok(Format::Junit),
+            _ => Err(format!("format `{s}`: use text, csv, json or junit")),
+        }
+    }
+}
+
+pub fn json<T: Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+}
+
+fn sleeps(l: &[u64]) -> String {
+    if l.is_empty() {
+        "-".into()
+    } else {
+        l.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// `history show`: each series, one line per run.
+pub fn series_text(series: &[Series]) -> String {
+    let mut out = String::new();
+    if series.len() > 1 {
+        writeln!(
+            out,
+            "{} series; each is one cell on one testbed, never pooled with another.",
+            series.len()
+        )
+        .unwrap();
+    }
+    for s in series {
+        writeln!(out, "\n{}  ({} in {}, {} runs)", s.id, s.metric, s.unit, s.points.len()).unwrap();
+        writeln!(
+            out,
+            "  {:<34} {:<20} {:<34} {:>12} {:>4} {:>5} {:>25}",
+            "run", "date", "kernel", "value", "n", "L", "95% CI"
+        )
+        .unwrap();
+        for p in &s.points {
+            let ci = match (p.ci_lo, p.ci_hi) {
+                (Some(lo), Some(hi)) => format!("{lo:.4} - {hi:.4}"),
+                _ => "-".into(),
+            };
+            writeln!(
+                out,
+                "  {:<34} {:<20} {:<34} {:>12.4} {:>4} {:>5} {:>25}",
+                p.run_key.split('@').next().unwrap_or_default(),
+                p.date.get(..19).unwrap_or(&p.date),
+                p.kernel,
+                p.value,
+                p.n,
+                sleeps(&p.sleep_ticks),
+                ci
+            )
+            .unwrap();
+        }
+    }
+    out
+}
+
+/// `history show --format csv`: one row per (series, run).
+pub fn series_csv(series: &[Series]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "series", "metric", "run_key", "date", "folder", "kernel", "value", "ci_lo", "ci_hi", "n",
+        "sleep_ticks", "estimated",
+    ])
+    .unwrap();
+    for s in series {
+        for p in &s.points {
+            w.write_record([
+                s.id.clone(),
+                s.metric.to_string(),
+                p.run_key.clone(),
+                p.date.clone(),
+                p.folder.clone(),
+                p.kernel.clone(),
+                format!("{}", p.value),
+                p.ci_lo.map(|v| v.to_string()).unwrap_or_default(),
+                p.ci_hi.map(|v| v.to_string()).unwrap_or_default(),
+                p.n.to_string(),
+                sleeps(&p.sleep_ticks).replace('-', ""),
+                p.estimated.to_string(),
+            ])
+            .unwrap();
+        }
+    }
+    String::from_utf8(w.into_inner().unwrap()).unwrap()
+}
+
+/// `history changes`.
+pub fn changes_text(changes: &[Change], series_count: usize) -> String {
+    let mut out = format!("{} change(s) in {series_count} series\n", changes.len());
+    for c in changes {
+        let state = c.alert.as_ref().map_or("new", |a| a.state.as_str());
+        writeln!(out, "\n[{}] {} ({state})", c.alert_id, c.series).unwrap();
+        writeln!(
+            out,
+            "  at run {} ({}), after {}",
+            c.first_run.run_key, c.first_run.folder, c.last_run_before.run_key
+        )
+        .unwrap();
+        writeln!(
+            out,
+            "  {}: {:.4} -> {:.4} {} ({:+.2}%), p = {:.2e}, runs {} | {}",
+            c.metric, c.before.mean, c.after.mean, c.unit, c.change_pct, c.p, c.before.runs, c.after.runs
+        )
+        .unwrap();
+        writeln!(
+            out,
+            "  kernel {} -> {}",
+            c.last_run_before.kernel, c.first_run.kernel
+        )
+        .unwrap();
+        if let (Some(a), Some(b)) = (&c.last_run_before.kernel_identity, &c.first_run.kernel_identity) {
+            if a != b {
+                writeln!(out, "  kernel tree {a} -> {b}").unwrap();
+            }
+        }
+        if let Some((b, a)) = &c.sleep_moved {
+            writeln!(out, "  an L change: L {} -> {}", sleeps(b), sleeps(a)).unwrap();
+        }
+        if let Some(note) = c.alert.as_ref().and_then(|a| a.note.as_ref()) {
+            writeln!(out, "  note: {note}").unwrap();
+        }
+    }
+    out
+}
+
+pub fn check_text(r: &CheckReport) -> String {
+    let mut out = format!("check of {} on {}\n", r.run_key, r.metric);
+    for v in &r.verdicts {
+        let word = match v.outcome {
+            Outcome::Pass => "PASS",
+            Outcome::NoHistory => "PASS (no history)",
+            Outcome::Fail => "FAIL",
+        };
+        writeln!(out, "{word:<18} {}: {}", v.series, v.message).unwrap();
+    }
+    if r.verdicts.is_empty() {
+        out.push_str("the run has no ok row with this metric: nothing to check\n");
+    }
+    out
+}
+
+/// Escapes text for XML.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JUnit XML: one test case per series of the run.
+pub fn check_junit(r: &CheckReport) -> String {
+    let failures = r.verdicts.iter().filter(|v| v.outcome == Outcome::Fail).count();
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    writeln!(
+        out,
+        "<testsuites name=\"lazyinit-history\" tests=\"{}\" failures=\"{failures}\">",
+        r.verdicts.len()
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "  <testsuite name=\"history check {}\" tests=\"{}\" failures=\"{failures}\">",
+        esc(&r.run_key),
+        r.verdicts.len()
+    )
+    .unwrap();
+    for v in &r.verdicts {
+        write!(
+            out,
+            "    <testcase classname=\"lazyinit.history.{}\" name=\"{}\"",
+            esc(&r.metric),
+            esc(&v.series)
+        )
+        .unwrap();
+        if v.outcome == Outcome::Fail {
+            writeln!(
+                out,
+                ">\n      <failure type=\"change\" message=\"{}\">{}</failure>\n    </testcase>",
+                esc(&v.message),
+                esc(&v.message)
+            )
+            .unwrap();
+        } else {
+            writeln!(out, ">\n      <system-out>{}</system-out>\n    </testcase>", esc(&v.message)).unwrap();
+        }
+    }
+    out.push_str("  </testsuite>\n</testsuites>\n");
+    out
+}

@@ -1,0 +1,175 @@
+//! Series: one cell on one testbed over time. A series is keyed by every
+//! field of [`CellKey`] (provider, machine, accel, arch, kernel source,
+//! HZ, variant, wait-mult, volume, storage profile, estimated or
+//! measured): rows that differ in any of them are never pooled.
+
+use std::collections::BTreeMap;
+
+use lazyinit_core::results::{ResultRow, Status};
+use lazyinit_report::cells::{CellKey, Metric};
+use lazyinit_report::stats::summarize;
+use serde::Serialize;
+
+/// A row as the history holds it: the CSV's columns and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRow {
+    pub row: ResultRow,
+    pub kernel_build: Option<String>,
+    pub kernel_source_identity: Option<String>,
+    pub run_key: String,
+    pub folder: String,
+    /// `started_at` of the run's first row: the run's date.
+    pub run_started_at: String,
+}
+
+/// One run's value in a series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    /// The run's identity in the history (`run_id@started_at`).
+    pub run_key: String,
+    pub run_id: String,
+    /// When the run's first row started (RFC 3339, UTC).
+    pub date: String,
+    /// The run folder as imported (relative to where import ran).
+    pub folder: String,
+    /// `uname -r` of the kernel (each distinct one, when rows differ).
+    pub kernel: String,
+    /// The kernel cache build the image came from, when the folder says.
+    pub kernel_build: Option<String>,
+    /// `sha256:<tarball>` or `tree:<tree and diff hash>`, when the cache's
+    /// manifest was there at import.
+    pub kernel_identity: Option<String>,
+    /// Mean of the run's rows (repetitions) of this cell.
+    pub value: f64,
+    /// 95% interval: of the mean when n > 1, or an estimate's prediction
+    /// interval (`lazyinit_s` of an early stop).
+    pub ci_lo: Option<f64>,
+    pub ci_hi: Option<f64>,
+    pub n: usize,
+    /// Distinct sleeps L (ticks) the run's rows measured.
+    pub sleep_ticks: Vec<u64>,
+    pub estimated: bool,
+}
+
+/// A series and its points, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Series {
+    /// Stable, readable, `/`-separated: what `--cell` patterns match.
+    pub id: String,
+    /// One line naming every key field.
+    pub label: String,
+    pub key: CellKey,
+    pub metric: &'static str,
+    pub unit: &'static str,
+    pub points: Vec<Point>,
+}
+
+/// The id of a key's series, e.g.
+/// `qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/64GiB/w10/ebs/measured`.
+pub fn series_id(k: &CellKey) -> String {
+    format!(
+        "{}/{}/{}/{}/{}/hz{}/{}/{}/w{}/{}/{}",
+        k.provider,
+        k.machine,
+        k.accel,
+        k.arch,
+        k.kernel_source,
+        k.hz,
+        k.variant,
+        k.volume(),
+        k.wait_mult,
+        if k.storage_profile.is_empty() { "none" } else { &k.storage_profile },
+        if k.estimated { "estimated" } else { "measured" }
+    )
+}
+
+/// `--cell PATTERN`: a glob over series ids (`*x86_64*fix*`), or a plain
+/// substring.
+#[derive(Debug, Clone)]
+pub struct SeriesFilter {
+    pattern: glob::Pattern,
+}
+
+impl std::str::FromStr for SeriesFilter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let glob = if s.contains(['*', '?', '[']) {
+            s.to_string()
+        } else {
+            format!("*{}*", glob::Pattern::escape(s))
+        };
+        glob::Pattern::new(&glob)
+            .map(|pattern| SeriesFilter { pattern })
+            .map_err(|e| format!("--cell `{s}`: {e}; use a glob such as '*x86_64*hz250/fix*'"))
+    }
+}
+
+impl SeriesFilter {
+    pub fn matches(&self, id: &str) -> bool {
+        self.pattern.matches(id)
+    }
+}
+
+/// Every series of `rows` (ok rows with a value of `metric`), in key
+/// order, each with one point per run in the order of the runs.
+pub fn build(rows: &[StoredRow], metric: Metric, filter: Option<&SeriesFilter>) -> Vec<Series> {
+    // Per key: run key -> its rows, runs in first-seen (= date) order.
+    let mut by_key: BTreeMap<CellKey, Vec<(String, Vec<&StoredRow>)>> = BTreeMap::new();
+    for s in rows {
+        if s.row.status != Status::Ok || metric.of(&s.row).is_none() {
+            continue;
+        }
+        let runs = by_key.entry(CellKey::of(&s.row)).or_default();
+        match runs.iter_mut().find(|(k, _)| *k == s.run_key) {
+            Some((_, v)) => v.push(s),
+            None => runs.push((s.run_key.clone(), vec![s])),
+        }
+    }
+    by_key
+        .into_iter()
+        .map(|(key, runs)| Series {
+            id: series_id(&key),
+            label: key.label(),
+            metric: metric.name(),
+            unit: metric.unit(),
+            points: runs.iter().map(|(_, rows)| point(rows, metric)).collect(),
+            key,
+        })
+        .filter(|s| filter.is_none_or(|f| f.matches(&s.id)))
+        .collect()
+}
+
+fn distinct<T: Ord + Clone>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = items.collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn point(rows: &[&StoredRow], metric: Metric) -> Point {
+    let first = rows[0];
+    let values: Vec<f64> = rows.iter().filter_map(|r| metric.of(&r.row)).collect();
+    let summary = summarize(&values).expect("rows with the metric");
+    let prediction = match (rows, metric) {
+        ([r], Metric::LazyinitS) if r.row.measured.estimated => {
+            r.row.measured.lazyinit_lo_s.zip(r.row.measured.lazyinit_hi_s)
+        }
+        _ => None,
+    };
+    let ci = summary.ci95.map(|i| (i.lo, i.hi)).or(prediction);
+    Point {
+        run_key: first.run_key.clone(),
+        run_id: first.row.run_id.clone(),
+        date: first.run_started_at.clone(),
+        folder: first.folder.clone(),
+        kernel: distinct(rows.iter().map(|r| r.row.kernel_release.clone())).join(" "),
+        kernel_build: first.kernel_build.clone(),
+        kernel_identity: first.kernel_source_identity.clone(),
+        value: summary.mean,
+        ci_lo: ci.map(|c| c.0),
+        ci_hi: ci.map(|c| c.1),
+        n: summary.n,
+        sleep_ticks: distinct(rows.iter().filter_map(|r| r.row.measured.sleep_ticks)),
+        estimated: first.row.measured.estimated,
+    }
+}
