@@ -82,12 +82,14 @@ pub fn trend(
         tryp!(chart.draw_series(bars), WHAT);
         let line = points.iter().enumerate().map(|(i, p)| (i as f64, p.value));
         tryp!(chart.draw_series(LineSeries::new(line, BLACK.mix(0.25))), WHAT);
+        // Hundreds of points need smaller marks to stay apart.
+        let r = if points.len() > 200 { 2 } else { 4 };
         let dots = points.iter().enumerate().map(|(i, p)| {
             let style = match p.estimated {
                 true => ESTIMATE.stroke_width(2),
                 false => BLUE.filled(),
             };
-            Circle::new((i as f64, p.value), 4, style)
+            Circle::new((i as f64, p.value), r, style)
         });
         tryp!(chart.draw_series(dots), WHAT);
         tryp!(root.present(), WHAT);
