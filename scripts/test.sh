@@ -17,6 +17,8 @@ bash scripts/setup-host.sh
 if [ -f scripts/ec2-emulator.sh ]; then
   bash scripts/ec2-emulator.sh
 fi
+# chromium: the dashboard's test opens the published site in it.
+bash scripts/chromium.sh
 # kcidb-io: the KCIDB export tests validate real exports with it.
 bash scripts/kcidb-validator.sh >/dev/null
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then

@@ -150,14 +150,20 @@ fn svg_plots_are_written() {
     let text = std::fs::read_to_string(&bars).unwrap();
     assert!(text.starts_with("<svg"));
     assert!(text.contains("arm64, HZ 100"), "columns name the cells");
-    assert!(text.contains("2TiB without fix"), "groups are the table's rows");
+    assert!(
+        text.contains("2TiB without fix"),
+        "groups are the table's rows"
+    );
     assert!(text.contains("2021 report"), "legend");
     let (series, _) = load_cycles(&loaded);
     let cyc = dir.path().join("cycles.svg");
     lazyinit_report::plot::cycles(&series, &cyc).unwrap();
     let text = std::fs::read_to_string(&cyc).unwrap();
     assert!(text.contains("arm64 HZ100 fix 64GiB"), "a panel per cell");
-    assert!(text.contains("L+1 = 11 ticks"), "the reference line of L = 10");
+    assert!(
+        text.contains("L+1 = 11 ticks"),
+        "the reference line of L = 10"
+    );
     assert!(text.matches("<polyline").count() >= 2, "one line per run");
 }
 

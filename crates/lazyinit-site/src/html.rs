@@ -58,7 +58,13 @@ pub fn slugs<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
         .map(|id| {
             let base: String = id
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
                 .collect();
             let mut s = base.clone();
             let mut i = 2;
@@ -77,12 +83,18 @@ mod tests {
 
     #[test]
     fn escapes_markup_and_quotes() {
-        assert_eq!(esc(r#"<a href="x">&'"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            esc(r#"<a href="x">&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
     }
 
     #[test]
     fn slugs_are_file_names_and_unique() {
         let s = slugs(["qemu/x86_64/hz250/fix", "qemu_x86_64_hz250_fix", "a b"]);
-        assert_eq!(s, ["qemu_x86_64_hz250_fix", "qemu_x86_64_hz250_fix-2", "a_b"]);
+        assert_eq!(
+            s,
+            ["qemu_x86_64_hz250_fix", "qemu_x86_64_hz250_fix-2", "a_b"]
+        );
     }
 }

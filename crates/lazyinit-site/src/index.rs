@@ -72,7 +72,8 @@ fn alerts(b: &mut String, alerts: &[AlertData], data: &SiteData, slugs: &[String
     b.push_str("</tbody></table>\n");
 }
 
-/// Rows: volume x variant (no fix first); columns: arch / HZ / env.
+/// Rows: volume x variant in the order of the cells (the table's: by
+/// volume, no fix first); columns: arch / HZ / env.
 fn latest(b: &mut String, t: &LatestTable, unit: &str, data: &SiteData, slugs: &[String]) {
     let columns: BTreeSet<&str> = t.cells.iter().map(|c| c.column.as_str()).collect();
     let mut rows: Vec<(&str, &str)> = Vec::new();
@@ -93,23 +94,36 @@ fn latest(b: &mut String, t: &LatestTable, unit: &str, data: &SiteData, slugs: &
     )
     .unwrap();
     for col in &columns {
-        write!(b, "<th>{}</th><th class=\"n\">L</th><th class=\"n\">model</th><th class=\"n\">2021</th>", esc(col)).unwrap();
+        write!(
+            b,
+            "<th>{}</th><th class=\"n\">L</th><th class=\"n\">model</th><th class=\"n\">2021</th>",
+            esc(col)
+        )
+        .unwrap();
     }
     b.push_str("</tr></thead><tbody>\n");
     for (vol, var) in rows {
         write!(b, "<tr><td>{}</td><td>{}</td>", esc(vol), esc(var)).unwrap();
         for col in &columns {
-            let c = t.cells.iter().find(|c| c.volume == vol && c.variant == var && c.column == *col);
+            let c = t
+                .cells
+                .iter()
+                .find(|c| c.volume == vol && c.variant == var && c.column == *col);
             let Some(c) = c else {
                 b.push_str("<td>–</td><td>–</td><td>–</td><td>–</td>");
                 continue;
             };
-            let mean = format!("{} ({}, n={})", num(c.mean), ci(c.ci), c.n);
+            let mean = match c.ci {
+                Some(_) => format!("{} ({}, n={})", num(c.mean), ci(c.ci), c.n),
+                None => format!("{} (n={})", num(c.mean), c.n),
+            };
             let mean = match &c.series {
                 Some(id) => series_link(data, slugs, id, &mean),
                 None => mean,
             };
-            let rep = c.reported.map_or("–".into(), |r| format!("{} ({:+.1}%)", num(r), (c.mean / r - 1.0) * 100.0));
+            let rep = c.reported.map_or("–".into(), |r| {
+                format!("{} ({:+.1}%)", num(r), (c.mean / r - 1.0) * 100.0)
+            });
             write!(
                 b,
                 "<td class=\"n\">{mean}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{rep}</td>",

@@ -31,7 +31,10 @@ pub enum SiteError {
 impl SiteError {
     /// The user gave a bad `--out` (exit 2), not a failure of the machine.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, SiteError::NotAFolder(_) | SiteError::NotASite(_) | SiteError::NoParent(_))
+        matches!(
+            self,
+            SiteError::NotAFolder(_) | SiteError::NotASite(_) | SiteError::NoParent(_)
+        )
     }
 }
 
@@ -51,7 +54,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SiteError + '_ {
 
 /// Refuses an `--out` that must not be replaced; Ok(true) if it exists.
 fn check_out(out: &Path) -> Result<bool, SiteError> {
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if !parent.is_dir() {
         return Err(SiteError::NoParent(out.to_path_buf()));
     }
@@ -70,7 +76,10 @@ fn check_out(out: &Path) -> Result<bool, SiteError> {
 
 /// A sibling of `out` named after it: `.NAME.SUFFIX-PID`.
 fn sibling(out: &Path, suffix: &str) -> PathBuf {
-    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "site".into());
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "site".into());
     out.with_file_name(format!(".{name}.{suffix}-{}", std::process::id()))
 }
 

@@ -21,12 +21,17 @@ pub fn render(s: &SeriesData, metric: &str, unit: &str) -> Result<String, PlotEr
     )
     .unwrap();
     let changes: Vec<usize> = s.changes.iter().map(|c| c.index).collect();
-    let svg = trend(&format!("{metric} ({unit})"), &points(s), &changes, (1000, 360))?;
-    write!(
+    let svg = trend(
+        &format!("{metric} ({unit})"),
+        &points(s),
+        &changes,
+        (1000, 360),
+    )?;
+    writeln!(
         b,
         "<figure id=\"trend\" data-runs=\"{}\">{svg}<figcaption class=\"key\">\
          <span><i class=\"dot\"></i> measured run (mean)</span><span><i class=\"ring\"></i> estimate (early stop)</span>\
-         <span>| 95% CI (estimate: PI)</span><span><i class=\"change\"></i> change point</span></figcaption></figure>\n",
+         <span>| 95% CI (estimate: PI)</span><span><i class=\"change\"></i> change point</span></figcaption></figure>",
         s.points.len()
     )
     .unwrap();
@@ -38,13 +43,19 @@ pub fn render(s: &SeriesData, metric: &str, unit: &str) -> Result<String, PlotEr
 /// Kernels on one side: all of a few, or the first and last of many.
 fn kernels(k: &[String]) -> String {
     match k {
-        [first, .., last] if k.len() > 3 => format!("{} … {} ({} kernels)", esc(first), esc(last), k.len()),
+        [first, .., last] if k.len() > 3 => {
+            format!("{} … {} ({} kernels)", esc(first), esc(last), k.len())
+        }
         k => esc(&k.join(", ")),
     }
 }
 
 fn side(x: &SideData) -> String {
-    let id = x.kernel_identity.as_deref().map(|i| format!(" <code>{}</code>", esc(i))).unwrap_or_default();
+    let id = x
+        .kernel_identity
+        .as_deref()
+        .map(|i| format!(" <code>{}</code>", esc(i)))
+        .unwrap_or_default();
     format!(
         "{} over {} run(s), L {}; kernels {}; next to the change: {} ({}{id})",
         num(x.mean),
@@ -62,15 +73,19 @@ fn change_table(b: &mut String, changes: &[ChangeData], unit: &str) {
         b.push_str("<p>None found.</p>\n");
         return;
     }
-    write!(
+    writeln!(
         b,
         "<table id=\"changes\"><thead><tr><th class=\"n\">first run after (#)</th><th>before ({unit})</th>\
-         <th>after ({unit})</th><th class=\"n\">change</th><th class=\"n\">p</th><th>L moved</th><th>alert</th></tr></thead><tbody>\n"
+         <th>after ({unit})</th><th class=\"n\">change</th><th class=\"n\">p</th><th>L moved</th><th>alert</th></tr></thead><tbody>"
     )
     .unwrap();
     for c in changes {
         let moved = if c.before.sleep_ticks != c.after.sleep_ticks {
-            format!("{} → {}", ticks(&c.before.sleep_ticks), ticks(&c.after.sleep_ticks))
+            format!(
+                "{} → {}",
+                ticks(&c.before.sleep_ticks),
+                ticks(&c.after.sleep_ticks)
+            )
         } else {
             "no".into()
         };

@@ -30,11 +30,21 @@ fn a_site_is_written_whole_and_republished_in_place() {
     fewer.series.pop();
     publish(&fewer, &out).unwrap();
     assert_eq!(names(&out.join("series")).len(), fewer.series.len());
-    assert_eq!(names(dir.path()), ["site"], "no temporary folder is left beside it");
+    assert_eq!(
+        names(dir.path()),
+        ["site"],
+        "no temporary folder is left beside it"
+    );
     let index = std::fs::read_to_string(out.join("index.html")).unwrap();
     // Only the SVG namespace names a URL; nothing is fetched.
     let urls = index.matches("http").count();
-    assert_eq!(urls, index.matches("xmlns=\"http://www.w3.org/2000/svg\"").count(), "nothing loads from the network");
+    assert_eq!(
+        urls,
+        index
+            .matches("xmlns=\"http://www.w3.org/2000/svg\"")
+            .count(),
+        "nothing loads from the network"
+    );
     assert!(!index.contains("<script"), "no script");
 }
 
@@ -45,16 +55,28 @@ fn a_folder_that_is_not_a_site_is_refused_and_untouched() {
     std::fs::create_dir(&docs).unwrap();
     std::fs::write(docs.join("notes.md"), "mine").unwrap();
     let err = publish(&common::sample(), &docs).unwrap_err();
-    assert!(matches!(err, SiteError::NotASite(_)) && err.is_bad_input(), "{err}");
-    assert!(err.to_string().contains("not a site published before"), "{err}");
+    assert!(
+        matches!(err, SiteError::NotASite(_)) && err.is_bad_input(),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("not a site published before"),
+        "{err}"
+    );
     assert_eq!(names(&docs), ["notes.md"]);
     assert_eq!(names(dir.path()), ["docs"]);
 
     let file = dir.path().join("file");
     std::fs::write(&file, "x").unwrap();
-    assert!(matches!(publish(&common::sample(), &file), Err(SiteError::NotAFolder(_))));
+    assert!(matches!(
+        publish(&common::sample(), &file),
+        Err(SiteError::NotAFolder(_))
+    ));
     let nowhere = dir.path().join("no/such/site");
-    assert!(matches!(publish(&common::sample(), &nowhere), Err(SiteError::NoParent(_))));
+    assert!(matches!(
+        publish(&common::sample(), &nowhere),
+        Err(SiteError::NoParent(_))
+    ));
     // An empty folder is fine.
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();

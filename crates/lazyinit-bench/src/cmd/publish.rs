@@ -46,7 +46,10 @@ pub fn publish(a: PublishArgs) -> anyhow::Result<u8> {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| bad_input(format!("--data {}: {e}", p.display())))?;
             serde_json::from_str(&text).map_err(|e| {
-                bad_input(format!("--data {}: not SiteData JSON ({e}); write one with --save-data", p.display()))
+                bad_input(format!(
+                    "--data {}: not SiteData JSON ({e}); write one with --save-data",
+                    p.display()
+                ))
             })?
         }
         None => from_history(&a)?,
@@ -78,7 +81,8 @@ fn from_history(a: &PublishArgs) -> anyhow::Result<site::SiteData> {
     let series = lazyinit_history::series::build(&rows, a.metric, None);
     let changes = lazyinit_history::changes::find(&series, &ChangeOptions::default());
     let alerts = h.alerts().map_err(super::history::coded)?;
-    let out_dir = absolute(a.out.parent().unwrap_or(Path::new(".")))?.join(a.out.file_name().unwrap_or_default());
+    let out_dir = absolute(a.out.parent().unwrap_or(Path::new(".")))?
+        .join(a.out.file_name().unwrap_or_default());
     Ok(site_data(&Inputs {
         title: &a.title,
         metric: a.metric,
@@ -91,7 +95,11 @@ fn from_history(a: &PublishArgs) -> anyhow::Result<site::SiteData> {
 }
 
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
-    let p = if p.as_os_str().is_empty() { Path::new(".") } else { p };
+    let p = if p.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        p
+    };
     std::path::absolute(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
 }
 
@@ -141,7 +149,13 @@ pub fn site_data(i: &Inputs) -> site::SiteData {
     let series = i
         .series
         .iter()
-        .map(|s| series_data(s, by_series.get(s.id.as_str()).map_or(&[][..], Vec::as_slice), i.links))
+        .map(|s| {
+            series_data(
+                s,
+                by_series.get(s.id.as_str()).map_or(&[][..], Vec::as_slice),
+                i.links,
+            )
+        })
         .collect();
     site::SiteData {
         title: i.title.to_string(),
@@ -180,15 +194,16 @@ fn series_data(s: &Series, changes: &[&Change], links: &Links) -> site::SeriesDa
 }
 
 fn change_data(c: &Change) -> site::ChangeData {
-    let side = |seg: &lazyinit_history::Segment, run: &lazyinit_history::changes::RunRef| site::SideData {
-        mean: seg.mean,
-        runs: seg.runs,
-        sleep_ticks: seg.sleep_ticks.clone(),
-        kernels: seg.kernels.clone(),
-        run: run.run_key.clone(),
-        kernel: run.kernel.clone(),
-        kernel_identity: run.kernel_identity.clone(),
-    };
+    let side =
+        |seg: &lazyinit_history::Segment, run: &lazyinit_history::changes::RunRef| site::SideData {
+            mean: seg.mean,
+            runs: seg.runs,
+            sleep_ticks: seg.sleep_ticks.clone(),
+            kernels: seg.kernels.clone(),
+            run: run.run_key.clone(),
+            kernel: run.kernel.clone(),
+            kernel_identity: run.kernel_identity.clone(),
+        };
     site::ChangeData {
         index: c.index,
         before: side(&c.before, &c.last_run_before),
@@ -216,23 +231,40 @@ fn alert_data(a: &Alert) -> site::AlertData {
 /// configurations (arch x variant x size), in the table's shape.
 fn latest(rows: &[StoredRow], metric: Metric, links: &Links) -> Option<site::LatestTable> {
     let mut runs: BTreeMap<&str, (String, BTreeSet<String>)> = BTreeMap::new();
-    for r in rows.iter().filter(|r| !r.row.measured.estimated && metric.of(&r.row).is_some()) {
-        let e = runs.entry(r.run_key.as_str()).or_insert_with(|| (r.run_started_at.clone(), BTreeSet::new()));
-        e.1.insert(format!("{} {} {}", r.row.arch, r.row.variant, r.row.volume_bytes));
+    for r in rows
+        .iter()
+        .filter(|r| !r.row.measured.estimated && metric.of(&r.row).is_some())
+    {
+        let e = runs
+            .entry(r.run_key.as_str())
+            .or_insert_with(|| (r.run_started_at.clone(), BTreeSet::new()));
+        e.1.insert(format!(
+            "{} {} {}",
+            r.row.arch, r.row.variant, r.row.volume_bytes
+        ));
     }
-    let (key, (date, _)) = runs.into_iter().max_by(|a, b| (a.1 .1.len(), &a.1 .0).cmp(&(b.1 .1.len(), &b.1 .0)))?;
+    let (key, (date, _)) = runs
+        .into_iter()
+        .max_by(|a, b| (a.1 .1.len(), &a.1 .0).cmp(&(b.1 .1.len(), &b.1 .0)))?;
     let picked: Vec<&StoredRow> = rows.iter().filter(|r| r.run_key == key).collect();
     let plain: Vec<_> = picked.iter().map(|r| r.row.clone()).collect();
     let report = lazyinit_report::build(&plain, metric);
     let lab = Labeller::new(report.cells.iter().map(|c| &c.key));
-    let cells = report
-        .cells
-        .iter()
+    // The reported table's row order: by volume, no fix first.
+    let mut sorted: Vec<_> = report.cells.iter().collect();
+    sorted.sort_by_key(|c| (c.key.volume_bytes, c.key.variant == Variant::Fix));
+    let cells = sorted
+        .into_iter()
         .filter_map(|c| {
             let s = c.summary.as_ref()?;
             Some(site::LatestCell {
                 volume: ByteSize(c.key.volume_bytes).to_string(),
-                variant: if c.key.variant == Variant::Fix { "with fix" } else { "without fix" }.into(),
+                variant: if c.key.variant == Variant::Fix {
+                    "with fix"
+                } else {
+                    "without fix"
+                }
+                .into(),
                 column: lab.column(&c.key),
                 mean: s.mean,
                 ci: s.ci95.map(|i| (i.lo, i.hi)),

@@ -103,9 +103,17 @@ pub fn bars_svg(report: &Report) -> Result<String, PlotError> {
     let cells = &report.cells;
     let lab = Labeller::new(cells.iter().map(|c| &c.key));
     let (slots, groups, extent) = layout(cells);
-    let columns: Vec<String> = slots.iter().map(|s| lab.column(&cells[s.cell].key)).collect();
+    let columns: Vec<String> = slots
+        .iter()
+        .map(|s| lab.column(&cells[s.cell].key))
+        .collect();
     // Room below the axis for the longest rotated label (~7 px a character).
-    let label_area = 50 + 7 * columns.iter().map(|l| l.chars().count()).max().unwrap_or(10) as u32;
+    let label_area = 50
+        + 7 * columns
+            .iter()
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(10) as u32;
     let width = (160 + (70.0 * extent) as u32).max(640);
     let mut svg = String::new();
     {
@@ -114,7 +122,10 @@ pub fn bars_svg(report: &Report) -> Result<String, PlotError> {
         let (m, u) = (report.metric.name(), report.metric.unit());
         let mut chart = tryp!(
             ChartBuilder::on(&root)
-                .caption(format!("{m} ({u}): mean and 95% CI, the 2021 report beside it"), ("sans-serif", 18))
+                .caption(
+                    format!("{m} ({u}): mean and 95% CI, the 2021 report beside it"),
+                    ("sans-serif", 18)
+                )
                 .margin(12)
                 .x_label_area_size(label_area)
                 .y_label_area_size(70)
@@ -160,20 +171,33 @@ fn draw_labels(
     groups: &[Group],
     label_area: u32,
 ) -> Result<(), PlotError> {
-    let rotated = TextStyle::from(("sans-serif", 12).into_font().transform(FontTransform::Rotate90))
-        .pos(Pos::new(HPos::Left, VPos::Center));
+    let rotated = TextStyle::from(
+        ("sans-serif", 12)
+            .into_font()
+            .transform(FontTransform::Rotate90),
+    )
+    .pos(Pos::new(HPos::Left, VPos::Center));
     for (s, text) in slots.iter().zip(columns) {
         let (x, y) = chart.backend_coord(&(s.x, 0.0));
-        tryp!(root.draw(&Text::new(text.clone(), (x, y + 8), rotated.clone())), WHAT);
+        tryp!(
+            root.draw(&Text::new(text.clone(), (x, y + 8), rotated.clone())),
+            WHAT
+        );
     }
     let centred = TextStyle::from(("sans-serif", 14)).pos(Pos::new(HPos::Center, VPos::Top));
     for g in groups {
         let (x, y) = chart.backend_coord(&((g.from + g.to) / 2.0, 0.0));
         let y = y + label_area as i32 - 28;
-        tryp!(root.draw(&Text::new(g.label.clone(), (x, y), centred.clone())), WHAT);
+        tryp!(
+            root.draw(&Text::new(g.label.clone(), (x, y), centred.clone())),
+            WHAT
+        );
         let (x0, _) = chart.backend_coord(&(g.from + 0.05, 0.0));
         let (x1, _) = chart.backend_coord(&(g.to - 0.05, 0.0));
-        tryp!(root.draw(&PathElement::new(vec![(x0, y - 4), (x1, y - 4)], BLACK)), WHAT);
+        tryp!(
+            root.draw(&PathElement::new(vec![(x0, y - 4), (x1, y - 4)], BLACK)),
+            WHAT
+        );
     }
     Ok(())
 }
@@ -197,7 +221,8 @@ fn draw_bars(chart: &mut Chart, cells: &[CellStats], slots: &[Slot]) -> Result<(
         let means = slots.iter().filter_map(|s| {
             let c = &cells[s.cell];
             let mean = c.summary.as_ref()?.mean;
-            (c.key.estimated == estimated).then(|| bar(s.x - 0.42, s.x - 0.02, mean, colour.filled()))
+            (c.key.estimated == estimated)
+                .then(|| bar(s.x - 0.42, s.x - 0.02, mean, colour.filled()))
         });
         tryp!(chart.draw_series(means), WHAT)
             .label(label)
@@ -209,7 +234,9 @@ fn draw_bars(chart: &mut Chart, cells: &[CellStats], slots: &[Slot]) -> Result<(
     });
     tryp!(chart.draw_series(reported), WHAT)
         .label("2021 report")
-        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], REPORTED.mix(0.55).filled()));
+        .legend(|(x, y)| {
+            Rectangle::new([(x, y - 5), (x + 12, y + 5)], REPORTED.mix(0.55).filled())
+        });
     Ok(())
 }
 
@@ -234,7 +261,9 @@ fn draw_whiskers(chart: &mut Chart, cells: &[CellStats], slots: &[Slot]) -> Resu
     } else {
         "95% CI"
     };
-    let bodies = intervals.iter().map(|&(x, lo, hi)| PathElement::new(vec![(x, lo), (x, hi)], style));
+    let bodies = intervals
+        .iter()
+        .map(|&(x, lo, hi)| PathElement::new(vec![(x, lo), (x, hi)], style));
     tryp!(chart.draw_series(bodies), WHAT)
         .label(label)
         .legend(|(x, y)| PathElement::new(vec![(x + 6, y - 6), (x + 6, y + 6)], BLACK));
@@ -243,9 +272,13 @@ fn draw_whiskers(chart: &mut Chart, cells: &[CellStats], slots: &[Slot]) -> Resu
 
 /// The model's value as a red cross over each measured bar.
 fn draw_markers(chart: &mut Chart, cells: &[CellStats], slots: &[Slot]) -> Result<(), PlotError> {
-    let crosses = slots
-        .iter()
-        .map(|s| Cross::new((s.x - 0.22, cells[s.cell].model.value), 6, RED.stroke_width(2)));
+    let crosses = slots.iter().map(|s| {
+        Cross::new(
+            (s.x - 0.22, cells[s.cell].model.value),
+            6,
+            RED.stroke_width(2),
+        )
+    });
     tryp!(chart.draw_series(crosses), WHAT)
         .label("model")
         .legend(|(x, y)| Cross::new((x + 6, y), 5, RED.stroke_width(2)));
@@ -274,13 +307,19 @@ mod tests {
         let cells = crate::cells::aggregate(&rows, Metric::LazyinitS);
         let (slots, groups, extent) = layout(&cells);
         let names: Vec<&str> = groups.iter().map(|g| g.label.as_str()).collect();
-        assert_eq!(names, ["2TiB without fix", "2TiB with fix", "3TiB without fix"]);
+        assert_eq!(
+            names,
+            ["2TiB without fix", "2TiB with fix", "3TiB without fix"]
+        );
         // Two kernels in the first group, one in each other.
         assert_eq!((groups[0].from, groups[0].to), (0.0, 2.0));
         assert_eq!((groups[1].from, groups[1].to), (2.0 + GAP, 3.0 + GAP));
         assert_eq!(slots.len(), 4);
         assert!((extent - (4.0 + 2.0 * GAP)).abs() < 1e-9);
         let first = &cells[slots[0].cell].key;
-        assert_eq!((first.kernel_source.as_str(), first.variant), ("debian-5.10", Variant::NoFix));
+        assert_eq!(
+            (first.kernel_source.as_str(), first.variant),
+            ("debian-5.10", Variant::NoFix)
+        );
     }
 }

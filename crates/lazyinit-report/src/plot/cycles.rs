@@ -93,13 +93,23 @@ fn kernel_colour(kernels: &[String], k: &str) -> RGBAColor {
 
 fn draw_legend(area: &DrawingArea<SVGBackend, Shift>, kernels: &[String]) -> Result<(), PlotError> {
     let left = TextStyle::from(("sans-serif", 13)).pos(Pos::new(HPos::Left, VPos::Center));
-    let title = "cycle time per block group (ms, trace timestamps): a panel per cell, repetitions overlaid";
+    let title =
+        "cycle time per block group (ms, trace timestamps): a panel per cell, repetitions overlaid";
     tryp!(area.draw(&Text::new(title, (12, 12), left.clone())), WHAT);
     let mut x = 12;
     for k in kernels {
         let c = kernel_colour(kernels, k);
-        tryp!(area.draw(&PathElement::new(vec![(x, 34), (x + 22, 34)], c.stroke_width(2))), WHAT);
-        tryp!(area.draw(&Text::new(k.clone(), (x + 28, 34), left.clone())), WHAT);
+        tryp!(
+            area.draw(&PathElement::new(
+                vec![(x, 34), (x + 22, 34)],
+                c.stroke_width(2)
+            )),
+            WHAT
+        );
+        tryp!(
+            area.draw(&Text::new(k.clone(), (x + 28, 34), left.clone())),
+            WHAT
+        );
         x += 40 + 8 * k.len() as i32;
     }
     let note = format!(
@@ -120,8 +130,12 @@ fn references(runs: &[&Cycles]) -> Vec<(f64, String, bool)> {
         .flat_map(|(l, hz)| {
             let tick = 1000.0 / hz as f64;
             [
-                ((l + 1) as f64 * tick, format!("L+1 = {} ticks", l + 1), false),
-                ((l + 2) as f64 * tick, format!("L+2"), true),
+                (
+                    (l + 1) as f64 * tick,
+                    format!("L+1 = {} ticks", l + 1),
+                    false,
+                ),
+                ((l + 2) as f64 * tick, "L+2".to_string(), true),
             ]
         })
         .collect()
@@ -181,20 +195,36 @@ fn draw_panel(
     for (y, label, dashed) in &refs {
         let pts = [(0.0, *y), (groups as f64, *y)];
         if *dashed {
-            tryp!(chart.draw_series(DashedLineSeries::new(pts, 4, 3, grey.stroke_width(1))), WHAT);
+            tryp!(
+                chart.draw_series(DashedLineSeries::new(pts, 4, 3, grey.stroke_width(1))),
+                WHAT
+            );
         } else {
-            tryp!(chart.draw_series(LineSeries::new(pts, grey.stroke_width(1))), WHAT);
+            tryp!(
+                chart.draw_series(LineSeries::new(pts, grey.stroke_width(1))),
+                WHAT
+            );
         }
-        let style = TextStyle::from(("sans-serif", 10).into_font().color(&grey))
+        let style = ("sans-serif", 10).into_font().color(&grey)
             .pos(Pos::new(HPos::Right, VPos::Bottom));
-        tryp!(chart.draw_series([Text::new(label.clone(), (groups as f64, *y), style)]), WHAT);
+        tryp!(
+            chart.draw_series([Text::new(label.clone(), (groups as f64, *y), style)]),
+            WHAT
+        );
     }
     for ((run, marks), line) in runs.iter().zip(&spiky).zip(lines) {
         let c = kernel_colour(kernels, &run.key.kernel_source);
-        tryp!(chart.draw_series(LineSeries::new(line, c.stroke_width(1))), WHAT);
+        tryp!(
+            chart.draw_series(LineSeries::new(line, c.stroke_width(1))),
+            WHAT
+        );
         let (inside, over): (Vec<_>, Vec<_>) = marks.iter().partition(|s| s.1 <= hi);
         tryp!(
-            chart.draw_series(inside.iter().map(|&&(g, v)| Circle::new((g as f64, v), 1, c.filled()))),
+            chart.draw_series(inside.iter().map(|&&(g, v)| Circle::new(
+                (g as f64, v),
+                1,
+                c.filled()
+            ))),
             WHAT
         );
         // One mark per window with spikes over the axis: hundreds of

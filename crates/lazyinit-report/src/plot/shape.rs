@@ -18,7 +18,10 @@ pub fn robust_range(values: &[f64], keep: &[f64]) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     let lo = quantile(&v, 0.005).into_iter().chain(keep.iter().copied());
     let hi = quantile(&v, 0.995).into_iter().chain(keep.iter().copied());
-    let (lo, hi) = (lo.fold(f64::INFINITY, f64::min), hi.fold(f64::NEG_INFINITY, f64::max));
+    let (lo, hi) = (
+        lo.fold(f64::INFINITY, f64::min),
+        hi.fold(f64::NEG_INFINITY, f64::max),
+    );
     if !lo.is_finite() || !hi.is_finite() {
         return (0.0, 1.0);
     }

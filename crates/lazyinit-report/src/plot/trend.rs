@@ -23,9 +23,17 @@ pub struct TrendPoint {
 fn y_range(points: &[TrendPoint]) -> (f64, f64) {
     let ys = points
         .iter()
-        .flat_map(|p| [Some(p.value), p.interval.map(|i| i.0), p.interval.map(|i| i.1)])
+        .flat_map(|p| {
+            [
+                Some(p.value),
+                p.interval.map(|i| i.0),
+                p.interval.map(|i| i.1),
+            ]
+        })
         .flatten();
-    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
+    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
+        (a.min(y), b.max(y))
+    });
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
@@ -58,7 +66,11 @@ pub fn trend(
         let label_of = |x: &f64| {
             let i = x.round();
             let ok = (i - x).abs() < 1e-6 && i >= 0.0 && (i as usize) < points.len();
-            if ok { points[i as usize].label.clone() } else { String::new() }
+            if ok {
+                points[i as usize].label.clone()
+            } else {
+                String::new()
+            }
         };
         tryp!(
             chart
@@ -77,11 +89,17 @@ pub fn trend(
         }
         let bars = points.iter().enumerate().filter_map(|(i, p)| {
             let (a, b) = p.interval?;
-            Some(PathElement::new(vec![(i as f64, a), (i as f64, b)], BLACK.mix(0.6)))
+            Some(PathElement::new(
+                vec![(i as f64, a), (i as f64, b)],
+                BLACK.mix(0.6),
+            ))
         });
         tryp!(chart.draw_series(bars), WHAT);
         let line = points.iter().enumerate().map(|(i, p)| (i as f64, p.value));
-        tryp!(chart.draw_series(LineSeries::new(line, BLACK.mix(0.25))), WHAT);
+        tryp!(
+            chart.draw_series(LineSeries::new(line, BLACK.mix(0.25))),
+            WHAT
+        );
         // Hundreds of points need smaller marks to stay apart.
         let r = if points.len() > 200 { 2 } else { 4 };
         let dots = points.iter().enumerate().map(|(i, p)| {
@@ -105,11 +123,16 @@ pub fn sparkline(points: &[TrendPoint], size: (u32, u32)) -> Result<String, Plot
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         let mut chart = tryp!(
-            ChartBuilder::on(&root).margin(3).build_cartesian_2d(0.0..n - 1.0, lo..hi),
+            ChartBuilder::on(&root)
+                .margin(3)
+                .build_cartesian_2d(0.0..n - 1.0, lo..hi),
             WHAT
         );
         let line = points.iter().enumerate().map(|(i, p)| (i as f64, p.value));
-        tryp!(chart.draw_series(LineSeries::new(line, BLUE.stroke_width(1))), WHAT);
+        tryp!(
+            chart.draw_series(LineSeries::new(line, BLUE.stroke_width(1))),
+            WHAT
+        );
         if let Some(p) = points.last() {
             let last = Circle::new(((points.len() - 1) as f64, p.value), 2, BLUE.filled());
             tryp!(chart.draw_series([last]), WHAT);
@@ -141,6 +164,9 @@ mod tests {
         let none = trend("s", &pts, &[], (800, 300)).unwrap();
         assert!(!none.contains("#FF0000"));
         assert!(sparkline(&pts, (120, 30)).unwrap().starts_with("<svg"));
-        assert!(trend("s", &[], &[], (400, 200)).is_ok(), "an empty series draws an empty plot");
+        assert!(
+            trend("s", &[], &[], (400, 200)).is_ok(),
+            "an empty series draws an empty plot"
+        );
     }
 }

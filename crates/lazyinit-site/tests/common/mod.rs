@@ -25,7 +25,11 @@ fn series(id: &str, values: &[f64], estimated: bool, changes: Vec<ChangeData>) -
         id: id.into(),
         label: id.replace('/', " "),
         estimated,
-        points: values.iter().enumerate().map(|(i, &v)| point(i, v, estimated, 3)).collect(),
+        points: values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| point(i, v, estimated, 3))
+            .collect(),
         changes,
     }
 }
@@ -72,11 +76,30 @@ pub fn sample() -> SiteData {
         metric: "lazyinit_s".into(),
         unit: "s".into(),
         series: vec![
-            series("qemu/arm64/hz100/fix/2TiB/measured", &[660.0, 661.0, 659.0, 820.0, 821.0], false, vec![change]),
-            series("qemu/arm64/hz100/fix/2TiB/estimated", &[660.5, 660.1, 659.8, 660.2], true, vec![]),
-            series("qemu/x86_64/hz250/nofix/3TiB/measured", &[1124.0], false, vec![]),
+            series(
+                "qemu/arm64/hz100/fix/2TiB/measured",
+                &[660.0, 661.0, 659.0, 820.0, 821.0],
+                false,
+                vec![change],
+            ),
+            series(
+                "qemu/arm64/hz100/fix/2TiB/estimated",
+                &[660.5, 660.1, 659.8, 660.2],
+                true,
+                vec![],
+            ),
+            series(
+                "qemu/x86_64/hz250/nofix/3TiB/measured",
+                &[1124.0],
+                false,
+                vec![],
+            ),
         ],
-        alerts: vec![alert("ack1", "acknowledged"), alert("a1", "new"), alert("a2", "new")],
+        alerts: vec![
+            alert("ack1", "acknowledged"),
+            alert("a1", "new"),
+            alert("a2", "new"),
+        ],
         latest: Some(LatestTable {
             run: "reported-78d5f757".into(),
             date: "2026-12-01T01:00:00Z".into(),
@@ -110,7 +133,10 @@ pub fn chromium() -> Chromium {
         .iter()
         .find_map(|b| which(b))
         .expect("chromium is not installed: `apt-get install chromium` (scripts/test.sh does)");
-    Chromium { bin, profile: tempfile::tempdir().unwrap() }
+    Chromium {
+        bin,
+        profile: tempfile::tempdir().unwrap(),
+    }
 }
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -125,8 +151,14 @@ impl Chromium {
     fn run(&self, extra: &[String], page: &Path) -> String {
         let mut cmd = Command::new(&self.bin);
         cmd.args([
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
         ])
         .arg(format!("--user-data-dir={}", self.profile.path().display()))
         .args(extra)
@@ -146,7 +178,11 @@ impl Chromium {
         });
         loop {
             if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "chromium failed on {}: {status}", page.display());
+                assert!(
+                    status.success(),
+                    "chromium failed on {}: {status}",
+                    page.display()
+                );
                 return out.join().unwrap();
             }
             if Instant::now() > deadline {
@@ -164,7 +200,10 @@ impl Chromium {
 
     pub fn screenshot(&self, page: &Path, png: &Path, size: (u32, u32)) {
         self.run(
-            &[format!("--screenshot={}", png.display()), format!("--window-size={},{}", size.0, size.1)],
+            &[
+                format!("--screenshot={}", png.display()),
+                format!("--window-size={},{}", size.0, size.1),
+            ],
             page,
         );
     }
