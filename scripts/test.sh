@@ -31,5 +31,10 @@ if ! command -v terraform >/dev/null 2>&1; then
   exit 4
 fi
 bash terraform/check.sh
+# The history's PostgreSQL backend is tested against a real server: a
+# cluster of our own on loopback (scripts/history-postgres.sh). Its tests
+# fail, never skip, without LAZYINIT_TEST_POSTGRES.
+LAZYINIT_TEST_POSTGRES="$(bash scripts/history-postgres.sh)"
+export LAZYINIT_TEST_POSTGRES
 # Debug builds: the AWS SDK takes ~4 min in debug and ~11 in release.
 exec cargo nextest run --workspace --no-fail-fast "$@"

@@ -7,9 +7,22 @@ use crate::edivisive::{self, Split};
 use crate::series::{Point, Series};
 use crate::HistoryError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ChangeOptions {
     pub edivisive: edivisive::Options,
+    /// `history check`: the level at which one new run off the level of
+    /// the runs since the latest change fails (a t prediction interval;
+    /// looser than a change point's, as a single value carries less).
+    pub run_p: f64,
+}
+
+impl Default for ChangeOptions {
+    fn default() -> Self {
+        ChangeOptions {
+            edivisive: edivisive::Options::default(),
+            run_p: 0.01,
+        }
+    }
 }
 
 /// What raised an alert.
@@ -66,7 +79,9 @@ impl std::str::FromStr for AlertState {
             "new" => Ok(AlertState::New),
             "acknowledged" | "ack" => Ok(AlertState::Acknowledged),
             "invalid" => Ok(AlertState::Invalid),
-            _ => Err(format!("alert state `{s}`: use new, acknowledged or invalid")),
+            _ => Err(format!(
+                "alert state `{s}`: use new, acknowledged or invalid"
+            )),
         }
     }
 }
@@ -168,8 +183,22 @@ pub struct Change {
     /// The sleep L on either side when it moved: the kernel chose another
     /// L (`docs/history.md`, "An L change"), not a slower cycle.
     pub sleep_moved: Option<(Vec<u64>, Vec<u64>)>,
-    /// The alert's state when the history has one.
+    /// The alert's state and note when the history has one (its
+    /// timestamps are left out: the same history gives the same output).
+    pub alert_state: Option<AlertState>,
+    pub alert_note: Option<String>,
+    /// The alert itself.
+    #[serde(skip)]
     pub alert: Option<Alert>,
+}
+
+impl Change {
+    /// Takes this change's alert from `alerts`, if there.
+    pub fn attach(&mut self, alerts: &[Alert]) {
+        self.alert = alerts.iter().find(|a| a.alert_id == self.alert_id).cloned();
+        self.alert_state = self.alert.as_ref().map(|a| a.state);
+        self.alert_note = self.alert.as_ref().and_then(|a| a.note.clone());
+    }
 }
 
 pub fn alert_id(series: &str, metric: &str, run_key: &str) -> String {
@@ -194,13 +223,7 @@ fn segment(points: &[Point], mean: f64, sd: f64) -> Segment {
 }
 
 /// A [`Change`] of `series` from a split of its points `[lo, hi)` at `split.index`.
-pub fn change_of(
-    series: &Series,
-    split: &Split,
-    lo: usize,
-    hi: usize,
-    kind: ChangeKind,
-) -> Change {
+pub fn change_of(series: &Series, split: &Split, lo: usize, hi: usize, kind: ChangeKind) -> Change {
     let i = split.index;
     let t = &split.stats;
     let before = segment(&series.points[lo..i], t.mean_before, t.sd_before);
@@ -223,6 +246,8 @@ pub fn change_of(
         change_pct: t.rel_change() * 100.0,
         p: t.p,
         sleep_moved,
+        alert_state: None,
+        alert_note: None,
         alert: None,
     }
 }

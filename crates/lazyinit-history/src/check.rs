@@ -7,7 +7,8 @@
 //!   (state `new`): the series moved and nobody has looked yet;
 //! - **fail** when the run itself is off the level of the runs since the
 //!   latest change (at least [`MIN_HISTORY`] of them): a t-test of the
-//!   segment against the one new value, at the change points' level;
+//!   segment against the one new value (a t prediction interval) at
+//!   [`ChangeOptions::run_p`];
 //! - **pass** otherwise; a series with fewer earlier runs passes with a
 //!   note (nothing to judge against).
 //!
@@ -73,7 +74,11 @@ impl CheckReport {
 
 /// What check found in one series before alerts are looked up: the
 /// changes that would fail it.
-pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Option<(SeriesVerdict, Vec<Change>)> {
+pub fn judge_series(
+    series: &Series,
+    run_key: &str,
+    opts: &ChangeOptions,
+) -> Option<(SeriesVerdict, Vec<Change>)> {
     let at = series.points.iter().position(|p| p.run_key == run_key)?;
     let upto = Series {
         points: series.points[..=at].to_vec(),
@@ -88,9 +93,18 @@ pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Opt
         let level: Vec<f64> = earlier.iter().map(|p| p.value).collect();
         let t = ttest(&level, &[value]);
         let big = t.magnitude() > opts.edivisive.min_magnitude;
-        if t.p < opts.edivisive.max_p && big {
-            let split = Split { index: at, stats: t };
-            suspects.push(changes::change_of(&upto, &split, since, at + 1, ChangeKind::NewRun));
+        if t.p < opts.run_p && big {
+            let split = Split {
+                index: at,
+                stats: t,
+            };
+            suspects.push(changes::change_of(
+                &upto,
+                &split,
+                since,
+                at + 1,
+                ChangeKind::NewRun,
+            ));
         }
     }
     let level = (!earlier.is_empty())
@@ -98,7 +112,11 @@ pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Opt
     let verdict = SeriesVerdict {
         series: series.id.clone(),
         label: series.label.clone(),
-        outcome: if at < MIN_HISTORY { Outcome::NoHistory } else { Outcome::Pass },
+        outcome: if at < MIN_HISTORY {
+            Outcome::NoHistory
+        } else {
+            Outcome::Pass
+        },
         value,
         level,
         earlier_runs: at,
@@ -109,10 +127,15 @@ pub fn judge_series(series: &Series, run_key: &str, opts: &ChangeOptions) -> Opt
 }
 
 /// Settles a verdict once the suspects' alerts are known.
-pub fn settle(mut v: SeriesVerdict, suspects: Vec<Change>, alerts: &[Alert], unit: &str) -> SeriesVerdict {
+pub fn settle(
+    mut v: SeriesVerdict,
+    suspects: Vec<Change>,
+    alerts: &[Alert],
+    unit: &str,
+) -> SeriesVerdict {
     let mut open = Vec::new();
     for mut c in suspects {
-        c.alert = alerts.iter().find(|a| a.alert_id == c.alert_id).cloned();
+        c.attach(alerts);
         if c.alert.as_ref().is_none_or(|a| a.state.is_open()) {
             open.push(describe(&c, unit));
         }

@@ -222,6 +222,21 @@ fn tested(x: &[f64], cuts: &[usize]) -> Vec<Split> {
         .collect()
 }
 
+/// Each change point moved to the best cut between its neighbours. A
+/// window that ended within `min_size` points after a step could only cut
+/// beside it; once the merge has left one change per segment pair, the
+/// segment between the neighbours is cut again where the step is.
+fn relocated(x: &[f64], mut cuts: Vec<usize>, min_size: usize) -> Vec<usize> {
+    for k in 0..cuts.len() {
+        let lo = if k == 0 { 0 } else { cuts[k - 1] };
+        let hi = cuts.get(k + 1).copied().unwrap_or(x.len());
+        if let Some((i, _)) = best_cut(x, lo, hi, min_size) {
+            cuts[k] = i;
+        }
+    }
+    cuts
+}
+
 /// The change points of `x`, oldest first.
 pub fn change_points(x: &[f64], opts: &Options) -> Vec<Split> {
     let window = opts.window.max(2);
@@ -247,7 +262,9 @@ pub fn change_points(x: &[f64], opts: &Options) -> Vec<Split> {
         start = last.max(start + window / 2);
     }
     cuts.sort_unstable();
-    // Merge.
+    // Merge; then move each survivor to its best cut, and merge again if
+    // that moved any (bounded: each round either drops or settles).
+    let mut rounds = 0;
     loop {
         let splits = tested(x, &cuts);
         let Some(weakest) = splits.iter().max_by(|a, b| a.stats.p.total_cmp(&b.stats.p)) else {
@@ -261,7 +278,14 @@ pub fn change_points(x: &[f64], opts: &Options) -> Vec<Split> {
                 .min_by(|a, b| a.stats.magnitude().total_cmp(&b.stats.magnitude()))
                 .expect("not empty");
             if small.stats.magnitude() > opts.min_magnitude || opts.min_magnitude == 0.0 {
-                return splits;
+                let moved = relocated(x, cuts.clone(), opts.min_size);
+                rounds += 1;
+                if moved == cuts || rounds > 10 {
+                    return splits;
+                }
+                cuts = moved;
+                cuts.dedup();
+                continue;
             }
             small.index
         };
@@ -343,7 +367,10 @@ mod tests {
         let x = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0];
         let q = |a: &[f64], b: &[f64]| {
             let (n, m) = (a.len() as f64, b.len() as f64);
-            let cross: f64 = a.iter().flat_map(|p| b.iter().map(move |q| (p - q).abs())).sum();
+            let cross: f64 = a
+                .iter()
+                .flat_map(|p| b.iter().map(move |q| (p - q).abs()))
+                .sum();
             let within = |v: &[f64]| -> f64 {
                 let mut s = 0.0;
                 for i in 0..v.len() {

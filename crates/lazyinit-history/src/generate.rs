@@ -38,12 +38,20 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
     for (arch, hz, variant, l) in CELLS {
         for size in [2 * TIB, 3 * TIB] {
             let mut l = l;
-            if arch == Arch::X86_64 && variant == Variant::Fix && size == 2 * TIB && i >= runs * 6 / 10 {
+            if arch == Arch::X86_64
+                && variant == Variant::Fix
+                && size == 2 * TIB
+                && i >= runs * 6 / 10
+            {
                 l = 7;
             }
             let tick_ms = 1000.0 / hz as f64;
             let mut ms = (l + 1) as f64 * tick_ms + rng.gen_range(0.0..0.08) * tick_ms;
-            if arch == Arch::Arm64 && variant == Variant::NoFix && size == 3 * TIB && i >= runs * 8 / 10 {
+            if arch == Arch::Arm64
+                && variant == Variant::NoFix
+                && size == 3 * TIB
+                && i >= runs * 8 / 10
+            {
                 ms *= 1.02;
             }
             let g = groups(ByteSize(size));

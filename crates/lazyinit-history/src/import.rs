@@ -39,7 +39,8 @@ pub struct ImportOutcome {
 /// the same for every run of one spec) and when its first row started.
 /// A resumed run appends rows after its first, so it keeps its key.
 pub fn run_key(rows: &[ResultRow]) -> Option<String> {
-    rows.first().map(|r| format!("{}@{}", r.run_id, r.started_at))
+    rows.first()
+        .map(|r| format!("{}@{}", r.run_id, r.started_at))
 }
 
 impl RunImport {

@@ -67,6 +67,9 @@ impl HistoryError {
     /// Whether the input (a folder, an id) is at fault rather than the
     /// database: exit 2, not 3.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, HistoryError::Refused { .. } | HistoryError::NoAlert(_))
+        matches!(
+            self,
+            HistoryError::Refused { .. } | HistoryError::NoAlert(_)
+        )
     }
 }

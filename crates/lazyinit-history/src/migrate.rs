@@ -29,7 +29,10 @@ pub fn migrate(db: &mut dyn Backend) -> Result<Vec<i64>, HistoryError> {
     in_transaction(db, |db| {
         db.batch(VERSIONS_TABLE)?;
         let have: Vec<i64> = db
-            .query("SELECT version FROM schema_migrations ORDER BY version", &[])?
+            .query(
+                "SELECT version FROM schema_migrations ORDER BY version",
+                &[],
+            )?
             .iter()
             .filter_map(|r| r.int(0))
             .collect();

@@ -55,10 +55,16 @@ fn cell(row: &postgres::Row, i: usize) -> Result<Cell, postgres::Error> {
     let ty = row.columns()[i].type_();
     Ok(match *ty {
         Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Cell::Int),
-        Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(|v| Cell::Int(v.into())),
-        Type::INT2 => row.try_get::<_, Option<i16>>(i)?.map(|v| Cell::Int(v.into())),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(i)?
+            .map(|v| Cell::Int(v.into())),
+        Type::INT2 => row
+            .try_get::<_, Option<i16>>(i)?
+            .map(|v| Cell::Int(v.into())),
         Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Cell::Real),
-        Type::FLOAT4 => row.try_get::<_, Option<f32>>(i)?.map(|v| Cell::Real(v.into())),
+        Type::FLOAT4 => row
+            .try_get::<_, Option<f32>>(i)?
+            .map(|v| Cell::Real(v.into())),
         Type::BOOL => row.try_get::<_, Option<bool>>(i)?.map(Cell::Bool),
         _ => row.try_get::<_, Option<String>>(i)?.map(Cell::Text),
     }
@@ -75,7 +81,11 @@ impl Backend for Postgres {
     fn query(&mut self, sql: &str, values: &[Value]) -> Result<Vec<Row>, HistoryError> {
         let rows = self.client.query(sql, &params(values)).map_err(err)?;
         rows.iter()
-            .map(|r| (0..r.len()).map(|i| cell(r, i)).collect::<Result<Vec<_>, _>>())
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| cell(r, i))
+                    .collect::<Result<Vec<_>, _>>()
+            })
             .map(|r| r.map(Row).map_err(err))
             .collect()
     }

@@ -62,10 +62,17 @@ impl HostFacts {
             .output()
             .ok()
             .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string));
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .map(str::to_string)
+            });
         HostFacts {
             cpu: cpu_model(&cpuinfo),
-            cores: std::thread::available_parallelism().ok().map(|n| n.get() as u64),
+            cores: std::thread::available_parallelism()
+                .ok()
+                .map(|n| n.get() as u64),
             memory_bytes: mem_total(&meminfo),
             qemu_version,
         }
@@ -144,8 +151,10 @@ mod tests {
     /// kernel cache's manifest is not on this machine) is None.
     #[test]
     fn a_committed_cell_reads_what_it_has() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results/l-stability-timer/matrix-1");
-        let f = CellFacts::of(&RunFolder::new(&root).cell("qemu-arm64-debian-6.1-hz100-fix-64GiB-r1"));
+        let root =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results/l-stability-timer/matrix-1");
+        let f =
+            CellFacts::of(&RunFolder::new(&root).cell("qemu-arm64-debian-6.1-hz100-fix-64GiB-r1"));
         assert_eq!(
             f.kernel_build.as_deref(),
             Some("debian-6.1-arm64-hz100-fix-qemu-70654637c24aae84")

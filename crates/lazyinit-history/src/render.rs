@@ -55,7 +55,15 @@ pub fn series_text(series: &[Series]) -> String {
         .unwrap();
     }
     for s in series {
-        writeln!(out, "\n{}  ({} in {}, {} runs)", s.id, s.metric, s.unit, s.points.len()).unwrap();
+        writeln!(
+            out,
+            "\n{}  ({} in {}, {} runs)",
+            s.id,
+            s.metric,
+            s.unit,
+            s.points.len()
+        )
+        .unwrap();
         writeln!(
             out,
             "  {:<34} {:<20} {:<34} {:>12} {:>4} {:>5} {:>25}",
@@ -88,8 +96,18 @@ pub fn series_text(series: &[Series]) -> String {
 pub fn series_csv(series: &[Series]) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
-        "series", "metric", "run_key", "date", "folder", "kernel", "value", "ci_lo", "ci_hi", "n",
-        "sleep_ticks", "estimated",
+        "series",
+        "metric",
+        "run_key",
+        "date",
+        "folder",
+        "kernel",
+        "value",
+        "ci_lo",
+        "ci_hi",
+        "n",
+        "sleep_ticks",
+        "estimated",
     ])
     .unwrap();
     for s in series {
@@ -129,7 +147,14 @@ pub fn changes_text(changes: &[Change], series_count: usize) -> String {
         writeln!(
             out,
             "  {}: {:.4} -> {:.4} {} ({:+.2}%), p = {:.2e}, runs {} | {}",
-            c.metric, c.before.mean, c.after.mean, c.unit, c.change_pct, c.p, c.before.runs, c.after.runs
+            c.metric,
+            c.before.mean,
+            c.after.mean,
+            c.unit,
+            c.change_pct,
+            c.p,
+            c.before.runs,
+            c.after.runs
         )
         .unwrap();
         writeln!(
@@ -138,7 +163,10 @@ pub fn changes_text(changes: &[Change], series_count: usize) -> String {
             c.last_run_before.kernel, c.first_run.kernel
         )
         .unwrap();
-        if let (Some(a), Some(b)) = (&c.last_run_before.kernel_identity, &c.first_run.kernel_identity) {
+        if let (Some(a), Some(b)) = (
+            &c.last_run_before.kernel_identity,
+            &c.first_run.kernel_identity,
+        ) {
             if a != b {
                 writeln!(out, "  kernel tree {a} -> {b}").unwrap();
             }
@@ -188,7 +216,11 @@ fn esc(s: &str) -> String {
 
 /// JUnit XML: one test case per series of the run.
 pub fn check_junit(r: &CheckReport) -> String {
-    let failures = r.verdicts.iter().filter(|v| v.outcome == Outcome::Fail).count();
+    let failures = r
+        .verdicts
+        .iter()
+        .filter(|v| v.outcome == Outcome::Fail)
+        .count();
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     writeln!(
         out,
@@ -220,7 +252,12 @@ pub fn check_junit(r: &CheckReport) -> String {
             )
             .unwrap();
         } else {
-            writeln!(out, ">\n      <system-out>{}</system-out>\n    </testcase>", esc(&v.message)).unwrap();
+            writeln!(
+                out,
+                ">\n      <system-out>{}</system-out>\n    </testcase>",
+                esc(&v.message)
+            )
+            .unwrap();
         }
     }
     out.push_str("  </testsuite>\n</testsuites>\n");

@@ -78,7 +78,11 @@ pub fn series_id(k: &CellKey) -> String {
         k.variant,
         k.volume(),
         k.wait_mult,
-        if k.storage_profile.is_empty() { "none" } else { &k.storage_profile },
+        if k.storage_profile.is_empty() {
+            "none"
+        } else {
+            &k.storage_profile
+        },
         if k.estimated { "estimated" } else { "measured" }
     )
 }
@@ -151,9 +155,11 @@ fn point(rows: &[&StoredRow], metric: Metric) -> Point {
     let values: Vec<f64> = rows.iter().filter_map(|r| metric.of(&r.row)).collect();
     let summary = summarize(&values).expect("rows with the metric");
     let prediction = match (rows, metric) {
-        ([r], Metric::LazyinitS) if r.row.measured.estimated => {
-            r.row.measured.lazyinit_lo_s.zip(r.row.measured.lazyinit_hi_s)
-        }
+        ([r], Metric::LazyinitS) if r.row.measured.estimated => r
+            .row
+            .measured
+            .lazyinit_lo_s
+            .zip(r.row.measured.lazyinit_hi_s),
         _ => None,
     };
     let ci = summary.ci95.map(|i| (i.lo, i.hi)).or(prediction);

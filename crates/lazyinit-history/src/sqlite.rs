@@ -19,9 +19,8 @@ fn err(e: rusqlite::Error) -> HistoryError {
 impl Sqlite {
     pub fn open(path: &Path) -> Result<Self, HistoryError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                HistoryError::Db(format!("cannot create {}: {e}", dir.display()))
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| HistoryError::Db(format!("cannot create {}: {e}", dir.display())))?;
         }
         let conn = rusqlite::Connection::open(path)
             .map_err(|e| HistoryError::Db(format!("cannot open {}: {e}", path.display())))?;

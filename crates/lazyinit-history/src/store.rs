@@ -175,7 +175,10 @@ impl History {
     pub fn schema_versions(&mut self) -> Result<Vec<i64>, HistoryError> {
         Ok(self
             .db
-            .query("SELECT version FROM schema_migrations ORDER BY version", &[])?
+            .query(
+                "SELECT version FROM schema_migrations ORDER BY version",
+                &[],
+            )?
             .iter()
             .filter_map(|r| r.int(0))
             .collect())
@@ -242,7 +245,7 @@ impl History {
         let mut found = changes::find(&series, opts);
         let alerts = self.alerts()?;
         for c in &mut found {
-            c.alert = alerts.iter().find(|a| a.alert_id == c.alert_id).cloned();
+            c.attach(&alerts);
         }
         Ok(found)
     }
@@ -316,7 +319,11 @@ impl History {
     }
 }
 
-fn insert_run(db: &mut dyn Backend, key: &str, run: &RunImport) -> Result<ImportOutcome, HistoryError> {
+fn insert_run(
+    db: &mut dyn Backend,
+    key: &str,
+    run: &RunImport,
+) -> Result<ImportOutcome, HistoryError> {
     let first = &run.rows[0];
     let h = &run.facts.host;
     let new_run = db.execute(

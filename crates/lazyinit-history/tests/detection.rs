@@ -24,7 +24,10 @@ fn rows_of_another_l() -> Vec<lazyinit_core::results::ResultRow> {
         "results/5.10-vs-6.1-64GiB/x86_64-fix-rerun/results.csv",
     ] {
         for r in read_rows(repo().join(f)).unwrap() {
-            if r.arch.to_string() == "x86_64" && r.measured.sleep_ticks == Some(7) && r.volume_bytes == 64 << 30 {
+            if r.arch.to_string() == "x86_64"
+                && r.measured.sleep_ticks == Some(7)
+                && r.volume_bytes == 64 << 30
+            {
                 out.push(r);
             }
         }
@@ -64,13 +67,25 @@ fn an_l_change_at_night_14_is_flagged_there_and_nothing_else() {
     let nights = with_l_change(twenty_nights());
     for url in [fresh_sqlite(dir.path()), fresh_postgres("detect")] {
         let found = changes_in(&url, &nights);
-        let summary: Vec<(String, usize)> = found.iter().map(|c| (c.series.clone(), c.index)).collect();
+        let summary: Vec<(String, usize)> =
+            found.iter().map(|c| (c.series.clone(), c.index)).collect();
         assert_eq!(found.len(), 1, "{url}: {summary:?}");
         let c = &found[0];
-        assert!(c.series.contains("x86_64/debian-6.1/hz250/fix"), "{}", c.series);
+        assert!(
+            c.series.contains("x86_64/debian-6.1/hz250/fix"),
+            "{}",
+            c.series
+        );
         assert_eq!(c.index, 13, "night 14");
-        assert_eq!(c.first_run.run_key, nights[13].rows[0].run_id.clone() + "@" + &nights[13].rows[0].started_at);
-        assert_eq!(c.sleep_moved, Some((vec![8], vec![7])), "named as an L change");
+        assert_eq!(
+            c.first_run.run_key,
+            nights[13].rows[0].run_id.clone() + "@" + &nights[13].rows[0].started_at
+        );
+        assert_eq!(
+            c.sleep_moved,
+            Some((vec![8], vec![7])),
+            "named as an L change"
+        );
         assert!(c.change_pct < -10.0, "{}", c.change_pct);
     }
 }
@@ -113,5 +128,49 @@ fn false_alarms_over_shuffles_of_the_untouched_nights() {
         per_history * 100.0
     );
     // Measured: 1.25% (Otava's one-point sides: 11.45%).
-    assert!(per_series < 0.03, "false-alarm rate per series {per_series}");
+    assert!(
+        per_series < 0.03,
+        "false-alarm rate per series {per_series}"
+    );
+}
+
+/// `check`'s one-run test on the untouched nights in shuffled orders:
+/// how often a night is called off its level (printed; docs/history.md).
+#[test]
+fn false_alarms_of_the_one_run_check_over_shuffles() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = History::open(&fresh_sqlite(dir.path())).unwrap();
+    for n in twenty_nights() {
+        h.import(&n).unwrap();
+    }
+    let all = h.series(Metric::FromFirstGroupS, None).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(30);
+    let (shuffles, mut judged, mut failed) = (200, 0usize, 0usize);
+    for _ in 0..shuffles {
+        let mut order: Vec<usize> = (0..20).collect();
+        order.shuffle(&mut rng);
+        for s in &all {
+            let shuffled = series::Series {
+                points: order.iter().map(|&i| s.points[i].clone()).collect(),
+                ..s.clone()
+            };
+            for p in &shuffled.points[lazyinit_history::check::MIN_HISTORY..] {
+                let (_, suspects) = lazyinit_history::check::judge_series(
+                    &shuffled,
+                    &p.run_key,
+                    &ChangeOptions::default(),
+                )
+                .unwrap();
+                judged += 1;
+                failed += suspects
+                    .iter()
+                    .any(|c| c.kind == changes::ChangeKind::NewRun)
+                    as usize;
+            }
+        }
+    }
+    let rate = failed as f64 / judged as f64;
+    println!("one-run check over {shuffles} shuffles: {failed} of {judged} nights off their level ({:.2}%)", rate * 100.0);
+    assert!(judged > 10_000);
+    assert!(rate < 0.15, "{rate}");
 }

@@ -44,15 +44,25 @@ fn import_is_idempotent_and_keeps_every_column() {
         let last = fewer.rows.pop().unwrap();
         assert_eq!(h.import(&fewer).unwrap().rows_added, 3);
         let resumed = h.import(&runs[1]).unwrap();
-        assert_eq!((resumed.new_run, resumed.rows_added, resumed.rows_known), (false, 1, 3));
+        assert_eq!(
+            (resumed.new_run, resumed.rows_added, resumed.rows_known),
+            (false, 1, 3)
+        );
         let stored = h.stored_rows().unwrap();
         assert_eq!(stored.len(), 8, "{url}");
         // Every CSV column back as it was (floats to the bit).
         let back = stored.iter().find(|s| s.row == last);
         assert!(back.is_some(), "{url}: {last:?} not stored as it was");
         let s = back.unwrap();
-        assert_eq!(s.folder, "results/l-stability-timer/".to_string() + s.folder.rsplit('/').next().unwrap());
-        assert!(s.kernel_build.as_deref().unwrap().starts_with("debian-6.1-"));
+        assert_eq!(
+            s.folder,
+            "results/l-stability-timer/".to_string() + s.folder.rsplit('/').next().unwrap()
+        );
+        assert!(s
+            .kernel_build
+            .as_deref()
+            .unwrap()
+            .starts_with("debian-6.1-"));
     }
 }
 
@@ -69,12 +79,17 @@ fn a_failing_import_leaves_nothing() {
         let mut bad = runs[1].clone();
         bad.rows[3].volume_bytes = u64::MAX;
         let err = h.import(&bad).unwrap_err();
-        assert!(err.to_string().contains("volume_bytes") || err.to_string().to_lowercase().contains("null"), "{url}: {err}");
-        assert_eq!(h.stored_rows().unwrap().len(), 4, "{url}: no row of the failed import");
-        let runs_left = h
-            .backend()
-            .query("SELECT COUNT(*) FROM runs", &[])
-            .unwrap();
+        assert!(
+            err.to_string().contains("volume_bytes")
+                || err.to_string().to_lowercase().contains("null"),
+            "{url}: {err}"
+        );
+        assert_eq!(
+            h.stored_rows().unwrap().len(),
+            4,
+            "{url}: no row of the failed import"
+        );
+        let runs_left = h.backend().query("SELECT COUNT(*) FROM runs", &[]).unwrap();
         assert_eq!(runs_left[0].int(0), Some(1), "{url}: nor its run");
         // The folder fixed, it imports whole.
         assert_eq!(h.import(&runs[1]).unwrap().rows_added, 4);

@@ -86,6 +86,10 @@ pub struct TestArgs {
     /// Smallest change kept, in percent.
     #[arg(long, default_value_t = 0.0)]
     pub min_change_pct: f64,
+    /// `check`: level at which the new run alone, off the level of the
+    /// runs since the latest change, fails.
+    #[arg(long, default_value_t = 0.01)]
+    pub run_p: f64,
 }
 
 impl TestArgs {
@@ -93,10 +97,16 @@ impl TestArgs {
         if !(self.max_p > 0.0 && self.max_p < 1.0) {
             return Err(bad_input("--max-p: use a level between 0 and 1, e.g. 0.001").into());
         }
-        if !(self.min_change_pct >= 0.0) {
+        if self.min_change_pct.is_nan() || self.min_change_pct < 0.0 {
             return Err(bad_input("--min-change-pct: use a percentage >= 0").into());
         }
-        let mut o = ChangeOptions::default();
+        if !(self.run_p > 0.0 && self.run_p < 1.0) {
+            return Err(bad_input("--run-p: use a level between 0 and 1, e.g. 0.01").into());
+        }
+        let mut o = ChangeOptions {
+            run_p: self.run_p,
+            ..ChangeOptions::default()
+        };
         o.edivisive.max_p = self.max_p;
         o.edivisive.min_magnitude = self.min_change_pct / 100.0;
         Ok(o)
@@ -182,8 +192,12 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
     })?;
     // Parsed, not validated: the spec as it ran, whose kernel-config file
     // (say) may be on another host.
-    let spec: providers::Spec = toml::from_str(&text)
-        .map_err(|e| bad_input(format!("{name}: spec.toml: {}", exit::one_line_text(e.message()))))?;
+    let spec: providers::Spec = toml::from_str(&text).map_err(|e| {
+        bad_input(format!(
+            "{name}: spec.toml: {}",
+            exit::one_line_text(e.message())
+        ))
+    })?;
     let cells = lazyinit_orchestrator::plan::cells(&spec);
     // The hash covers a kernel config's content: without the file here,
     // only the spec's name can be checked.
@@ -247,14 +261,17 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
 
 fn show(a: ShowArgs) -> anyhow::Result<u8> {
     let mut h = open(&a.series.db)?;
-    let series = h.series(a.series.metric, a.series.cell.as_ref()).map_err(coded)?;
+    let series = h
+        .series(a.series.metric, a.series.cell.as_ref())
+        .map_err(coded)?;
     print!(
         "{}",
         match a.format {
             Format::Text => render::series_text(&series),
             Format::Csv => render::series_csv(&series),
             Format::Json => render::json(&series),
-            Format::Junit => return Err(bad_input("--format junit is a format of `history check`").into()),
+            Format::Junit =>
+                return Err(bad_input("--format junit is a format of `history check`").into()),
         }
     );
     Ok(exit::OK)
@@ -267,11 +284,14 @@ fn changes(a: ChangesArgs) -> anyhow::Result<u8> {
     let opts = a.test.options()?;
     let mut h = open(&a.series.db)?;
     let s = &a.series;
-    let found = h.changes(s.metric, s.cell.as_ref(), &opts).map_err(coded)?;
+    let series = h.series(s.metric, s.cell.as_ref()).map_err(coded)?;
+    let mut found = lazyinit_history::changes::find(&series, &opts);
     // Each change gets an alert (state new) a person can triage.
-    h.raise(&found).map_err(coded)?;
-    let found = h.changes(s.metric, s.cell.as_ref(), &opts).map_err(coded)?;
-    let n = h.series(s.metric, s.cell.as_ref()).map_err(coded)?.len();
+    let alerts = h.raise(&found).map_err(coded)?;
+    for c in &mut found {
+        c.attach(&alerts);
+    }
+    let n = series.len();
     match a.format {
         Format::Json => print!("{}", render::json(&found)),
         _ => print!("{}", render::changes_text(&found, n)),
@@ -285,7 +305,9 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
     }
     if let Some(parent) = a.out.as_deref().and_then(Path::parent) {
         if !parent.as_os_str().is_empty() && !parent.is_dir() {
-            return Err(bad_input(format!("--out: {} is not a directory", parent.display())).into());
+            return Err(
+                bad_input(format!("--out: {} is not a directory", parent.display())).into(),
+            );
         }
     }
     let opts = a.test.options()?;
@@ -319,7 +341,13 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
 fn ack(a: AckArgs) -> anyhow::Result<u8> {
     let mut h = open(&a.db)?;
     let alert = h.set_alert_state(&a.id, a.state, &a.note).map_err(coded)?;
-    println!("{} {} ({}): {}", alert.alert_id, alert.state.as_str(), alert.series, a.note);
+    println!(
+        "{} {} ({}): {}",
+        alert.alert_id,
+        alert.state.as_str(),
+        alert.series,
+        a.note
+    );
     Ok(exit::OK)
 }
 
@@ -329,7 +357,12 @@ fn generate(a: GenerateArgs) -> anyhow::Result<u8> {
     for r in lazyinit_history::generate::history(a.runs, a.seed) {
         h.import(&r).map_err(coded)?;
     }
-    eprintln!("{} generated runs in {} ({:.2} s)", a.runs, h.url(), t.elapsed().as_secs_f64());
+    eprintln!(
+        "{} generated runs in {} ({:.2} s)",
+        a.runs,
+        h.url(),
+        t.elapsed().as_secs_f64()
+    );
     Ok(exit::OK)
 }
 

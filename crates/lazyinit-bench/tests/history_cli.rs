@@ -1,0 +1,286 @@
+//! `history` end to end on real databases: every committed run imports,
+//! a folder whose rows are not its spec's is refused, and the nightly job
+//! (run -> check) fails on an L change until the alert is acknowledged.
+//! PostgreSQL is the server scripts/test.sh starts (LAZYINIT_TEST_POSTGRES);
+//! without it these tests fail.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench"))
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn history(args: &[&str]) -> Output {
+    Command::new(bin())
+        .current_dir(repo())
+        .arg("history")
+        .args(args)
+        .env_remove("LAZYINIT_HISTORY")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A fresh database on the test server.
+fn fresh_postgres(tag: &str) -> String {
+    let base = std::env::var("LAZYINIT_TEST_POSTGRES").unwrap_or_else(|_| {
+        panic!("LAZYINIT_TEST_POSTGRES is not set: run scripts/history-postgres.sh (scripts/test.sh does)")
+    });
+    let name = format!("cli_{tag}_{}", std::process::id());
+    let mut c = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+        .unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    format!("{}/{name}", base.rsplit_once('/').unwrap().0)
+}
+
+/// Every run folder under results/ (a folder with a results.csv).
+fn committed_runs() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if p.join("results.csv").is_file() {
+                    out.push(p.strip_prefix(repo()).unwrap().display().to_string());
+                }
+                walk(&p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repo().join("results"), &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn every_committed_run_imports_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = committed_runs();
+    assert!(runs.len() >= 50, "{runs:?}");
+    let sqlite = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut shows = Vec::new();
+    for db in [sqlite, fresh_postgres("all")] {
+        let mut args = vec!["import", "--db", &db];
+        args.extend(runs.iter().map(String::as_str));
+        let o = history(&args);
+        assert!(o.status.success(), "{db}: {}", text(&o));
+        assert_eq!(
+            text(&o).matches(": new run (").count(),
+            runs.len(),
+            "{}",
+            text(&o)
+        );
+        // Again: one run each, nothing added.
+        let again = history(&args);
+        assert!(again.status.success());
+        assert_eq!(
+            text(&again).matches(": known run (0 rows added").count(),
+            runs.len()
+        );
+        let show = history(&["show", "--db", &db, "--format", "csv"]);
+        assert!(show.status.success(), "{}", text(&show));
+        let changes = history(&["changes", "--db", &db, "--format", "json"]);
+        assert!(changes.status.success(), "{}", text(&changes));
+        shows.push((show.stdout, changes.stdout));
+    }
+    assert_eq!(
+        shows[0], shows[1],
+        "the same output on SQLite and PostgreSQL"
+    );
+}
+
+/// A copy of a committed run folder (results.csv and spec.toml).
+fn copy_run(from: &str, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in ["results.csv", "spec.toml", "command.txt"] {
+        std::fs::copy(repo().join(from).join(f), to.join(f)).unwrap();
+    }
+}
+
+#[test]
+fn a_folder_whose_rows_are_not_its_specs_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    copy_run("results/l-stability-timer/matrix-1", &run);
+    let db = dir.path().join("h.sqlite");
+    let db_arg = format!("sqlite:{}", db.display());
+    let import = |run: &Path| history(&["import", "--db", &db_arg, run.to_str().unwrap()]);
+    // A row of a cell its spec does not plan (HZ 300).
+    let csv = std::fs::read_to_string(run.join("results.csv")).unwrap();
+    std::fs::write(
+        run.join("results.csv"),
+        csv.replace("hz100-fix-64GiB-r1", "hz300-fix-64GiB-r1"),
+    )
+    .unwrap();
+    let o = import(&run);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let msg = text(&o);
+    assert!(
+        msg.contains("cell `qemu-arm64-debian-6.1-hz300-fix-64GiB-r1` is not one spec.toml plans"),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "one line: {msg}");
+    assert!(!db.exists(), "nothing created");
+    // Rows of another spec (the spec edited after the run).
+    std::fs::write(run.join("results.csv"), csv).unwrap();
+    let spec = std::fs::read_to_string(run.join("spec.toml")).unwrap();
+    std::fs::write(run.join("spec.toml"), spec.replace("    \"arm64\",\n", "")).unwrap();
+    let o = import(&run);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("is not this spec's"), "{}", text(&o));
+    assert!(!db.exists(), "nothing created");
+    // A good folder beside a bad one: nothing of either is imported.
+    let good = dir.path().join("good");
+    copy_run("results/l-stability-timer/matrix-2", &good);
+    let o = history(&[
+        "import",
+        "--db",
+        &db_arg,
+        good.to_str().unwrap(),
+        run.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(!db.exists(), "nothing created");
+    // Not a run folder at all.
+    let o = import(dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(!db.exists());
+    // A database name that is neither.
+    let o = history(&["show", "--db", "mysql://x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+/// The nights of results/l-stability-timer in the order they ran.
+fn nights() -> Vec<String> {
+    let mut runs: Vec<(String, String)> = committed_runs()
+        .into_iter()
+        .filter(|r| r.starts_with("results/l-stability-timer/"))
+        .map(|r| {
+            let csv = std::fs::read_to_string(repo().join(&r).join("results.csv")).unwrap();
+            let first = csv
+                .lines()
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .nth(20)
+                .unwrap()
+                .to_string();
+            (first, r)
+        })
+        .collect();
+    runs.sort();
+    runs.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The nightly job, run -> check: a quiet night passes; a night whose
+/// x86_64 fix cell's kernel chose L = 7 (rows of results/distro-config-
+/// 64GiB-fix) fails with JUnit, until its alert is acknowledged.
+#[test]
+fn check_fails_on_an_l_change_until_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let nights = nights();
+    assert_eq!(nights.len(), 20);
+    for db in [
+        format!("sqlite:{}", dir.path().join("h.sqlite").display()),
+        fresh_postgres("check"),
+    ] {
+        let mut args = vec!["import", "--db", db.as_str()];
+        args.extend(nights[..13].iter().map(String::as_str));
+        assert!(history(&args).status.success());
+        // Night 14 as it ran: passes.
+        let quiet = history(&["check", "--db", &db, &nights[13]]);
+        assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet));
+        assert_eq!(text(&quiet).matches("PASS").count(), 4, "{}", text(&quiet));
+        // Night 15 with the x86_64 fix row of another L.
+        let night = dir.path().join(format!("night15-{}", db.len()));
+        copy_run(&nights[14], &night);
+        let other =
+            std::fs::read_to_string(repo().join("results/distro-config-64GiB-fix/results.csv"))
+                .unwrap();
+        let l7 = other
+            .lines()
+            .find(|l| l.contains("hz250-fix") && l.contains(",ok,"))
+            .unwrap();
+        let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
+        let mine = csv
+            .lines()
+            .find(|l| l.contains("x86_64-debian-6.1-hz250-fix"))
+            .unwrap();
+        let (m, o): (Vec<&str>, Vec<&str>) = (mine.split(',').collect(), l7.split(',').collect());
+        // Its identity (run, cell, kernel, start) stays; the measurement is the L = 7 row's.
+        let mixed: Vec<&str> = (0..m.len())
+            .map(|i| {
+                if [0, 1, 6, 7, 20].contains(&i) {
+                    m[i]
+                } else {
+                    o[i]
+                }
+            })
+            .collect();
+        std::fs::write(
+            night.join("results.csv"),
+            csv.replace(mine, &mixed.join(",")),
+        )
+        .unwrap();
+        let junit = dir.path().join("check.xml");
+        let night_s = night.to_str().unwrap();
+        let fail = history(&[
+            "check",
+            "--db",
+            &db,
+            night_s,
+            "--format",
+            "junit",
+            "--out",
+            junit.to_str().unwrap(),
+        ]);
+        assert_eq!(fail.status.code(), Some(1), "{}", text(&fail));
+        let xml = std::fs::read_to_string(&junit).unwrap();
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let failures: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("failure"))
+            .collect();
+        assert_eq!(failures.len(), 1, "{xml}");
+        let msg = failures[0].attribute("message").unwrap();
+        assert!(
+            msg.contains("L [8] -> [7]") || msg.contains("off its level"),
+            "{msg}"
+        );
+        let id = msg
+            .split('[')
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(id.len(), 8, "{msg}");
+        let ack = history(&[
+            "ack",
+            "--db",
+            &db,
+            &id,
+            "--note",
+            "L = 7 expected: z1 under 3.2 ms",
+        ]);
+        assert!(ack.status.success(), "{}", text(&ack));
+        let pass = history(&["check", "--db", &db, night_s]);
+        assert_eq!(pass.status.code(), Some(0), "{}", text(&pass));
+        let unknown = history(&["ack", "--db", &db, "deadbeef", "--note", "x"]);
+        assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown));
+    }
+}
