@@ -205,7 +205,9 @@ fn draw_panel(
                 WHAT
             );
         }
-        let style = ("sans-serif", 10).into_font().color(&grey)
+        let style = ("sans-serif", 10)
+            .into_font()
+            .color(&grey)
             .pos(Pos::new(HPos::Right, VPos::Bottom));
         tryp!(
             chart.draw_series([Text::new(label.clone(), (groups as f64, *y), style)]),
