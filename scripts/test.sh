@@ -17,6 +17,8 @@ bash scripts/setup-host.sh
 if [ -f scripts/ec2-emulator.sh ]; then
   bash scripts/ec2-emulator.sh
 fi
+# chromium: the dashboard's test opens the published site in it.
+bash scripts/chromium.sh
 # kcidb-io: the KCIDB export tests validate real exports with it.
 bash scripts/kcidb-validator.sh >/dev/null
 # check-jsonschema and kubernetes-validate: the job files in examples/

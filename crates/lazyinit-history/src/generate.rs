@@ -84,6 +84,8 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
                 storage_profile: "ebs".into(),
                 concurrency: 8,
                 estimate_after: None,
+                shard: String::new(),
+                host: String::new(),
                 measured: Measurement {
                     groups: Some(g),
                     lazyinit_s: Some(first_group_s + from_first),

@@ -148,6 +148,10 @@ impl Groups {
 pub struct Cycles {
     /// The run's cell, and for an estimate how many groups it traced.
     pub cell_id: String,
+    /// The cell's configuration: the plot's panels and colours.
+    pub key: crate::cells::CellKey,
+    /// The sleep L the run measured (its reference lines), if known.
+    pub sleep_ticks: Option<u64>,
     /// Milliseconds between consecutive groups' trace events.
     pub ms: Vec<f64>,
 }
@@ -222,6 +226,8 @@ pub fn load_cycles(rows: &[LoadedRow]) -> (Vec<Cycles>, Vec<String>) {
                 } else {
                     r.row.cell_id.clone()
                 },
+                key: crate::cells::CellKey::of(&r.row),
+                sleep_ticks: r.row.measured.sleep_ticks,
                 ms: g.cycles_ms(),
             }),
             Err(e) => warnings.push(format!("{e}; left out of the cycle plot")),

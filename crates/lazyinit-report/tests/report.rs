@@ -149,16 +149,21 @@ fn svg_plots_are_written() {
     lazyinit_report::plot::bars(&r, &bars).unwrap();
     let text = std::fs::read_to_string(&bars).unwrap();
     assert!(text.starts_with("<svg"));
+    assert!(text.contains("arm64, HZ 100"), "columns name the cells");
     assert!(
-        text.contains("arm64, HZ 100 nofix 2TiB"),
-        "x labels name the cells"
+        text.contains("2TiB without fix"),
+        "groups are the table's rows"
     );
     assert!(text.contains("2021 report"), "legend");
     let (series, _) = load_cycles(&loaded);
     let cyc = dir.path().join("cycles.svg");
     lazyinit_report::plot::cycles(&series, &cyc).unwrap();
     let text = std::fs::read_to_string(&cyc).unwrap();
-    assert!(text.contains("qemu-arm64-debian-6.1-hz100-fix-64GiB-r3"));
+    assert!(text.contains("arm64 HZ100 fix 64GiB"), "a panel per cell");
+    assert!(
+        text.contains("L+1 = 11 ticks"),
+        "the reference line of L = 10"
+    );
     assert!(text.matches("<polyline").count() >= 2, "one line per run");
 }
 
@@ -212,9 +217,6 @@ fn estimates_are_marked_in_the_plots() {
     lazyinit_report::plot::bars(&build(&rs, Metric::LazyinitS), &bars).unwrap();
     let text = std::fs::read_to_string(&bars).unwrap();
     assert!(text.contains("estimate (early stop)"), "legend");
-    assert!(
-        text.contains("arm64, HZ 100, estimate nofix 2TiB"),
-        "x labels"
-    );
+    assert!(text.contains("arm64, HZ 100, estimate"), "x labels");
     assert!(text.contains("95% CI (estimate: 95% PI)"));
 }

@@ -26,6 +26,8 @@ pub enum HistoryCmd {
     Check(CheckArgs),
     /// Set an alert's state: acknowledged (default) or invalid; it stops failing `check`.
     Ack(AckArgs),
+    /// Write the history as a static site (index, a page per series; no network needed).
+    Publish(super::publish::PublishArgs),
     /// Fill a history with generated nightly runs (benchmarks, the dashboard).
     #[command(hide = true)]
     Generate(GenerateArgs),
@@ -40,7 +42,7 @@ pub struct DbArg {
 }
 
 impl DbArg {
-    fn url(&self) -> anyhow::Result<DbUrl> {
+    pub fn url(&self) -> anyhow::Result<DbUrl> {
         Ok(DbUrl::resolve(self.db.as_deref()).map_err(bad_input)?)
     }
 }
@@ -166,7 +168,7 @@ pub struct GenerateArgs {
 
 /// A library error with its exit code: the input's fault is 2, the
 /// database's 3.
-fn coded(e: HistoryError) -> anyhow::Error {
+pub fn coded(e: HistoryError) -> anyhow::Error {
     if e.is_bad_input() {
         bad_input(e.to_string()).into()
     } else {
@@ -230,6 +232,7 @@ fn run_blocking(c: HistoryCmd) -> anyhow::Result<u8> {
         HistoryCmd::Changes(a) => changes(a),
         HistoryCmd::Check(a) => check_cmd(a),
         HistoryCmd::Ack(a) => ack(a),
+        HistoryCmd::Publish(a) => super::publish::publish(a),
         HistoryCmd::Generate(a) => generate(a),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod cleanup;
 pub mod history;
+pub mod publish;
 pub mod image;
 pub mod kcidb;
 pub mod kernel;

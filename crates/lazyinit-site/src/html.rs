@@ -1,0 +1,100 @@
+//! Small HTML helpers shared by the pages: escaping, the page frame,
+//! numbers, and the names of series pages.
+
+use std::collections::HashSet;
+
+/// Escapes text for HTML element content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A whole page; `css` is the stylesheet's path relative to the page.
+pub fn page(title: &str, css: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{}</title><link rel=\"stylesheet\" href=\"{css}\"></head>\n<body>\n{body}\n</body></html>\n",
+        esc(title)
+    )
+}
+
+/// A value to a precision that suits its size (as the report prints).
+pub fn num(x: f64) -> String {
+    lazyinit_report::render::num(x)
+}
+
+pub fn ci(ci: Option<(f64, f64)>) -> String {
+    ci.map_or_else(|| "–".into(), |(lo, hi)| format!("{}–{}", num(lo), num(hi)))
+}
+
+pub fn ticks(l: &[u64]) -> String {
+    match l {
+        [] => "–".into(),
+        l => l.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
+    }
+}
+
+/// The day of an RFC 3339 time (its first ten characters).
+pub fn day(date: &str) -> &str {
+    date.get(..10).unwrap_or(date)
+}
+
+/// File names for series pages: the id with anything but letters, digits,
+/// `.` and `-` made `_`, made unique by a suffix where two collide.
+pub fn slugs<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    ids.into_iter()
+        .map(|id| {
+            let base: String = id
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let mut s = base.clone();
+            let mut i = 2;
+            while !seen.insert(s.clone()) {
+                s = format!("{base}-{i}");
+                i += 1;
+            }
+            s
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            esc(r#"<a href="x">&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+
+    #[test]
+    fn slugs_are_file_names_and_unique() {
+        let s = slugs(["qemu/x86_64/hz250/fix", "qemu_x86_64_hz250_fix", "a b"]);
+        assert_eq!(
+            s,
+            ["qemu_x86_64_hz250_fix", "qemu_x86_64_hz250_fix-2", "a_b"]
+        );
+    }
+}
