@@ -33,7 +33,11 @@ fn no_cache() -> tempfile::TempDir {
 fn committed_full_scale_runs_export_valid_reports() {
     let cache = no_cache();
     let c = cache.path().to_str().unwrap();
-    for run in ["archive/reported-ebs", "archive/reported-ebs-fix", "archive/reported-full"] {
+    for run in [
+        "archive/reported-ebs",
+        "archive/reported-ebs-fix",
+        "archive/reported-full",
+    ] {
         let csv = repo(&format!("results/{run}/results.csv"));
         let v = export_valid(&bin(), &csv, &["--cache-dir", c]);
         let rows = lazyinit_core::results::read_rows(&csv).unwrap();

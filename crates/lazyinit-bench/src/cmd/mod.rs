@@ -3,12 +3,12 @@
 
 pub mod cleanup;
 pub mod history;
-pub mod publish;
 pub mod image;
 pub mod kcidb;
 pub mod kernel;
 pub mod merge;
 pub mod providers;
+pub mod publish;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -162,7 +162,7 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     out.finish(&text).context("cannot write the report")?;
     if let Some((bars, cycles)) = svgs {
         let path = bars.path().to_path_buf();
-        bars.finish(plot::bars_svg(&rep, &path)?.as_bytes())?;
+        bars.finish(plot::bars_svg(&rep)?.as_bytes())?;
         eprintln!("wrote {}", path.display());
         let (series, warnings) = load_cycles(&loaded);
         for w in warnings {
@@ -171,7 +171,7 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
         // Without series the cycles output is dropped unwritten (nothing made).
         if !series.is_empty() {
             let p = cycles.path().to_path_buf();
-            cycles.finish(plot::cycles_svg(&series, &p)?.as_bytes())?;
+            cycles.finish(plot::cycles_svg(&series)?.as_bytes())?;
             eprintln!("wrote {} ({} runs)", p.display(), series.len());
         }
     }
