@@ -208,7 +208,7 @@ fn a_kernel_panic_fails_its_cell_with_the_console_tail() {
 
 /// `kill -9` of one guest's QEMU while its lazy-init runs: that cell
 /// fails, and the other is measured to the end with the figures a no-fix
-/// cell has alone (DESIGN §2): a sleep of W = 10 ticks and a cycle of
+/// cell has alone (docs/design.md §2): a sleep of W = 10 ticks and a cycle of
 /// L + 1 = 11 ticks, 44 ms at HZ=250. The presets' storage (`ebs`,
 /// calibrated, warm-up on), so the survivor's zeroings take 3.4 ms, under
 /// a tick; nothing is left.

@@ -378,7 +378,7 @@ fn smoke_run_with_estimates_stops_early() {
             r.measured.lazyinit_s.unwrap(),
         );
         assert!(lo <= est && est <= hi, "{lo} {est} {hi}");
-        // DESIGN §2: (L + 1) ticks a group, from the first group on.
+        // docs/design.md §2: (L + 1) ticks a group, from the first group on.
         let l = r.measured.sleep_ticks.unwrap() as f64;
         let model = groups as f64 * (l + 1.0) / r.hz.get() as f64;
         let from_first = est - r.measured.first_group_s.unwrap();

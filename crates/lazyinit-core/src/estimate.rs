@@ -1,4 +1,4 @@
-//! Early-stop estimates of a lazy-init run (DESIGN §2).
+//! Early-stop estimates of a lazy-init run (docs/design.md §2).
 //!
 //! While a zeroing takes less than one tick, each group's cycle is L + 1
 //! ticks, and L is fixed once near the start; the odd cycle gets an extra

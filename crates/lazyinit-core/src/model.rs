@@ -1,4 +1,4 @@
-//! The timing model of ext4 lazy inode-table initialisation (DESIGN.md §2).
+//! The timing model of ext4 lazy inode-table initialisation (docs/design.md §2).
 //!
 //! While a zeroing takes less than one tick, the thread wakes on a tick,
 //! zeroes, and sleeps `L` ticks from the next one: each block group's cycle
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn nofix_matches_design_figures() {
-        // DESIGN §2: 2 TiB is 1802 s at HZ=100 and 721 s at HZ=250 (z ~ 0).
+        // docs/design.md §2: 2 TiB is 1802 s at HZ=100 and 721 s at HZ=250 (z ~ 0).
         let p = |h| {
             predict(ModelInputs {
                 hz: hz(h),

@@ -339,7 +339,7 @@ pub enum Priority {
     /// so they reach their measured phase first.
     Prepare { nice: u8 },
     /// The measured phase, mount to the thread's exit: real-time, so a
-    /// zeroing never waits for the CPU behind unmeasured work (DESIGN §3).
+    /// zeroing never waits for the CPU behind unmeasured work (docs/design.md §3).
     Measure,
     /// The first zeroings, which set the sleep for the whole run: real-time
     /// above `Measure`, so not even another measured guest delays them.

@@ -24,7 +24,7 @@ use crate::resources::Guard;
 /// termination). The running kernel's consoles and x86 TSC hints are
 /// kept: they describe the machine (a local twin's arm64 guest has a PL011
 /// console, its x86 guest needs the TSC hints to keep the `tsc`
-/// clocksource under TCG, DESIGN §3).
+/// clocksource under TCG, docs/design.md §3).
 pub fn kexec_plan(_arch: Arch, expires_at_unix: i64) -> KexecPlan {
     let mut args: Vec<String> = [
         "console=ttyS0,115200n8",

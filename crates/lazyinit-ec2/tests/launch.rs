@@ -1,4 +1,4 @@
-//! The EC2 provider against moto's EC2 emulator (DESIGN §6): launch,
+//! The EC2 provider against moto's EC2 emulator (docs/design.md §6): launch,
 //! states, tags, teardown, a fault mid-launch, and a dropped machine.
 //!
 //! The emulator's instances are not machines, so nothing listens on their

@@ -1,4 +1,4 @@
-# mkfs on the guest's block device, as the report did (DESIGN §3: never on a
+# mkfs on the guest's block device, as the report did (docs/design.md §3: never on a
 # host sparse file). Prints seconds taken, then the geometry and how many
 # groups already have their inode table zeroed (should be none or few).
 set -e

@@ -1,6 +1,6 @@
 # Prints the block device (/dev/nvme1n1) of the NVMe controller whose serial
 # is $1, read from sysfs: a guest without udev (our initramfs after kexec)
-# has no /dev/disk/by-id, and nvmeN numbering follows probe order (DESIGN
+# has no /dev/disk/by-id, and nvmeN numbering follows probe order (docs/design.md
 # §6). Waits up to $2 seconds for the controller to probe (an attached EBS
 # volume can show up after SSH does). Exits 1 naming what it found instead.
 want="$1"

@@ -66,7 +66,7 @@ pub enum GuestError {
         expected: String,
         found: String,
     },
-    #[error("the guest's clocksource is `{0}`: with tick resolution the fixed kernel behaves like the unfixed one, so the run is refused (DESIGN §3); give the guest a TSC reference (tsc_early_khz) or a kernel with HPET/ACPI PM timer")]
+    #[error("the guest's clocksource is `{0}`: with tick resolution the fixed kernel behaves like the unfixed one, so the run is refused (docs/design.md §3); give the guest a TSC reference (tsc_early_khz) or a kernel with HPET/ACPI PM timer")]
     JiffiesClocksource(String),
     #[error("the guest kernel has no ext4_lazy_itable_init tracepoint (tracefs missing or CONFIG_FTRACE off)")]
     NoTracing,
@@ -78,7 +78,7 @@ pub enum GuestError {
     },
     #[error("{step}: {what}")]
     Parse { step: &'static str, what: String },
-    #[error("mkfs left {zeroed} of {groups} groups marked ITABLE_ZEROED: lazy-init would have nothing to do (DESIGN §3, the discard trap)")]
+    #[error("mkfs left {zeroed} of {groups} groups marked ITABLE_ZEROED: lazy-init would have nothing to do (docs/design.md §3, the discard trap)")]
     AlreadyZeroed { groups: u64, zeroed: u64 },
     #[error("traced {traced} groups but {expected} needed initialising (of {groups}): the trace lost events or the run is incomplete")]
     GroupCount {

@@ -84,7 +84,7 @@ fn zeroed_groups_read_from_the_descriptors_match_dumpe2fs() {
     let cases: &[(u64, &[&str], bool)] = &[
         // 64-bit descriptors (64 B), the default for ext4.
         // (nodiscard: mkfs would punch the file's holes, and a discard that
-        // zeroes marks every table zeroed, DESIGN §3's trap.)
+        // zeroes marks every table zeroed, docs/design.md §3's trap.)
         (16 * GIB, &["-E", "nodiscard"], false),
         (2 * GIB, &["-E", "lazy_itable_init=0"], true),
         // 32 B descriptors.

@@ -1,4 +1,4 @@
-//! The host-sharing policy between concurrent cells (DESIGN §3).
+//! The host-sharing policy between concurrent cells (docs/design.md §3).
 //!
 //! A cell's sleep between groups is set once, near the start of lazy-init:
 //! with the fix from the first group's zeroing time z1, without it from the

@@ -68,7 +68,7 @@ pub fn console_device(arch: Arch) -> &'static str {
 
 /// The kernel command line. `tsc_khz` pins the x86 TSC frequency so that a
 /// busy TCG host cannot make calibration fail and push the guest onto the
-/// jiffies clocksource (DESIGN §3), which would make the fix invisible.
+/// jiffies clocksource (docs/design.md §3), which would make the fix invisible.
 pub fn kernel_cmdline(arch: Arch, tsc_khz: Option<u64>, extra: &[String]) -> String {
     // random.trust_cpu: seed the RNG from the CPU at once, or dropbear
     // waits seconds of TCG time for entropy before it answers.

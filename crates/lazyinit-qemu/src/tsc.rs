@@ -1,7 +1,7 @@
 //! The host's TSC frequency, passed to x86 guests as `tsc_early_khz`.
 //!
 //! A TCG guest's TSC runs at the host's rate, so telling the guest that rate
-//! spares it a calibration that fails on a busy host (DESIGN §3).
+//! spares it a calibration that fails on a busy host (docs/design.md §3).
 
 /// Parses the kernel log for the host's TSC rate in kHz. The refined
 /// calibration wins over the early detection when both are present.

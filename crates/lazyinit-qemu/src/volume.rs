@@ -6,7 +6,7 @@ use lazyinit_core::ByteSize;
 
 /// Host bytes a volume of this size may take after mkfs and a full
 /// lazy-init: metadata only, since zeroing becomes holes. As a raw file,
-/// DESIGN §4 measured 1.1 GB for 2 TiB (0.05%, mostly the journal); we ask
+/// docs/design.md §4 measured 1.1 GB for 2 TiB (0.05%, mostly the journal); we ask
 /// for twice that plus a floor. Served by the harness's NBD server (a
 /// latency profile), zero requests over never-written ranges (the journal,
 /// every inode table) make no host call: measured 44 MB for 3 TiB after

@@ -4,7 +4,7 @@
 //!     time lazyinit-bench report /tmp/rows.csv > /dev/null
 //!     time lazyinit-bench report --format kcidb /tmp/rows.csv > /dev/null
 //!
-//! Rows follow the model (DESIGN §2) with noise, over a matrix of providers,
+//! Rows follow the model (docs/design.md §2) with noise, over a matrix of providers,
 //! arches, HZ, variants and volumes; about 3% of runs fail. Deterministic.
 
 use lazyinit_core::model;

@@ -52,7 +52,7 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
     if jiffies > 0 {
         notes.push(format!(
             "{jiffies} ok run(s) on a jiffies clocksource: the fix measures zeroing with tick \
-             resolution there, so with-fix results look unfixed (DESIGN §3); rerun them"
+             resolution there, so with-fix results look unfixed (docs/design.md §3); rerun them"
         ));
     }
     for c in &cells {

@@ -1,5 +1,5 @@
 //! The replay of early stops over full runs' per-group data, on a results
-//! folder of the reported cells' shape made from the model (DESIGN §2):
+//! folder of the reported cells' shape made from the model (docs/design.md §2):
 //! noise, back-to-back starts without the fix, a stall after the stop
 //! point that no early stop can see, groups.csv and groups.csv.gz.
 

@@ -50,7 +50,7 @@ pub struct ControllerOptions {
     pub dir: PathBuf,
     pub stand_ins: BTreeMap<Arch, StandIn>,
     pub memory_mib: u32,
-    /// Host TSC rate for x86 guests (DESIGN §3).
+    /// Host TSC rate for x86 guests (docs/design.md §3).
     pub tsc_khz: Option<u64>,
     pub tick: Duration,
 }

@@ -30,7 +30,7 @@ pub struct GuestArgs<'a> {
 }
 
 /// The machine: q35 for c5, `virt` for c6g; TCG, since KVM does not work
-/// on these builders (DESIGN §3). Two departures from a Graviton, both for
+/// on these builders (docs/design.md §3). Two departures from a Graviton, both for
 /// the kexec from a stand-in booted without UEFI:
 /// - a GICv2 (MSI through GICv2m), not a GICv3 with an ITS: a kexec'd
 ///   kernel can take over the ITS's LPI tables only when UEFI reserved

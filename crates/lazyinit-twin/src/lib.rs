@@ -1,5 +1,5 @@
 //! A local twin of EC2, for tests: the real `lazyinit-ec2` provider runs
-//! a cell from launch to CSV row with no AWS in reach (DESIGN §6).
+//! a cell from launch to CSV row with no AWS in reach (docs/design.md §6).
 //!
 //! - the API is moto's EC2 emulator on loopback ([`moto`]), reached by the
 //!   harness through a proxy that counts calls and injects refusals

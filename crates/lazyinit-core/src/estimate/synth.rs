@@ -1,4 +1,4 @@
-//! Synthetic lazy-init traces from the model (DESIGN §2), for tests of
+//! Synthetic lazy-init traces from the model (docs/design.md §2), for tests of
 //! the estimator, the guest protocol's early stop and `replay`: a thread
 //! that wakes on a tick, zeroes, and sleeps L ticks from that tick, with
 //! optional noise (late wakeups, extra ticks), a back-to-back start,

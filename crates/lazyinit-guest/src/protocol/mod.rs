@@ -66,7 +66,7 @@ pub struct Expectation {
 /// gate). Each returns a guard held for the span it names:
 /// - `measuring`: from the calibration to the thread's exit;
 /// - `critical`: the measured mount until the sleep between groups is
-///   surely set (that one zeroing time sets it for the whole run, DESIGN
+///   surely set (that one zeroing time sets it for the whole run, docs/design.md
 ///   §3), and with an early stop until the groups of its first check are
 ///   read (the estimate extends them to the whole run). It may wait for
 ///   the host to be free of other guests' critical spans; it returns

@@ -26,7 +26,7 @@ pub fn script_with_args(script: &str, args: &[String]) -> String {
 
 /// Trace buffer per CPU, sized for every group's events (its zeroing's
 /// journal start and end, and the sleep timer armed after it: ~150 bytes
-/// as stored) with room to spare; at least 4 MiB (DESIGN §3).
+/// as stored) with room to spare; at least 4 MiB (docs/design.md §3).
 pub fn trace_buffer_kb(groups: u64) -> u64 {
     (groups * 384 / 1024).max(4096)
 }
@@ -180,7 +180,7 @@ pub(super) fn mkfs(
     let total = blocks.div_ceil(bpg.max(1));
     m.groups = Some(total);
     let zeroed: u64 = num(&kv, "zeroed", "mkfs")?;
-    // DESIGN §3: if mkfs marked the tables zeroed, lazy-init has nothing to
+    // docs/design.md §3: if mkfs marked the tables zeroed, lazy-init has nothing to
     // do and the number would be meaningless.
     if zeroed * 2 >= total {
         return Err(GuestError::AlreadyZeroed {

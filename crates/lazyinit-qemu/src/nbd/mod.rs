@@ -3,7 +3,7 @@
 //! process that holds every zero (WRITE_ZEROES) request for a fixed time.
 //!
 //! Why: with the fix, the sleep between groups is set from the first
-//! group's zeroing time z1 (DESIGN §3). On a raw file under TCG, z1 is about
+//! group's zeroing time z1 (docs/design.md §3). On a raw file under TCG, z1 is about
 //! a millisecond of emulated CPU, so a busy neighbour moves it and the fix
 //! multiplies that by W=10. A zero request that takes a fixed few
 //! milliseconds of I/O, as on EBS, makes z1 mostly a controlled quantity.

@@ -214,7 +214,7 @@ pub struct Reported2021 {
     pub diff_pct: Option<f64>,
 }
 
-/// The timing model's prediction (DESIGN §2).
+/// The timing model's prediction (docs/design.md §2).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelFigure {
     pub value: f64,

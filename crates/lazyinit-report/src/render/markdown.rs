@@ -188,7 +188,7 @@ pub fn render(r: &Report) -> String {
     writeln!(
         out,
         "{} rows, {} cells, {} failed run(s). Measured: mean (95% CI, n). \
-         Model: DESIGN §2{}. 2021: linux-ext4 report (EC2, kernel 5.10), matching arch, HZ, variant and volume.\n",
+         Model: docs/design.md §2{}. 2021: linux-ext4 report (EC2, kernel 5.10), matching arch, HZ, variant and volume.\n",
         r.rows,
         r.cells.len(),
         r.failures.len(),
