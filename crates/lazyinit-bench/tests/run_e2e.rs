@@ -69,8 +69,10 @@ fn smoke_run_measures_both_variants() {
         ),
     )
     .unwrap();
+    // Each row goes into a history as it is written (`run --history`).
+    let db = format!("sqlite:{}", out.path().join("history.sqlite").display());
     let mut child = Command::new(bin())
-        .args(["run", spec.to_str().unwrap(), "--out"])
+        .args(["run", spec.to_str().unwrap(), "--history", &db, "--out"])
         .arg(out.path().join("res"))
         .spawn()
         .unwrap();
@@ -101,6 +103,32 @@ fn smoke_run_measures_both_variants() {
     }
     assert!(status.success(), "run exited with {status}");
     assert_eq!(rows.len(), 2);
+    // The history holds both rows, with the values the CSV has.
+    let show = Command::new(bin())
+        .args(["history", "show", "--db", &db, "--format", "csv"])
+        .output()
+        .unwrap();
+    assert!(
+        show.status.success(),
+        "{}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    let mut values: Vec<f64> = csv::Reader::from_reader(&show.stdout[..])
+        .records()
+        .map(|r| r.unwrap()[6].parse().unwrap())
+        .collect();
+    let mut want: Vec<f64> = rows
+        .iter()
+        .map(|r| r.measured.lazyinit_s.unwrap())
+        .collect();
+    values.sort_by(f64::total_cmp);
+    want.sort_by(f64::total_cmp);
+    assert_eq!(
+        values,
+        want,
+        "history show: {}",
+        String::from_utf8_lossy(&show.stdout)
+    );
     // CI runs as root (scripts/test.sh); without root the harness only
     // warns, and this test says why it fails.
     assert!(
