@@ -11,6 +11,7 @@
 //! Nothing here runs git, builds or boots: the CLI does, and feeds results
 //! in. See `docs/bisect.md`.
 
+pub mod git;
 pub mod log;
 pub mod search;
 pub mod test;
