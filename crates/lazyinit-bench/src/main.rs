@@ -38,6 +38,10 @@ enum Command {
     Compare(cmd::report::CompareArgs),
     /// Replay early-stop estimates over finished full runs: predicted vs measured.
     Replay(cmd::replay::ReplayArgs),
+    /// Find the first commit of a kernel git tree that moved a cell.
+    Bisect(cmd::bisect::BisectArgs),
+    /// One step for `git bisect run` (exit 0 good, 1 bad, 125 skip).
+    BisectStep(cmd::bisect::StepArgs),
     /// Find and remove leftover cloud resources of this project.
     Cleanup(cmd::cleanup::CleanupArgs),
 }
@@ -62,6 +66,8 @@ fn main() -> ExitCode {
             Command::Compare(a) => cmd::report::compare(a).await,
             Command::Replay(a) => cmd::replay::run(a).await,
             Command::Cleanup(a) => cmd::cleanup::run(a).await,
+            Command::Bisect(a) => cmd::bisect::bisect(a).await,
+            Command::BisectStep(a) => cmd::bisect::bisect_step(a).await,
         }
     });
     // Guests and temp files are owned by the commands and already gone here.

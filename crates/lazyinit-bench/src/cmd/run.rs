@@ -193,7 +193,7 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
 /// guest gives way at once). A second signal forces: the process exits at
 /// once with 130, its guests die with it (`PR_SET_PDEATHSIG`), and the next
 /// run into the folder removes the volumes and records the lost rows.
-fn install_signal_handler(cancel: Arc<AtomicBool>) {
+pub(crate) fn install_signal_handler(cancel: Arc<AtomicBool>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut int), Ok(mut term)) = (
