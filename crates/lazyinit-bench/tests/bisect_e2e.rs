@@ -16,8 +16,17 @@ fn bin() -> PathBuf {
 }
 
 fn git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").arg("-C").arg(repo).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -51,7 +60,14 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
     let out = tempfile::tempdir().unwrap();
     let folder = out.path().join("bisect");
     let common = [
-        "--good", good, "--bad", bad, "--cell", "arm64:100:8GiB", "--end-samples", "2",
+        "--good",
+        good,
+        "--bad",
+        bad,
+        "--cell",
+        "arm64:100:8GiB",
+        "--end-samples",
+        "2",
     ];
     let run = Command::new(bin())
         .arg("bisect")
@@ -68,7 +84,8 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
 
     let summary = std::fs::read_to_string(folder.join("summary.txt")).unwrap();
     assert!(
-        summary.starts_with(&format!("first bad commit: [{culprit}]")) && summary.contains("; confirmed:"),
+        summary.starts_with(&format!("first bad commit: [{culprit}]"))
+            && summary.contains("; confirmed:"),
         "{summary}"
     );
     let log = std::fs::read_to_string(folder.join("bisect.log")).unwrap();
@@ -79,18 +96,29 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         .lines()
         .find(|l| l.contains(&broken[..12]))
         .unwrap_or_else(|| panic!("no step for the unbuildable commit:\n{steps}"));
-    assert!(broken_row.contains("| skip |") && broken_row.contains("does not build"), "{broken_row}");
+    assert!(
+        broken_row.contains("| skip |") && broken_row.contains("does not build"),
+        "{broken_row}"
+    );
     // Steps after the first are incremental: only what changed is copied.
     assert!(stderr.contains("(incremental)"), "{stderr}");
     // One row per measurement, each naming its commit.
     let rows = lazyinit_core::results::read_rows(folder.join("results.csv")).unwrap();
     assert!(rows.len() >= 6, "{} rows", rows.len());
-    assert!(rows.iter().any(|r| r.kernel_source == format!("git:{culprit}")));
+    assert!(rows
+        .iter()
+        .any(|r| r.kernel_source == format!("git:{culprit}")));
     assert!(rows.iter().all(|r| r.kernel_source.starts_with("git:")));
     // The user's tree: same HEAD, same files, index not even refreshed.
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]), *bad);
-    assert_eq!(git(&repo, &["status", "--porcelain", "--ignored"]), status_before);
-    assert_eq!(std::fs::metadata(&index).unwrap().modified().unwrap(), index_before);
+    assert_eq!(
+        git(&repo, &["status", "--porcelain", "--ignored"]),
+        status_before
+    );
+    assert_eq!(
+        std::fs::metadata(&index).unwrap().modified().unwrap(),
+        index_before
+    );
 
     // The same question through `git bisect run` (its steps reuse the
     // samples above where git picks the same commits).
@@ -108,7 +136,14 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         .unwrap();
     let said = String::from_utf8_lossy(&run.stdout).to_string();
     git(&repo, &["bisect", "reset", "-q"]);
-    assert!(run.status.success(), "{said}\n{}", String::from_utf8_lossy(&run.stderr));
-    assert!(said.contains(&format!("{culprit} is the first bad commit")), "{said}");
+    assert!(
+        run.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        said.contains(&format!("{culprit} is the first bad commit")),
+        "{said}"
+    );
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]), *bad);
 }

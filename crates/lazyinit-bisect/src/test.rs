@@ -320,7 +320,7 @@ mod tests {
             },
             ..t.clone()
         };
-        assert_eq!(untimed.decide(&vec![s(52.0, 10); 3]), Decision::More);
+        assert_eq!(untimed.decide(&[s(52.0, 10); 3]), Decision::More);
     }
 
     #[test]

@@ -109,7 +109,9 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
         return Err(bad_input("--error-rate must be between 0 and 0.5, e.g. 0.01").into());
     }
     if c.end_samples < 2 || c.max_samples < 1 {
-        return Err(bad_input("--end-samples must be at least 2 and --max-samples at least 1").into());
+        return Err(
+            bad_input("--end-samples must be at least 2 and --max-samples at least 1").into(),
+        );
     }
     let g = |e: git::GitError| -> anyhow::Error {
         match e {
@@ -135,7 +137,8 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
         "good {good}\nbad {bad}\ncell {}\nmetric {}\nstorage-profile {}\nrepo {}\n",
         c.cell,
         c.metric.name(),
-        c.storage_profile.map_or("default".into(), |p| p.to_string()),
+        c.storage_profile
+            .map_or("default".into(), |p| p.to_string()),
         repo.display()
     );
     let args_file = out.join("bisect.args");
@@ -151,9 +154,21 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
     }
     let mut locks = vec![lock(&out.join(".lock"), false)?];
     std::fs::write(&args_file, &args_line)?;
+    // Every command that worked in this folder, as `run` keeps them.
+    {
+        use std::io::Write;
+        let line: Vec<String> = std::env::args().collect();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out.join("command.txt"))?
+            .write_all(format!("{}\n", line.join(" ")).as_bytes())?;
+    }
     let canon = repo.canonicalize().unwrap_or(repo.clone());
     let hash = lazyinit_core::paths::sha256_hex(canon.display().to_string());
-    let base = lazyinit_core::paths::cache_dir().join("bisect").join(&hash[..12]);
+    let base = lazyinit_core::paths::cache_dir()
+        .join("bisect")
+        .join(&hash[..12]);
     locks.push(lock(&base.join("worktree.lock"), true)?);
     let worktree = git::Worktree::open(&repo, &base.join("linux"), &good)?;
     Ok(Opened {
@@ -175,12 +190,21 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
 }
 
 /// Measure both ends; refuse (exit 2, both figures) when they do not differ.
-async fn ends(s: &mut Session, c: &Common, good: &str, bad: &str) -> anyhow::Result<(Sprt, Vec<Step>)> {
+async fn ends(
+    s: &mut Session,
+    c: &Common,
+    good: &str,
+    bad: &str,
+) -> anyhow::Result<(Sprt, Vec<Step>)> {
     let g = s.judge(good, "good end", Some(c.end_samples), None).await?;
     let b = s.judge(bad, "bad end", Some(c.end_samples), None).await?;
     for (j, which) in [(&g, "--good"), (&b, "--bad")] {
         if j.samples.len() < 2 {
-            write_outputs(s, &[g.step.clone(), b.step.clone()], "no answer: an end gave no samples")?;
+            write_outputs(
+                s,
+                &[g.step.clone(), b.step.clone()],
+                "no answer: an end gave no samples",
+            )?;
             return Err(bad_input(format!(
                 "{which} {} gives no samples ({}): pick an end that builds and boots",
                 &j.step.commit[..12],
@@ -194,7 +218,9 @@ async fn ends(s: &mut Session, c: &Common, good: &str, bad: &str) -> anyhow::Res
         Ok(e) => e,
         Err(e @ EndsError::Same { .. }) | Err(e @ EndsError::TooFew { .. }) => {
             write_outputs(s, &steps, &format!("no answer: {e}"))?;
-            return Err(bad_input(format!("{e}: nothing to bisect on this cell and metric")).into());
+            return Err(
+                bad_input(format!("{e}: nothing to bisect on this cell and metric")).into(),
+            );
         }
     };
     let sprt = Sprt {
@@ -217,7 +243,12 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
     let started = Instant::now();
     let cancel = Arc::new(AtomicBool::new(false));
     super::run::install_signal_handler(cancel.clone());
-    let Opened { mut session, commits, _locks, .. } = open(&a.source, &a.common, cancel)?;
+    let Opened {
+        mut session,
+        commits,
+        _locks,
+        ..
+    } = open(&a.source, &a.common, cancel)?;
     let s = &mut session;
     let n = commits.len();
     eprintln!(
@@ -244,7 +275,13 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
         Err(range) => {
             let names: Vec<String> = range
                 .iter()
-                .map(|i| format!("{} {}", &commits[*i][..12], git::subject(&s.repo, &commits[*i])))
+                .map(|i| {
+                    format!(
+                        "{} {}",
+                        &commits[*i][..12],
+                        git::subject(&s.repo, &commits[*i])
+                    )
+                })
                 .collect();
             format!(
                 "first bad commit: one of {} (skipped commits leave no way to tell): {}",
@@ -255,7 +292,9 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
         Ok(i) => {
             let culprit = &commits[i];
             let again = s.judge(culprit, "confirm bad", None, Some(&sprt)).await?;
-            let parent = s.judge(&commits[i - 1], "confirm parent", None, Some(&sprt)).await?;
+            let parent = s
+                .judge(&commits[i - 1], "confirm parent", None, Some(&sprt))
+                .await?;
             let mut ok = again.step.verdict == "bad" && parent.step.verdict == "good";
             let mut how = format!(
                 "bad again ({}), parent {} again ({})",
@@ -314,7 +353,12 @@ pub async fn bisect_step(a: StepArgs) -> anyhow::Result<u8> {
 async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
     let cancel = Arc::new(AtomicBool::new(false));
     super::run::install_signal_handler(cancel.clone());
-    let Opened { mut session, commits, head, _locks } = open(&a.source, &a.common, cancel)?;
+    let Opened {
+        mut session,
+        commits,
+        head,
+        _locks,
+    } = open(&a.source, &a.common, cancel)?;
     let s = &mut session;
     let (sprt, mut steps) = ends(s, &a.common, &commits[0], &commits[commits.len() - 1]).await?;
     let j = s.judge(&head, "step", None, Some(&sprt)).await?;

@@ -119,9 +119,10 @@ impl Session {
             .checkout(commit)
             .map_err(|e| NoSample::Stop(e.into()))?;
         let text = lazyinit_bisect::git::show(&self.repo, commit, "fs/ext4/super.c");
-        let detected = text
-            .as_deref()
-            .map_or(lazyinit_kernel::Detected::Unknown, lazyinit_kernel::variant::detect_file);
+        let detected = text.as_deref().map_or(
+            lazyinit_kernel::Detected::Unknown,
+            lazyinit_kernel::variant::detect_file,
+        );
         let Some(variant) = detected.variant() else {
             return Err(self.remember_skip(
                 commit,
@@ -152,10 +153,12 @@ impl Session {
         };
         match built {
             Ok(_) => Ok((variant, t.elapsed().as_secs_f64())),
-            Err(e @ (KernelError::Build { .. }
-            | KernelError::ConfigCheck { .. }
-            | KernelError::VariantCheck { .. }
-            | KernelError::Patch { .. })) => {
+            Err(
+                e @ (KernelError::Build { .. }
+                | KernelError::ConfigCheck { .. }
+                | KernelError::VariantCheck { .. }
+                | KernelError::Patch { .. }),
+            ) => {
                 let line = match &e {
                     KernelError::Build { step, tail, .. } => format!(
                         "does not build ({step}): {}",
@@ -213,7 +216,10 @@ impl Session {
             Err(NoSample::Skip(why)) => {
                 eprintln!("  skip: {why}");
                 step.reason = why;
-                return Ok(Judged { step, samples: vec![] });
+                return Ok(Judged {
+                    step,
+                    samples: vec![],
+                });
             }
             Err(NoSample::Stop(e)) => return Err(e),
         };
@@ -257,7 +263,12 @@ impl Session {
             step.ticks = l.ticks;
         }
         if fixed.is_some() && !samples.is_empty() && step.reason.is_empty() {
-            step.verdict = if role.starts_with("good") { "good" } else { "bad" }.into();
+            step.verdict = if role.starts_with("good") {
+                "good"
+            } else {
+                "bad"
+            }
+            .into();
         }
         eprintln!(
             "  {}: {} samples, {} = {}, L {} ({:.0} s build, {:.0} s measure){}",
@@ -268,7 +279,11 @@ impl Session {
             step.ticks.map_or("-".into(), |t| t.to_string()),
             step.build_s,
             step.measure_s,
-            if step.reason.is_empty() { String::new() } else { format!(": {}", step.reason) }
+            if step.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", step.reason)
+            }
         );
         Ok(Judged { step, samples })
     }
@@ -304,9 +319,8 @@ impl Session {
                     }
                     .into());
                 }
-                done(&csv).ok_or_else(|| {
-                    anyhow::anyhow!("the run into {} left no row", dir.display())
-                })?
+                done(&csv)
+                    .ok_or_else(|| anyhow::anyhow!("the run into {} left no row", dir.display()))?
             }
         };
         let mut kept = row.clone();
