@@ -312,9 +312,15 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
                         how.push_str(&format!(", reverted on --bad: {}", r.step.verdict));
                         steps.push(r.step);
                     }
+                    // Later commits touching the same lines: the revert
+                    // cannot be checked, which says nothing against the
+                    // culprit (bad again, parent good again still stand).
                     Err(e) => {
-                        ok = false;
-                        how.push_str(&format!(", does not revert cleanly on --bad: {e}"));
+                        let first = e.to_string();
+                        let first = first.lines().next().unwrap_or("").to_string();
+                        how.push_str(&format!(
+                            ", revert not checked: it does not apply cleanly on --bad ({first})"
+                        ));
                     }
                 }
             }
