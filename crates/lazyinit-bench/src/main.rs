@@ -40,6 +40,10 @@ enum Command {
     Compare(cmd::report::CompareArgs),
     /// Replay early-stop estimates over finished full runs: predicted vs measured.
     Replay(cmd::replay::ReplayArgs),
+    /// Find the first commit of a kernel git tree that moved a cell.
+    Bisect(cmd::bisect::BisectArgs),
+    /// One step for `git bisect run` (exit 0 good, 1 bad, 125 skip).
+    BisectStep(cmd::bisect::StepArgs),
     /// Find and remove leftover cloud resources of this project.
     Cleanup(cmd::cleanup::CleanupArgs),
     /// The nightly history: import runs, show series, find changes, check a run.
@@ -69,6 +73,8 @@ fn main() -> ExitCode {
             Command::Replay(a) => cmd::replay::run(a).await,
             Command::Cleanup(a) => cmd::cleanup::run(a).await,
             Command::History(c) => cmd::history::run(c).await,
+            Command::Bisect(a) => cmd::bisect::bisect(a).await,
+            Command::BisectStep(a) => cmd::bisect::bisect_step(a).await,
         }
     });
     // Guests and temp files are owned by the commands and already gone here.

@@ -20,6 +20,9 @@ use crate::{BuildEvent, BuildOptions, KernelArtifact, KernelSpec};
 
 const SOURCE_MARKER: &str = ".lazyinit-source";
 const PATCH_MARKER: &str = ".lazyinit-patch";
+/// In a copy of a git tree: the names that differed from its commit when
+/// copied (NUL-separated), which the next incremental sync recopies.
+const GIT_DIRTY_MARKER: &str = ".lazyinit-git-dirty";
 
 /// Everything decided before touching a build tree.
 pub(crate) struct Plan {
@@ -454,6 +457,11 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
     if decide::reuse_tree(std::fs::read_to_string(&marker).ok().as_deref(), identity) {
         return Ok(tree);
     }
+    if let source::SourceKind::GitTree(root) = &plan.resolved.kind {
+        if sync_git_tree(ctx, root, &tree, identity).await? {
+            return Ok(tree);
+        }
+    }
     ctx.step(format!("unpack {}", plan.resolved.source));
     let tmp = slot.join("linux.tmp");
     for d in [&tree, &tmp] {
@@ -478,10 +486,115 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
         )
         .await?;
     }
+    if let source::SourceKind::GitTree(root) = &plan.resolved.kind {
+        write_git_dirty(&tmp, &crate::gittree::dirty_names(root)?)?;
+    }
     std::fs::write(tmp.join(SOURCE_MARKER), format!("{identity}\n"))
         .map_err(|e| KernelError::io(&tmp, e))?;
     std::fs::rename(&tmp, &tree).map_err(|e| KernelError::io(&tree, e))?;
     Ok(tree)
+}
+
+fn write_git_dirty(tree: &Path, names: &[String]) -> Result<(), KernelError> {
+    let p = tree.join(GIT_DIRTY_MARKER);
+    std::fs::write(&p, names.join("\0")).map_err(|e| KernelError::io(&p, e))
+}
+
+/// The files a variant patch touches (its `+++ b/` names).
+fn patched_files(p: &Patch) -> Vec<String> {
+    p.text
+        .lines()
+        .filter_map(|l| l.strip_prefix("+++ b/"))
+        .map(|n| n.split('\t').next().unwrap_or(n).trim().to_string())
+        .collect()
+}
+
+/// Bring a copy of a git tree at an older state up to `identity` by
+/// recopying only what changed (and what a variant patch touched), so the
+/// build tree's objects stay and make recompiles only those files: a
+/// bisect step or a one-line commit costs a partial rebuild, not a cold
+/// one. False when the copy is not of this repository (copy it all).
+async fn sync_git_tree(
+    ctx: &Ctx<'_>,
+    root: &Path,
+    tree: &Path,
+    identity: &str,
+) -> Result<bool, KernelError> {
+    let marker = tree.join(SOURCE_MARKER);
+    let Some(old) = std::fs::read_to_string(&marker).ok() else {
+        return Ok(false);
+    };
+    let Some(from) = crate::gittree::identity_commit(old.trim()).map(str::to_string) else {
+        return Ok(false);
+    };
+    let old_dirty: Vec<String> = std::fs::read_to_string(tree.join(GIT_DIRTY_MARKER))
+        .unwrap_or_default()
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let Some(mut names) = crate::gittree::changed_since(root, &from, &old_dirty)? else {
+        return Ok(false);
+    };
+    let patch_marker = tree.join(PATCH_MARKER);
+    if let Some(p) = std::fs::read_to_string(&patch_marker).ok().and_then(|n| {
+        variant::PATCHES
+            .iter()
+            .copied()
+            .find(|p| p.name == n.trim())
+    }) {
+        // The copy carries a variant patch: its files go back to the
+        // source's text, and switch_variant decides afresh.
+        names.extend(patched_files(&p));
+        names.sort();
+        names.dedup();
+    }
+    ctx.step(format!(
+        "sync {} changed files from {} (incremental)",
+        names.len(),
+        old.trim()
+    ));
+    // The marker goes first: an interrupted sync leaves a copy that is
+    // copied again whole rather than believed.
+    std::fs::remove_file(&marker).map_err(|e| KernelError::io(&marker, e))?;
+    let _ = std::fs::remove_file(&patch_marker);
+    let mut present = Vec::new();
+    for n in &names {
+        if std::fs::symlink_metadata(root.join(n)).is_ok() {
+            present.extend_from_slice(n.as_bytes());
+            present.push(0);
+        } else {
+            let gone = tree.join(n);
+            if std::fs::symlink_metadata(&gone).is_ok() {
+                std::fs::remove_file(&gone).map_err(|e| KernelError::io(&gone, e))?;
+            }
+        }
+    }
+    let list = tree.with_extension("sync-files");
+    std::fs::write(&list, &present).map_err(|e| KernelError::io(&list, e))?;
+    // --touch: the copies are newer than every object, so make rebuilds
+    // exactly what depends on them.
+    let r = ctx
+        .run(
+            "sync (copy changed files)",
+            tree,
+            &[
+                "sh".to_string(),
+                "-c".into(),
+                "tar -C \"$1\" --null --no-recursion -T \"$3\" -cf - | tar -C \"$2\" --touch -xf -"
+                    .into(),
+                "sh".into(),
+                root.display().to_string(),
+                tree.display().to_string(),
+                list.display().to_string(),
+            ],
+        )
+        .await;
+    let _ = std::fs::remove_file(&list);
+    r?;
+    write_git_dirty(tree, &crate::gittree::dirty_names(root)?)?;
+    std::fs::write(&marker, format!("{identity}\n")).map_err(|e| KernelError::io(&marker, e))?;
+    Ok(true)
 }
 
 /// Bring the tree to the asked variant and prove it by its text. Returns the

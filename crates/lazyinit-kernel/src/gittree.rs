@@ -146,6 +146,56 @@ pub fn file_list(root: &Path) -> Result<Vec<u8>, KernelError> {
     Ok(out)
 }
 
+/// The names that differ from the commit in the work tree: tracked
+/// changes and untracked (not ignored) files.
+pub fn dirty_names(root: &Path) -> Result<Vec<String>, KernelError> {
+    let mut names = nul_list(&output(
+        git(root).args(["diff", "HEAD", "--name-only", "-z", "--no-renames"]),
+        "git diff --name-only HEAD",
+    )?);
+    names.extend(nul_list(&output(
+        git(root).args(["ls-files", "-z", "--others", "--exclude-standard"]),
+        "git ls-files --others",
+    )?));
+    Ok(names)
+}
+
+/// What to recopy into a copy of `root` taken at `from` (a commit, plus
+/// `from_dirty`, the names that differed from it then) to make it a copy
+/// of the tree now: every name changed between the commits, and whatever
+/// was or is dirty. None when `from` is not a commit of this repository
+/// (a copy of another tree: copy everything).
+pub fn changed_since(
+    root: &Path,
+    from: &str,
+    from_dirty: &[String],
+) -> Result<Option<Vec<String>>, KernelError> {
+    let known = git(root)
+        .args(["cat-file", "-e", &format!("{from}^{{commit}}")])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| KernelError::Step(format!("git cat-file: {e}")))?
+        .success();
+    if !known {
+        return Ok(None);
+    }
+    let mut names = nul_list(&output(
+        git(root).args(["diff", "--name-only", "-z", "--no-renames", from, "HEAD"]),
+        "git diff --name-only",
+    )?);
+    names.extend(from_dirty.iter().cloned());
+    names.extend(dirty_names(root)?);
+    names.sort();
+    names.dedup();
+    Ok(Some(names))
+}
+
+/// The commit of an identity written by [`GitState::identity`].
+pub fn identity_commit(identity: &str) -> Option<&str> {
+    let rest = identity.strip_prefix("git:")?;
+    Some(rest.split('+').next().unwrap_or(rest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +212,31 @@ mod tests {
             .status()
             .unwrap();
         assert!(st.success(), "{script}");
+    }
+
+    #[test]
+    fn changed_since_names_commits_and_both_sides_dirt() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        sh(root, "git init -q -b main && printf '/*\\n' > .gitignore && echo 1 > a && echo 1 > b && mkdir -p fs/ext4 && echo 1 > fs/ext4/super.c && git add -f .gitignore a b fs && git commit -qm one");
+        let one = state(root).unwrap();
+        assert_eq!(identity_commit(&one.identity()), Some(one.commit.as_str()));
+        sh(
+            root,
+            "echo 2 > fs/ext4/super.c && git rm -q b && git commit -qam two",
+        );
+        // Committed changes only: the edit and the removal.
+        let names = changed_since(root, &one.commit, &[]).unwrap().unwrap();
+        assert_eq!(names, ["b", "fs/ext4/super.c"]);
+        // What was dirty in the old copy comes back; a new edit is named.
+        sh(root, "echo 3 > a");
+        let names = changed_since(root, &one.commit, &["c".into()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(names, ["a", "b", "c", "fs/ext4/super.c"]);
+        assert_eq!(dirty_names(root).unwrap(), ["a"]);
+        // A commit this repository does not have: copy everything.
+        assert_eq!(changed_since(root, &"0".repeat(40), &[]).unwrap(), None);
     }
 
     #[test]

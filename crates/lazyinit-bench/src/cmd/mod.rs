@@ -1,6 +1,7 @@
 //! One module per subcommand family. Each exposes clap argument types and
 //! async functions returning `anyhow::Result<u8>` (the exit code on success).
 
+pub mod bisect;
 pub mod cleanup;
 pub mod history;
 pub mod image;

@@ -261,7 +261,7 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
 /// run into the folder removes the volumes and records the lost rows.
 /// `keys_dir`, the run's own key folder, goes before that exit (drops do
 /// not run on `process::exit`).
-fn install_signal_handler(cancel: Arc<AtomicBool>, keys_dir: Option<PathBuf>) {
+pub(crate) fn install_signal_handler(cancel: Arc<AtomicBool>, keys_dir: Option<PathBuf>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut int), Ok(mut term)) = (

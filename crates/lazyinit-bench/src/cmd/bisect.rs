@@ -1,0 +1,421 @@
+//! `lazyinit-bench bisect` and `bisect-step`: from two commits of a kernel
+//! tree whose cell differs to the first commit that made the difference.
+//! The search and the test are `lazyinit-bisect`'s pure functions; this
+//! drives them (see `docs/bisect.md`).
+
+mod session;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lazyinit_bisect::log::{bisect_log, table, Step};
+use lazyinit_bisect::test::EndsError;
+use lazyinit_bisect::{git, next, Ends, Next, Sprt, Verdict};
+use lazyinit_core::exit::{self, bad_input};
+use lazyinit_core::StorageProfile;
+
+use session::{CellArg, Metric, Session};
+
+#[derive(clap::Args, Debug)]
+pub struct Common {
+    /// A commit where the cell is as it should be.
+    #[arg(long)]
+    pub good: String,
+    /// A later commit (on the first-parent line of --good) where it is not.
+    #[arg(long)]
+    pub bad: String,
+    /// The cell: ARCH:HZ:SIZE, e.g. arm64:100:8GiB (the cheapest that
+    /// tells the ends apart).
+    #[arg(long)]
+    pub cell: CellArg,
+    #[arg(long, value_enum, default_value = "ms_per_group")]
+    pub metric: Metric,
+    /// Results folder (default results/bisect-<good>-<bad>-<cell>); rerun
+    /// the same command to resume.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Samples of each end (their levels and noise).
+    #[arg(long, default_value_t = 3)]
+    pub end_samples: usize,
+    /// Cap on the samples of one step; undecided there, it is skipped.
+    #[arg(long, default_value_t = 5)]
+    pub max_samples: usize,
+    /// The sequential test's error rate, each way, per step.
+    #[arg(long, default_value_t = 0.01)]
+    pub error_rate: f64,
+    #[arg(long)]
+    pub storage_profile: Option<StorageProfile>,
+    /// Seconds to wait for SSH after launch.
+    #[arg(long, default_value_t = 300)]
+    pub boot_timeout: u64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BisectArgs {
+    /// The kernel git tree (only read: steps are checked out privately).
+    #[arg(long)]
+    pub source: PathBuf,
+    #[command(flatten)]
+    pub common: Common,
+    /// Also revert the culprit on top of --bad and check that is good.
+    #[arg(long)]
+    pub confirm_revert: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StepArgs {
+    /// The tree `git bisect` checked out (its HEAD is the step).
+    #[arg(long, default_value = ".")]
+    pub source: PathBuf,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Everything checked before anything is created.
+struct Opened {
+    session: Session,
+    commits: Vec<String>,
+    head: String,
+    _locks: Vec<nix::fcntl::Flock<std::fs::File>>,
+}
+
+fn lock(path: &Path, wait: bool) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    let arg = if wait {
+        nix::fcntl::FlockArg::LockExclusive
+    } else {
+        nix::fcntl::FlockArg::LockExclusiveNonblock
+    };
+    nix::fcntl::Flock::lock(f, arg).map_err(|_| {
+        anyhow::anyhow!(
+            "{} is held by another bisect: wait for it or give another --out",
+            path.display()
+        )
+    })
+}
+
+fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Opened> {
+    if !(c.error_rate > 0.0 && c.error_rate < 0.5) {
+        return Err(bad_input("--error-rate must be between 0 and 0.5, e.g. 0.01").into());
+    }
+    if c.end_samples < 2 || c.max_samples < 1 {
+        return Err(
+            bad_input("--end-samples must be at least 2 and --max-samples at least 1").into(),
+        );
+    }
+    let g = |e: git::GitError| -> anyhow::Error {
+        match e {
+            git::GitError::BadInput(m) => bad_input(m).into(),
+            e => e.into(),
+        }
+    };
+    let (repo, head) = git::head_of(source).map_err(g)?;
+    let good = git::resolve(&repo, &c.good).map_err(g)?;
+    let bad = git::resolve(&repo, &c.bad).map_err(g)?;
+    let commits = git::range(&repo, &good, &bad).map_err(g)?;
+    let out = c.out.clone().unwrap_or_else(|| {
+        PathBuf::from("results").join(format!(
+            "bisect-{}-{}-{}-hz{}-{}",
+            &good[..12],
+            &bad[..12],
+            c.cell.arch,
+            c.cell.hz,
+            c.cell.size
+        ))
+    });
+    let args_line = format!(
+        "good {good}\nbad {bad}\ncell {}\nmetric {}\nstorage-profile {}\nrepo {}\n",
+        c.cell,
+        c.metric.name(),
+        c.storage_profile
+            .map_or("default".into(), |p| p.to_string()),
+        repo.display()
+    );
+    let args_file = out.join("bisect.args");
+    if let Ok(old) = std::fs::read_to_string(&args_file) {
+        if old != args_line {
+            return Err(bad_input(format!(
+                "{} holds a bisection of other arguments ({}): give another --out",
+                out.display(),
+                old.lines().collect::<Vec<_>>().join(", ")
+            ))
+            .into());
+        }
+    }
+    let mut locks = vec![lock(&out.join(".lock"), false)?];
+    std::fs::write(&args_file, &args_line)?;
+    // Every command that worked in this folder, as `run` keeps them.
+    {
+        use std::io::Write;
+        let line: Vec<String> = std::env::args().collect();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out.join("command.txt"))?
+            .write_all(format!("{}\n", line.join(" ")).as_bytes())?;
+    }
+    let canon = repo.canonicalize().unwrap_or(repo.clone());
+    let hash = lazyinit_core::paths::sha256_hex(canon.display().to_string());
+    let base = lazyinit_core::paths::cache_dir()
+        .join("bisect")
+        .join(&hash[..12]);
+    locks.push(lock(&base.join("worktree.lock"), true)?);
+    let worktree = git::Worktree::open(&repo, &base.join("linux"), &good)?;
+    Ok(Opened {
+        session: Session {
+            repo,
+            out,
+            cell: c.cell,
+            metric: c.metric,
+            storage_profile: c.storage_profile,
+            boot_timeout: Duration::from_secs(c.boot_timeout),
+            worktree,
+            cancel,
+            rows: Vec::new(),
+        },
+        commits,
+        head,
+        _locks: locks,
+    })
+}
+
+/// Measure both ends; refuse (exit 2, both figures) when they do not differ.
+async fn ends(
+    s: &mut Session,
+    c: &Common,
+    good: &str,
+    bad: &str,
+) -> anyhow::Result<(Sprt, Vec<Step>)> {
+    let g = s.judge(good, "good end", Some(c.end_samples), None).await?;
+    let b = s.judge(bad, "bad end", Some(c.end_samples), None).await?;
+    for (j, which) in [(&g, "--good"), (&b, "--bad")] {
+        if j.samples.len() < 2 {
+            write_outputs(
+                s,
+                &[g.step.clone(), b.step.clone()],
+                "no answer: an end gave no samples",
+            )?;
+            return Err(bad_input(format!(
+                "{which} {} gives no samples ({}): pick an end that builds and boots",
+                &j.step.commit[..12],
+                j.step.reason
+            ))
+            .into());
+        }
+    }
+    let steps = vec![g.step.clone(), b.step.clone()];
+    let ends = match Ends::new(&g.samples, &b.samples, c.error_rate) {
+        Ok(e) => e,
+        Err(e @ EndsError::Same { .. }) | Err(e @ EndsError::TooFew { .. }) => {
+            write_outputs(s, &steps, &format!("no answer: {e}"))?;
+            return Err(
+                bad_input(format!("{e}: nothing to bisect on this cell and metric")).into(),
+            );
+        }
+    };
+    let sprt = Sprt {
+        ends,
+        error_rate: c.error_rate,
+        max_samples: c.max_samples,
+    };
+    Ok((sprt, steps))
+}
+
+fn verdict_of(step: &Step) -> Verdict {
+    match step.verdict.as_str() {
+        "good" => Verdict::Good,
+        "bad" => Verdict::Bad,
+        _ => Verdict::Skip,
+    }
+}
+
+pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
+    let started = Instant::now();
+    let cancel = Arc::new(AtomicBool::new(false));
+    super::run::install_signal_handler(cancel.clone(), None);
+    let Opened {
+        mut session,
+        commits,
+        _locks,
+        ..
+    } = open(&a.source, &a.common, cancel)?;
+    let s = &mut session;
+    let n = commits.len();
+    eprintln!(
+        "bisect: {n} commits ({} steps without skips) on {}, results in {}",
+        lazyinit_bisect::search::expected_steps(n),
+        a.common.cell,
+        s.out.display()
+    );
+    let (sprt, mut steps) = ends(s, &a.common, &commits[0], &commits[n - 1]).await?;
+    let mut verdicts = BTreeMap::from([(0, Verdict::Good), (n - 1, Verdict::Bad)]);
+    let found = loop {
+        match next(n, &verdicts) {
+            Next::Test(i) => {
+                let j = s.judge(&commits[i], "step", None, Some(&sprt)).await?;
+                verdicts.insert(i, verdict_of(&j.step));
+                steps.push(j.step);
+                write_outputs(s, &steps, "bisecting")?;
+            }
+            Next::Found(i) => break Ok(i),
+            Next::Range(r) => break Err(r),
+        }
+    };
+    let answer = match found {
+        Err(range) => {
+            let names: Vec<String> = range
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} {}",
+                        &commits[*i][..12],
+                        git::subject(&s.repo, &commits[*i])
+                    )
+                })
+                .collect();
+            format!(
+                "first bad commit: one of {} (skipped commits leave no way to tell): {}",
+                range.len(),
+                names.join("; ")
+            )
+        }
+        Ok(i) => {
+            let culprit = &commits[i];
+            let again = s.judge(culprit, "confirm bad", None, Some(&sprt)).await?;
+            let parent = s
+                .judge(&commits[i - 1], "confirm parent", None, Some(&sprt))
+                .await?;
+            let mut ok = again.step.verdict == "bad" && parent.step.verdict == "good";
+            let mut how = format!(
+                "bad again ({}), parent {} again ({})",
+                again.step.verdict,
+                &commits[i - 1][..12],
+                parent.step.verdict
+            );
+            steps.push(again.step);
+            steps.push(parent.step);
+            if a.confirm_revert {
+                match s.worktree.revert_on(&commits[n - 1], culprit) {
+                    Ok(rev) => {
+                        let r = s.judge(&rev, "revert on bad", None, Some(&sprt)).await?;
+                        ok &= r.step.verdict == "good";
+                        how.push_str(&format!(", reverted on --bad: {}", r.step.verdict));
+                        steps.push(r.step);
+                    }
+                    // Later commits touching the same lines: the revert
+                    // cannot be checked, which says nothing against the
+                    // culprit (bad again, parent good again still stand).
+                    Err(e) => {
+                        let first = e.to_string();
+                        let first = first.lines().next().unwrap_or("").to_string();
+                        how.push_str(&format!(
+                            ", revert not checked: it does not apply cleanly on --bad ({first})"
+                        ));
+                    }
+                }
+            }
+            format!(
+                "first bad commit: [{culprit}] {}; {}: {how}",
+                git::subject(&s.repo, culprit),
+                if ok { "confirmed" } else { "NOT confirmed" }
+            )
+        }
+    };
+    let total = started.elapsed().as_secs_f64();
+    write_outputs(s, &steps, &format!("{answer} (wall {total:.0} s this run)"))?;
+    println!("{}", table(&steps, s.metric.name()));
+    println!("{answer}");
+    Ok(if answer.contains("; confirmed:") {
+        exit::OK
+    } else {
+        exit::REGRESSION_OR_CELL_FAILED
+    })
+}
+
+/// For `git bisect run`: exit 0 good, 1 bad, 125 skip (does not build,
+/// boot, or decide); any error exits 255, which makes `git bisect run` stop
+/// (its codes 1-127 would read as "bad").
+pub async fn bisect_step(a: StepArgs) -> anyhow::Result<u8> {
+    match step_inner(a).await {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            let code = exit::code_of(&e);
+            Ok(if code == exit::INTERRUPTED { code } else { 255 })
+        }
+    }
+}
+
+async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    super::run::install_signal_handler(cancel.clone(), None);
+    let Opened {
+        mut session,
+        commits,
+        head,
+        _locks,
+    } = open(&a.source, &a.common, cancel)?;
+    let s = &mut session;
+    let (sprt, mut steps) = ends(s, &a.common, &commits[0], &commits[commits.len() - 1]).await?;
+    let j = s.judge(&head, "step", None, Some(&sprt)).await?;
+    let code = match verdict_of(&j.step) {
+        Verdict::Good => 0,
+        Verdict::Bad => 1,
+        Verdict::Skip => 125,
+    };
+    let line = format!(
+        "{} {} {} samples {} {}\n",
+        j.step.commit,
+        j.step.verdict,
+        j.step.samples,
+        j.step.value.map_or("-".into(), |v| format!("{v:.2}")),
+        j.step.reason
+    );
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(s.out.join("bisect-step.log"))?
+        .write_all(line.as_bytes())?;
+    steps.push(j.step);
+    write_outputs(s, &steps, &format!("step {}: exit {code}", &head[..12]))?;
+    Ok(code)
+}
+
+/// Rewrite the folder's summary files from the steps so far (each written
+/// whole, then renamed: a reader never sees half a file).
+fn write_outputs(s: &Session, steps: &[Step], answer: &str) -> anyhow::Result<()> {
+    let put = |name: &str, text: &str| -> anyhow::Result<()> {
+        let tmp = s.out.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, s.out.join(name))?;
+        Ok(())
+    };
+    let good = steps.first().map_or("", |s| s.commit.as_str());
+    let bad = steps.get(1).map_or("", |s| s.commit.as_str());
+    put("bisect.log", &bisect_log(good, bad, steps, answer))?;
+    put(
+        "steps.md",
+        &format!("{}\n{answer}\n", table(steps, s.metric.name())),
+    )?;
+    put("summary.txt", &format!("{answer}\n"))?;
+    let tmp = s.out.join(".results.csv.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut w = lazyinit_core::results::ResultsWriter::open(&tmp)?;
+    for r in &s.rows {
+        w.append(r)?;
+    }
+    drop(w);
+    std::fs::rename(&tmp, s.out.join("results.csv"))?;
+    Ok(())
+}

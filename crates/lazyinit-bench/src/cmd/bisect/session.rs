@@ -1,0 +1,379 @@
+//! One bisection's state on disk and its two costly verbs: judge a commit
+//! (check out in the private worktree, build, measure until the test
+//! decides) and measure one sample. Every sample is a run folder of its
+//! own under `runs/`, named by commit, role and index, so a rerun of the
+//! same command finds what was measured and redoes only what was not.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lazyinit_bisect::git::Worktree;
+use lazyinit_bisect::log::Step;
+use lazyinit_bisect::{Decision, Sample, Sprt};
+use lazyinit_core::results::{ResultRow, Status};
+use lazyinit_core::{Arch, ByteSize, Hz, KernelSource, RunFolder, StorageProfile, Variant};
+use lazyinit_kernel::{KernelError, KernelSpec};
+
+use crate::cmd::providers::{self, Spec};
+
+/// The metric a bisection compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Metric {
+    /// Milliseconds per block group (trace timestamps).
+    #[value(name = "ms_per_group")]
+    MsPerGroup,
+    /// Seconds from mount to the thread's exit.
+    #[value(name = "lazyinit_s")]
+    LazyinitS,
+}
+
+impl Metric {
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::MsPerGroup => "ms_per_group",
+            Metric::LazyinitS => "lazyinit_s",
+        }
+    }
+    fn of(self, r: &ResultRow) -> Option<f64> {
+        match self {
+            Metric::MsPerGroup => r.measured.ms_per_group,
+            Metric::LazyinitS => r.measured.lazyinit_s,
+        }
+    }
+}
+
+/// `ARCH:HZ:SIZE`, e.g. `arm64:100:8GiB`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellArg {
+    pub arch: Arch,
+    pub hz: Hz,
+    pub size: ByteSize,
+}
+
+impl std::str::FromStr for CellArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let [a, h, z] = parts[..] else {
+            return Err(format!("`{s}`: give ARCH:HZ:SIZE, e.g. arm64:100:8GiB"));
+        };
+        Ok(CellArg {
+            arch: a.parse().map_err(|e| format!("`{a}`: {e}"))?,
+            hz: h.parse().map_err(|e| format!("`{h}`: {e}"))?,
+            size: z.parse().map_err(|e| format!("`{z}`: {e}"))?,
+        })
+    }
+}
+
+impl std::fmt::Display for CellArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.arch, self.hz, self.size)
+    }
+}
+
+/// What stays the same for every commit of one bisection.
+pub struct Session {
+    pub repo: PathBuf,
+    pub out: PathBuf,
+    pub cell: CellArg,
+    pub metric: Metric,
+    pub storage_profile: Option<StorageProfile>,
+    pub boot_timeout: Duration,
+    pub worktree: Worktree,
+    pub cancel: Arc<AtomicBool>,
+    /// Every row measured so far, `kernel_source` = `git:<commit>`.
+    pub rows: Vec<ResultRow>,
+}
+
+/// A commit judged: the step's table row and its samples.
+pub struct Judged {
+    pub step: Step,
+    pub samples: Vec<Sample>,
+}
+
+/// Why a commit yields no samples (a skip), or that the run must stop.
+pub enum NoSample {
+    Skip(String),
+    Stop(anyhow::Error),
+}
+
+impl Session {
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+
+    fn skip_file(&self, commit: &str) -> PathBuf {
+        self.out.join("skips").join(commit)
+    }
+
+    /// Check out, detect the variant the commit's text is, build. A build
+    /// that fails (or a text neither variant) is a skip, remembered in
+    /// `skips/<commit>` so a resumed run does not build it again.
+    async fn prepare(&self, commit: &str) -> Result<(Variant, f64), NoSample> {
+        if let Ok(r) = std::fs::read_to_string(self.skip_file(commit)) {
+            return Err(NoSample::Skip(r.trim().to_string()));
+        }
+        self.worktree
+            .checkout(commit)
+            .map_err(|e| NoSample::Stop(e.into()))?;
+        let text = lazyinit_bisect::git::show(&self.repo, commit, "fs/ext4/super.c");
+        let detected = text.as_deref().map_or(
+            lazyinit_kernel::Detected::Unknown,
+            lazyinit_kernel::variant::detect_file,
+        );
+        let Some(variant) = detected.variant() else {
+            return Err(self.remember_skip(
+                commit,
+                "ext4_run_li_request in fs/ext4/super.c is neither form this harness knows",
+            ));
+        };
+        let spec = KernelSpec {
+            source: KernelSource::Path(self.worktree.dir.clone()),
+            ..KernelSpec::new(self.cell.arch, self.cell.hz, variant)
+        };
+        let opts = lazyinit_kernel::BuildOptions {
+            progress: Some(Arc::new(|e| {
+                if let lazyinit_kernel::BuildEvent::Step(s) = e {
+                    eprintln!("  build: {s}");
+                }
+            })),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let built = tokio::select! {
+            r = lazyinit_kernel::build(&spec, &opts) => r,
+            _ = lazyinit_orchestrator::runner::cancelled(&self.cancel) => {
+                return Err(NoSample::Stop(lazyinit_core::exit::ExitError {
+                    code: lazyinit_core::exit::INTERRUPTED,
+                    message: "interrupted during a build: rerun the same command to resume".into(),
+                }.into()))
+            }
+        };
+        match built {
+            Ok(_) => Ok((variant, t.elapsed().as_secs_f64())),
+            Err(
+                e @ (KernelError::Build { .. }
+                | KernelError::ConfigCheck { .. }
+                | KernelError::VariantCheck { .. }
+                | KernelError::Patch { .. }),
+            ) => {
+                let line = match &e {
+                    KernelError::Build { step, tail, .. } => format!(
+                        "does not build ({step}): {}",
+                        tail.lines()
+                            .rev()
+                            .find(|l| l.contains("error"))
+                            .unwrap_or_else(|| tail.lines().last().unwrap_or(""))
+                            .trim()
+                    ),
+                    e => format!("does not build: {e}"),
+                };
+                Err(self.remember_skip(commit, &line))
+            }
+            Err(e) => Err(NoSample::Stop(e.into())),
+        }
+    }
+
+    fn remember_skip(&self, commit: &str, reason: &str) -> NoSample {
+        let p = self.skip_file(commit);
+        if let Some(d) = p.parent() {
+            let _ = std::fs::create_dir_all(d);
+        }
+        let _ = std::fs::write(&p, format!("{reason}\n"));
+        NoSample::Skip(reason.to_string())
+    }
+
+    /// Judge `commit`: `fixed` samples (an end) or samples until `sprt`
+    /// decides or its cap is reached.
+    pub async fn judge(
+        &mut self,
+        commit: &str,
+        role: &str,
+        fixed: Option<usize>,
+        sprt: Option<&Sprt>,
+    ) -> Result<Judged, anyhow::Error> {
+        let subject = lazyinit_bisect::git::subject(&self.repo, commit);
+        let mut step = Step {
+            role: role.to_string(),
+            commit: commit.to_string(),
+            subject,
+            samples: 0,
+            value: None,
+            ticks: None,
+            verdict: "skip".into(),
+            build_s: 0.0,
+            measure_s: 0.0,
+            reason: String::new(),
+        };
+        eprintln!("{role}: {} {}", &commit[..12], step.subject);
+        let variant = match self.prepare(commit).await {
+            Ok((v, build_s)) => {
+                step.build_s = build_s;
+                v
+            }
+            Err(NoSample::Skip(why)) => {
+                eprintln!("  skip: {why}");
+                step.reason = why;
+                return Ok(Judged {
+                    step,
+                    samples: vec![],
+                });
+            }
+            Err(NoSample::Stop(e)) => return Err(e),
+        };
+        let cap = fixed.or(sprt.map(|s| s.max_samples)).unwrap_or(1);
+        let mut samples = Vec::new();
+        let t = Instant::now();
+        for i in 0..cap {
+            match self.sample(commit, role, i, variant).await? {
+                Ok(s) => samples.push(s),
+                Err(why) => {
+                    step.reason = why;
+                    break;
+                }
+            }
+            if let (None, Some(t)) = (fixed, sprt) {
+                match t.decide(&samples) {
+                    Decision::Good => {
+                        step.verdict = "good".into();
+                        break;
+                    }
+                    Decision::Bad => {
+                        step.verdict = "bad".into();
+                        break;
+                    }
+                    Decision::Unknown => {
+                        step.verdict = "unknown".into();
+                        step.reason = format!(
+                            "undecided after {} samples (neither end at error rate {})",
+                            samples.len(),
+                            t.error_rate
+                        );
+                    }
+                    Decision::More => {}
+                }
+            }
+        }
+        step.measure_s = t.elapsed().as_secs_f64();
+        if let Some(l) = lazyinit_bisect::test::Level::of(&samples) {
+            step.samples = l.n;
+            step.value = Some(l.mean);
+            step.ticks = l.ticks;
+        }
+        if fixed.is_some() && !samples.is_empty() && step.reason.is_empty() {
+            step.verdict = if role.starts_with("good") {
+                "good"
+            } else {
+                "bad"
+            }
+            .into();
+        }
+        eprintln!(
+            "  {}: {} samples, {} = {}, L {} ({:.0} s build, {:.0} s measure){}",
+            step.verdict,
+            step.samples,
+            self.metric.name(),
+            step.value.map_or("-".into(), |v| format!("{v:.2}")),
+            step.ticks.map_or("-".into(), |t| t.to_string()),
+            step.build_s,
+            step.measure_s,
+            if step.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", step.reason)
+            }
+        );
+        Ok(Judged { step, samples })
+    }
+
+    /// One sample: a one-cell run of the project's runner into
+    /// `runs/<commit12>-<role>-<i>` (reused when it already holds its row).
+    /// Ok(Err(why)) when the guest did not give one (does not boot).
+    async fn sample(
+        &mut self,
+        commit: &str,
+        role: &str,
+        i: usize,
+        variant: Variant,
+    ) -> anyhow::Result<Result<Sample, String>> {
+        let name = format!("{}-{}-{i}", &commit[..12], role.replace(' ', "-"));
+        let dir = self.out.join("runs").join(name);
+        let csv = RunFolder::new(&dir).results_csv();
+        let done = |csv: &Path| -> Option<ResultRow> {
+            lazyinit_core::results::read_whole_rows(csv)
+                .ok()?
+                .into_iter()
+                .rev()
+                .find(|r| r.status != Status::Interrupted)
+        };
+        let row = match done(&csv) {
+            Some(r) => r,
+            None => {
+                self.run_one(&dir, variant).await?;
+                if self.cancelled() {
+                    return Err(lazyinit_core::exit::ExitError {
+                        code: lazyinit_core::exit::INTERRUPTED,
+                        message: "interrupted: rerun the same command to resume".into(),
+                    }
+                    .into());
+                }
+                done(&csv)
+                    .ok_or_else(|| anyhow::anyhow!("the run into {} left no row", dir.display()))?
+            }
+        };
+        let mut kept = row.clone();
+        kept.kernel_source = format!("git:{commit}");
+        self.rows.push(kept);
+        if row.status != Status::Ok {
+            return Ok(Err(format!("does not measure: {}", row.error)));
+        }
+        let Some(value) = self.metric.of(&row) else {
+            return Ok(Err(format!("the row has no {}", self.metric.name())));
+        };
+        Ok(Ok(Sample {
+            value,
+            sleep_ticks: row.measured.sleep_ticks,
+        }))
+    }
+
+    /// The project's runner on one cell of the worktree's source.
+    async fn run_one(&self, dir: &Path, variant: Variant) -> anyhow::Result<()> {
+        let c = self.cell;
+        let mut text = format!(
+            "name = \"bisect\"\narches = [\"{}\"]\nhz = [{}]\nvariants = [\"{variant}\"]\nsizes = [\"{}\"]\nsources = [{:?}]\nrepetitions = 1\n",
+            c.arch,
+            c.hz,
+            c.size,
+            self.worktree.dir.display().to_string(),
+        );
+        if let Some(p) = &self.storage_profile {
+            text.push_str(&format!("storage-profile = \"{p}\"\n"));
+        }
+        let spec = Spec::parse(&text, "bisect").map_err(|e| anyhow::anyhow!("{e}"))?;
+        let keys = providers::run_keys(&spec)?;
+        let provider = providers::provider(&spec, keys.dir())?;
+        let plan = lazyinit_orchestrator::plan(
+            &spec,
+            &*provider,
+            lazyinit_orchestrator::plan::host_available_mib(),
+        );
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let opts = lazyinit_orchestrator::RunOptions {
+            folder: RunFolder::new(dir),
+            events: lazyinit_core::events::EventSink::new(tx),
+            cancel: self.cancel.clone(),
+            prioritize_sensitive: true,
+            boot_timeout: self.boot_timeout,
+            artifacts: Arc::new(lazyinit_orchestrator::artifacts::Built::new(
+                lazyinit_core::paths::cache_dir(),
+                keys.dir().to_path_buf(),
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )),
+        };
+        lazyinit_orchestrator::run(&spec, &plan, provider, opts).await?;
+        Ok(())
+    }
+}

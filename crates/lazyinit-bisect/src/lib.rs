@@ -1,0 +1,20 @@
+//! Bisection on the lazy-init metric, as pure functions.
+//!
+//! - [`search`]: given the commits between a good and a bad end (oldest
+//!   first) and the verdicts so far, which commit to test next, or the
+//!   first bad commit, or the range that skipped commits leave.
+//! - [`test`]: the ends' two levels and their noise, whether they differ,
+//!   and the sequential test (SPRT) that says of a step's samples: good,
+//!   bad, or "measure more".
+//! - [`log`]: `git bisect log` text and the table of steps.
+//!
+//! Nothing here runs git, builds or boots: the CLI does, and feeds results
+//! in. See `docs/bisect.md`.
+
+pub mod git;
+pub mod log;
+pub mod search;
+pub mod test;
+
+pub use search::{next, Next, Verdict};
+pub use test::{Decision, Ends, Sample, Sprt};

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Commit Debian's 6.1 source as a git history for bisect tests and demos:
+#   scripts/bisect-history.sh DIR COMMITS CULPRIT BROKEN
+# commit 0 is the source as released (with the ext4 lazy-init fix); commits
+# 1..COMMITS-1 each add one comment line to a file of fs/ext4 (a one-file
+# rebuild each); commit CULPRIT also applies the project's revert of the fix
+# (kernels/patches/debian-6.1-revert-fix.patch), commit BROKEN adds an
+# `#error` to fs/ext4/inode.c and the next commit takes it out. Names, emails
+# and dates are fixed, so the same arguments give the same hashes: a warm
+# cache then holds the builds. An existing DIR made with the same arguments
+# is kept.
+set -euo pipefail
+dir=$1 n=$2 culprit=$3 broken=$4
+here=$(cd "$(dirname "$0")/.." && pwd)
+tarball=/usr/src/linux-source-6.1.tar.xz
+stamp="commits=$n culprit=$culprit broken=$broken"
+if [ -f "$dir/.git/lazyinit-history" ] && [ "$(cat "$dir/.git/lazyinit-history")" = "$stamp" ]; then
+  exit 0
+fi
+[ -f "$tarball" ] || { echo "error: $tarball is missing: run scripts/setup-host.sh" >&2; exit 4; }
+rm -rf "$dir"
+mkdir -p "$dir"
+tar -xf "$tarball" -C "$dir" --strip-components=1
+cd "$dir"
+export GIT_AUTHOR_NAME="lazyinit-bench" GIT_AUTHOR_EMAIL="ci@lazyinit-bench"
+export GIT_COMMITTER_NAME="lazyinit-bench" GIT_COMMITTER_EMAIL="ci@lazyinit-bench"
+at() { export GIT_AUTHOR_DATE="2026-01-01T00:$(printf %02d $(( $1 / 60 ))):$(printf %02d $(( $1 % 60 )))Z" GIT_COMMITTER_DATE="2026-01-01T00:$(printf %02d $(( $1 / 60 ))):$(printf %02d $(( $1 % 60 )))Z"; }
+git init -q -b main
+git config core.autocrlf false
+# Debian's tree ignores its whole top level (`/*`, for its packaging):
+# everything is added by force.
+at 0
+git add -f -A
+git commit -q -m "Debian linux-source-6.1 as released"
+files=(balloc.c bitmap.c dir.c file.c fsync.c hash.c ialloc.c ioctl.c namei.c page-io.c resize.c symlink.c sysfs.c xattr.c)
+for i in $(seq 1 $((n - 1))); do
+  at "$i"
+  f=fs/ext4/${files[$(( i % ${#files[@]} ))]}
+  echo "/* bisect history: commit $i */" >> "$f"
+  msg="ext4: note $i in $(basename "$f")"
+  if [ "$i" = "$culprit" ]; then
+    patch -s -p1 -F0 < "$here/kernels/patches/debian-6.1-revert-fix.patch"
+    msg="ext4: time the first zeroing in jiffies again (reverts 39fec6889d15)"
+  fi
+  if [ "$i" = "$broken" ]; then
+    echo '#error "bisect history: this commit does not build"' >> fs/ext4/inode.c
+    msg="ext4: a change that does not build"
+  fi
+  if [ "$i" = "$((broken + 1))" ]; then
+    sed -i '/bisect history: this commit does not build/d' fs/ext4/inode.c
+    msg="$msg; build again"
+  fi
+  git add -f -A fs/ext4
+  git commit -q -m "$msg"
+done
+echo "$stamp" > .git/lazyinit-history
