@@ -372,6 +372,7 @@ impl Session {
                 keys.dir().to_path_buf(),
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             )),
+            shard_chosen_by: String::new(),
         };
         lazyinit_orchestrator::run(&spec, &plan, provider, opts).await?;
         Ok(())
