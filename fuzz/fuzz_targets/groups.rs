@@ -2,7 +2,7 @@
 //! and estimated from at every prefix a live run could check: no panic.
 #![no_main]
 
-use lazyinit_core::estimate::{check, Trace};
+use lazyinit_core::estimate::{check, Load, Trace};
 use lazyinit_core::{ticks, Hz};
 use libfuzzer_sys::fuzz_target;
 
@@ -33,6 +33,9 @@ fuzz_target!(|data: &[u8]| {
             first_group_s: g.t_s.first().copied().unwrap_or_default(),
             t_s: &g.t_s[..n],
             zero_s: &g.zero_s[..n],
+            load: Load {
+                changing: u32::from(sel),
+            },
         };
         let _ = check(&tr);
     }
