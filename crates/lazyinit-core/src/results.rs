@@ -221,6 +221,7 @@ struct Flat {
     crossed_ticks: Option<f64>,
     #[serde(default)]
     estimate_caveat: Option<String>,
+    #[serde(default)]
     shard: String,
     #[serde(default)]
     host: String,
