@@ -2,7 +2,7 @@
 # Installs every host package lazyinit-bench needs on Debian 12 (bookworm).
 # Idempotent: a second run on a ready machine only checks and exits.
 # QEMU comes from bookworm-backports because qemu-utils 10 from backports
-# conflicts with bookworm's qemu-system 7.2 (DESIGN.md, pitfalls).
+# conflicts with bookworm's qemu-system 7.2 (docs/design.md §3, pitfalls).
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
