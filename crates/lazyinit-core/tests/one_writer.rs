@@ -26,22 +26,43 @@ const OWNER: &[&str] = &[
 /// Files that write, and where: none of it is in a results folder.
 const ELSEWHERE: &[(&str, &str)] = &[
     (
-        "crates/lazyinit-bench/src/cmd/report.rs",
-        "the file `report --out` names",
+        "crates/lazyinit-bench/src/cmd/bisect.rs",
+        "a bisect folder's log, step table, summary and gathered rows (each sample's run folder is the runner's)",
     ),
     (
-        "crates/lazyinit-bench/src/cmd/replay.rs",
-        "the file `replay --out` names",
+        "crates/lazyinit-bench/src/cmd/bisect/session.rs",
+        "a bisect folder's skip notes",
+    ),
+    ("crates/lazyinit-bisect/src/git.rs", "the bisect's private worktree in the cache"),
+    (
+        "crates/lazyinit-bench/src/cmd/history.rs",
+        "the JUnit file `history check --out` names",
+    ),
+    (
+        "crates/lazyinit-bench/src/cmd/publish.rs",
+        "the site `history publish --out` names",
+    ),
+    ("crates/lazyinit-site/src/publish.rs", "the published site"),
+    ("crates/lazyinit-history/src/sqlite.rs", "the history database file"),
+    (
+        "crates/lazyinit-core/src/output.rs",
+        "the file a command's --out names (report, compare, replay, kcidb)",
+    ),
+    (
+        "crates/lazyinit-orchestrator/src/merge.rs",
+        "a merged run, built whole in a new folder beside --out and renamed into place (no run writes it)",
+    ),
+    ("crates/lazyinit-orchestrator/src/token.rs", "the host-wide token's folder and lock"),
+    ("crates/lazyinit-ssh/src/runkeys.rs", "a run's own key folder in the state directory"),
+    (
+        "crates/lazyinit-report/src/plot/mod.rs",
+        "an SVG at a path its caller names (tests; the CLI writes through output.rs)",
     ),
     (
         "crates/lazyinit-image/src/apt.rs",
         "the image cache's package downloads",
     ),
     ("crates/lazyinit-image/src/cache.rs", "the image cache"),
-    (
-        "crates/lazyinit-image/src/keys.rs",
-        "the image's host keys, in the cache",
-    ),
     (
         "crates/lazyinit-image/src/lib.rs",
         "the image cache's package folder",
@@ -65,10 +86,6 @@ const ELSEWHERE: &[(&str, &str)] = &[
     (
         "crates/lazyinit-orchestrator/src/fake.rs",
         "the fake lab's kernel placeholders",
-    ),
-    (
-        "crates/lazyinit-orchestrator/src/gate.rs",
-        "the host-wide token's lock file",
     ),
     (
         "crates/lazyinit-qemu/src/accel.rs",

@@ -7,11 +7,18 @@ use crate::backend::{in_transaction, Backend, Value};
 use crate::HistoryError;
 
 /// Every migration, in order: (version, folder name, up.sql).
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "0001_initial",
-    include_str!("../migrations/0001_initial/up.sql"),
-)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "0001_initial",
+        include_str!("../migrations/0001_initial/up.sql"),
+    ),
+    (
+        2,
+        "0002_caveat_shard_host",
+        include_str!("../migrations/0002_caveat_shard_host/up.sql"),
+    ),
+];
 
 const VERSIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version BIGINT PRIMARY KEY,

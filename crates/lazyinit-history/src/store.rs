@@ -68,6 +68,9 @@ const KINDS: &[(&str, Kind)] = {
         ("lazyinit_lo_s", Real),
         ("lazyinit_hi_s", Real),
         ("crossed_ticks", Real),
+        ("estimate_caveat", Text),
+        ("shard", Text),
+        ("host", Text),
     ]
 };
 
@@ -131,7 +134,12 @@ fn row_from(db: &Row) -> Result<ResultRow, HistoryError> {
         let v = match kind {
             Kind::Int => db.int(i).map(Json::from).unwrap_or(Json::Null),
             Kind::Real => db.real(i).map(Json::from).unwrap_or(Json::Null),
-            Kind::Text => db.text(i).map(Json::from).unwrap_or(Json::Null),
+            // A column a later migration added is NULL on older rows:
+            // left out, it reads as absent, as in an older CSV.
+            Kind::Text => match db.text(i) {
+                Some(t) => Json::from(t),
+                None => continue,
+            },
             Kind::Bool => Json::Bool(db.bool(i)),
         };
         map.insert(name.to_string(), v);

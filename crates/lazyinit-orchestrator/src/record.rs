@@ -143,5 +143,7 @@ pub(crate) fn write_shard_record(
         hosts,
     };
     let text = toml::to_string_pretty(&record).unwrap_or_default();
-    std::fs::write(&path, text).map_err(|e| RunError::Write(path, e))
+    folder
+        .put(RunFolder::SHARD_TOML, text)
+        .map_err(|e| RunError::Write(e.path, e.source))
 }

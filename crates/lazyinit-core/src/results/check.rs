@@ -33,7 +33,6 @@ pub(super) fn check(row: &ResultRow) -> Result<(), String> {
         ("estimate_cycle_ms", m.estimate_cycle_ms),
         ("lazyinit_lo_s", m.lazyinit_lo_s),
         ("lazyinit_hi_s", m.lazyinit_hi_s),
-        ("crossed_ticks", m.crossed_ticks),
     ];
     for (name, v) in values {
         if let Some(v) = v {
@@ -44,6 +43,13 @@ pub(super) fn check(row: &ResultRow) -> Result<(), String> {
                 ));
             }
         }
+    }
+    // A mean of cycle lengths less L + 1 ticks on the guest's tick grid:
+    // slightly below zero where cycles read a little short of the grid.
+    if let Some(v) = m.crossed_ticks.filter(|v| !v.is_finite()) {
+        return Err(format!(
+            "column `crossed_ticks`: {v} is not a measurement (it is finite); fix or remove the row"
+        ));
     }
     if row.status == Status::Ok && m.lazyinit_s.is_none() {
         return Err(
@@ -57,9 +63,19 @@ pub(super) fn check(row: &ResultRow) -> Result<(), String> {
 
 /// A bool column appended later: an empty value reads as absent (`false`),
 /// like a missing column, so a file another tool wrote with blanks reads.
+/// A self-describing format (JSON: the history's rows) may give a bool.
 pub(super) fn blank_is_false<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     use serde::de::Error;
-    let s: String = serde::Deserialize::deserialize(d)?;
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        B(bool),
+        S(String),
+    }
+    let s = match <Raw as serde::Deserialize>::deserialize(d)? {
+        Raw::B(b) => return Ok(b),
+        Raw::S(s) => s,
+    };
     match s.trim() {
         "" | "false" => Ok(false),
         "true" => Ok(true),
@@ -111,6 +127,29 @@ mod tests {
             assert!(e.contains(needle), "{v}: {e}");
         }
         assert_eq!(read(&with_lazyinit("60.5")).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn estimated_reads_from_a_bool_too() {
+        #[derive(serde::Deserialize)]
+        struct E {
+            #[serde(deserialize_with = "super::blank_is_false")]
+            e: bool,
+        }
+        let j: E = serde_json::from_str(r#"{"e": true}"#).unwrap();
+        assert!(j.e);
+        let j: E = serde_json::from_str(r#"{"e": ""}"#).unwrap();
+        assert!(!j.e);
+    }
+
+    #[test]
+    fn ticks_crossed_may_be_a_little_below_zero_but_not_infinite() {
+        let mut r = sample();
+        r.measured.crossed_ticks = Some(-0.16);
+        assert_eq!(read(&csv_of(&[r.clone()])).unwrap().len(), 1);
+        r.measured.crossed_ticks = Some(f64::INFINITY);
+        let e = read(&csv_of(&[r])).unwrap_err();
+        assert!(e.contains("column `crossed_ticks`: inf"), "{e}");
     }
 
     #[test]

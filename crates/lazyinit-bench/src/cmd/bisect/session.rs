@@ -301,14 +301,18 @@ impl Session {
         let name = format!("{}-{}-{i}", &commit[..12], role.replace(' ', "-"));
         let dir = self.out.join("runs").join(name);
         let csv = RunFolder::new(&dir).results_csv();
-        let done = |csv: &Path| -> Option<ResultRow> {
-            lazyinit_core::results::read_whole_rows(csv)
-                .ok()?
+        // A results file that is not there yet has no row; one that cannot
+        // be read says why (never "no row").
+        let done = |csv: &Path| -> anyhow::Result<Option<ResultRow>> {
+            if !csv.exists() {
+                return Ok(None);
+            }
+            Ok(lazyinit_core::results::read_whole_rows(csv)?
                 .into_iter()
                 .rev()
-                .find(|r| r.status != Status::Interrupted)
+                .find(|r| r.status != Status::Interrupted))
         };
-        let row = match done(&csv) {
+        let row = match done(&csv)? {
             Some(r) => r,
             None => {
                 self.run_one(&dir, variant).await?;
@@ -319,7 +323,7 @@ impl Session {
                     }
                     .into());
                 }
-                done(&csv)
+                done(&csv)?
                     .ok_or_else(|| anyhow::anyhow!("the run into {} left no row", dir.display()))?
             }
         };
