@@ -120,3 +120,54 @@ fn the_committed_shards_merge_into_the_committed_run() {
     assert_eq!(rows(&out.join("results.csv")).len(), 4);
     assert_eq!(std::fs::read(a.join("results.csv")).unwrap(), before);
 }
+
+/// The merged folder reads as one run everywhere: report, compare against
+/// the unsharded run of the same spec, replay over its per-group data,
+/// KCIDB, and the history (one run, four rows).
+#[test]
+fn a_merged_run_reads_as_one_run() {
+    let results = here().join("../../results/quick-shards");
+    let merged = results.join("merged/results.csv");
+    let merged = merged.to_str().unwrap();
+    let unsharded = results.join("unsharded/results.csv");
+    let tmp = tempfile::tempdir().unwrap();
+    let ok = |args: &[&str]| -> String {
+        let o = cli(args, tmp.path());
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let report = ok(&["report", merged]);
+    assert!(report.contains("4 rows, 4 cells, 0 failed"), "{report}");
+    let compare = cli(
+        &[
+            "compare",
+            "--baseline",
+            unsharded.to_str().unwrap(),
+            "--candidate",
+            merged,
+            "--metric",
+            "ms_per_group",
+        ],
+        tmp.path(),
+    );
+    // Same host, same spec: no cell regressed, none missing (0, not 1 or 2).
+    assert_eq!(
+        compare.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&compare.stderr)
+    );
+    let replay = ok(&["replay", merged, "--after", "25", "--format", "csv"]);
+    assert_eq!(replay.lines().count(), 1 + 4, "{replay}");
+    let kcidb = ok(&["report", "--format", "kcidb", merged]);
+    let v: serde_json::Value = serde_json::from_str(&kcidb).unwrap();
+    assert_eq!(v["tests"].as_array().unwrap().len(), 4 * 3);
+    let db = format!("sqlite:{}", tmp.path().join("h.sqlite").display());
+    let folder = results.join("merged");
+    let import = ok(&["history", "import", "--db", &db, folder.to_str().unwrap()]);
+    assert!(import.contains("new run (4 rows added"), "{import}");
+}
