@@ -122,6 +122,8 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
 
     // The same question through `git bisect run` (its steps reuse the
     // samples above where git picks the same commits).
+    // A run killed mid-way left the shared history bisecting: start clean.
+    git(&repo, &["bisect", "reset"]);
     git(&repo, &["bisect", "start", bad, good]);
     let run = Command::new("git")
         .arg("-C")
@@ -135,7 +137,7 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&run.stdout).to_string();
-    git(&repo, &["bisect", "reset", "-q"]);
+    git(&repo, &["bisect", "reset"]);
     assert!(
         run.status.success(),
         "{said}\n{}",
