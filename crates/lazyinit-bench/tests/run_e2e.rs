@@ -105,7 +105,16 @@ fn smoke_run_measures_both_variants() {
     assert_eq!(rows.len(), 2);
     // The history holds both rows, with the values the CSV has.
     let show = Command::new(bin())
-        .args(["history", "show", "--db", &db, "--format", "csv"])
+        .args([
+            "history",
+            "show",
+            "--db",
+            &db,
+            "--metric",
+            "lazyinit_s",
+            "--format",
+            "csv",
+        ])
         .output()
         .unwrap();
     assert!(
