@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use lazyinit_report::render::junit::esc;
+
 use serde::Serialize;
 
 use crate::changes::Change;
@@ -193,23 +195,6 @@ pub fn check_text(r: &CheckReport) -> String {
     }
     if r.verdicts.is_empty() {
         out.push_str("the run has no ok row with this metric: nothing to check\n");
-    }
-    out
-}
-
-/// Escapes text for XML.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
-            c => out.push(c),
-        }
     }
     out
 }

@@ -11,8 +11,9 @@ use crate::cells::CellKey;
 use crate::compare::{CellComparison, Comparison, Side, Verdict};
 use crate::stats::Summary;
 
-/// Escapes text for an XML attribute or element.
-fn esc(s: &str) -> String {
+/// Escapes text for an XML attribute or element (also `history check`'s
+/// JUnit).
+pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
         match ch {
