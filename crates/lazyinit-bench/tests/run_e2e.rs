@@ -415,13 +415,23 @@ fn smoke_run_with_estimates_stops_early() {
             r.measured.lazyinit_s.unwrap(),
         );
         assert!(lo <= est && est <= hi, "{lo} {est} {hi}");
-        // docs/design.md §2: (L + 1) ticks a group, from the first group on.
+        // docs/design.md §2: (L + 1) ticks a group, from the first group
+        // on, plus one more tick for each cycle whose zeroing crosses a
+        // tick. On a quiet host the estimate is within 1% of L + 1; beside
+        // other tests' guests (CI runs two tests at once, a bisect's guests
+        // and builds among them) up to a quarter of the cycles cross, and
+        // an honest estimate follows them: it must sit between every cycle
+        // at L + 1 ticks and every cycle at L + 2.
         let l = r.measured.sleep_ticks.unwrap() as f64;
-        let model = groups as f64 * (l + 1.0) / r.hz.get() as f64;
+        let tick = 1.0 / r.hz.get() as f64;
+        let (fastest, slowest) = (
+            groups as f64 * (l + 1.0) * tick,
+            groups as f64 * (l + 2.0) * tick,
+        );
         let from_first = est - r.measured.first_group_s.unwrap();
         assert!(
-            (from_first / model - 1.0).abs() < 0.03,
-            "{from_first} vs {model}"
+            from_first >= fastest * 0.99 && from_first <= slowest,
+            "{from_first} s from the first group, outside {fastest}..{slowest} s (L = {l})"
         );
         let cell = res.join(&r.cell_id);
         let log = std::fs::read_to_string(cell.join("estimate.txt")).unwrap();

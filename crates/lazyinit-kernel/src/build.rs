@@ -455,6 +455,13 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
     let marker = tree.join(SOURCE_MARKER);
     let identity = &plan.resolved.facts.identity;
     if decide::reuse_tree(std::fs::read_to_string(&marker).ok().as_deref(), identity) {
+        if matches!(plan.resolved.kind, source::SourceKind::GitTree(_)) {
+            // Said so a bisect's log shows every step after the first
+            // reusing the tree (here with nothing to copy).
+            ctx.step(format!(
+                "the build tree is already at {identity}: nothing to copy (incremental)"
+            ));
+        }
         return Ok(tree);
     }
     if let source::SourceKind::GitTree(root) = &plan.resolved.kind {
