@@ -100,8 +100,13 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         broken_row.contains("| skip |") && broken_row.contains("does not build"),
         "{broken_row}"
     );
-    // Steps after the first are incremental: only what changed is copied.
+    // Steps after the first are incremental: only what changed is copied
+    // (nothing, when the slot's tree is already at the commit: a warm
+    // cache builds only the unbuildable commit, the slot's last build).
+    // At most one build unpacks the whole tree.
     assert!(stderr.contains("(incremental)"), "{stderr}");
+    let unpacks = stderr.matches("build: unpack ").count();
+    assert!(unpacks <= 1, "{unpacks} whole unpacks:\n{stderr}");
     // One row per measurement, each naming its commit.
     let rows = lazyinit_core::results::read_rows(folder.join("results.csv")).unwrap();
     assert!(rows.len() >= 6, "{} rows", rows.len());
@@ -148,4 +153,16 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         "{said}"
     );
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]), *bad);
+    // The table shows every step git ran, each call's added to the last's.
+    let calls = std::fs::read_to_string(folder.join("bisect-step.log")).unwrap();
+    let steps = std::fs::read_to_string(folder.join("steps.md")).unwrap();
+    let stepped: std::collections::BTreeSet<&str> =
+        calls.lines().filter_map(|l| l.split(' ').next()).collect();
+    assert!(stepped.len() >= 3, "{calls}");
+    for c in &stepped {
+        assert!(
+            steps.contains(&c[..12]),
+            "step {c} not in the table:\n{steps}"
+        );
+    }
 }

@@ -5,7 +5,7 @@
 use crate::search::Verdict;
 
 /// One commit judged (an end, a step, or a confirmation).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     /// What the step was for: `good end`, `bad end`, `step`, `confirm bad`,
     /// `confirm parent`, `revert on bad`.
@@ -84,6 +84,37 @@ pub fn table(steps: &[Step], metric: &str) -> String {
     out
 }
 
+/// The steps `bisect-step` judged in earlier calls, kept one JSON object
+/// a line (`bisect-steps.jsonl`) so each call's table shows every step so
+/// far: `text` with `step` added, a commit judged again replacing its
+/// earlier line. A line that does not parse (a hand edit) is dropped and
+/// counted.
+pub fn add_step(text: &str, step: &Step) -> (Vec<Step>, usize) {
+    let mut dropped = 0;
+    let mut steps: Vec<Step> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| match serde_json::from_str::<Step>(l) {
+            Ok(s) => Some(s),
+            Err(_) => {
+                dropped += 1;
+                None
+            }
+        })
+        .filter(|s| s.commit != step.commit)
+        .collect();
+    steps.push(step.clone());
+    (steps, dropped)
+}
+
+/// [`add_step`]'s file text of `steps`.
+pub fn steps_jsonl(steps: &[Step]) -> String {
+    steps
+        .iter()
+        .map(|s| serde_json::to_string(s).unwrap_or_default() + "\n")
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +161,20 @@ mod tests {
         let t = table(&[step("step", "0123456789abcdef", "good")], "ms_per_group");
         assert_eq!(t.lines().count(), 3);
         assert!(t.contains("| 1 | step | 0123456789ab | subject of 0123456789abcdef | 2 | 40.00 | 3 | good | 12.0 | 30.0 |  |"), "{t}");
+    }
+
+    #[test]
+    fn steps_of_earlier_calls_are_kept_and_a_commit_again_replaces_its_line() {
+        let (one, _) = add_step("", &step("step", "ccc", "good"));
+        let (two, _) = add_step(&steps_jsonl(&one), &step("step", "ddd", "bad"));
+        assert_eq!(two.len(), 2);
+        let mut again = step("step", "ccc", "bad");
+        again.samples = 3;
+        let text = steps_jsonl(&two) + "not json\n";
+        let (three, dropped) = add_step(&text, &again);
+        assert_eq!(dropped, 1);
+        let commits: Vec<&str> = three.iter().map(|s| s.commit.as_str()).collect();
+        assert_eq!(commits, ["ddd", "ccc"]);
+        assert_eq!((three[1].verdict.as_str(), three[1].samples), ("bad", 3));
     }
 }

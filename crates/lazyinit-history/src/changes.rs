@@ -148,6 +148,70 @@ impl RunRef {
     }
 }
 
+/// The commits a change lies in: after `good` (the last run before it
+/// built this commit), up to and including `bad` (the first run after).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommitRange {
+    pub good: String,
+    pub bad: String,
+    /// `git log` of the range, to read it.
+    pub log: String,
+    /// The `lazyinit-bench bisect` that names the first bad commit.
+    pub bisect: String,
+}
+
+impl CommitRange {
+    /// The range between two kernels' identities, when both are commits
+    /// of a git tree (`git:<commit>[+<diff hash>]`) and differ. A tree
+    /// with uncommitted changes on either side still gives its commits: the
+    /// bisect measures commits, so a change made only by the diff shows
+    /// there as ends that do not differ.
+    pub fn of(series: &Series, metric: &str, before: &RunRef, after: &RunRef) -> Option<Self> {
+        let commit = |r: &RunRef| -> Option<String> {
+            let rest = r.kernel_identity.as_deref()?.strip_prefix("git:")?;
+            let c = rest.split('+').next().unwrap_or(rest);
+            (c.len() >= 7 && c.chars().all(|ch| ch.is_ascii_hexdigit())).then(|| c.to_string())
+        };
+        let (good, bad) = (commit(before)?, commit(after)?);
+        if good == bad {
+            return None;
+        }
+        let k = &series.key;
+        let tree = shell_word(&k.kernel_source);
+        let log = format!("git -C {tree} log --oneline {good}..{bad}");
+        let mut bisect = format!(
+            "lazyinit-bench bisect --source {tree} --good {good} --bad {bad} --cell {}:{}:{} --metric {metric}",
+            k.arch,
+            k.hz,
+            k.volume()
+        );
+        if !k.storage_profile.is_empty() {
+            bisect.push_str(&format!(
+                " --storage-profile {}",
+                shell_word(&k.storage_profile)
+            ));
+        }
+        Some(CommitRange {
+            good,
+            bad,
+            log,
+            bisect,
+        })
+    }
+}
+
+/// `s` as one shell word: as is when it is plain, else single-quoted.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%=,".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// One side of a change.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Segment {
@@ -183,6 +247,10 @@ pub struct Change {
     /// The sleep L on either side when it moved: the kernel chose another
     /// L (`docs/history.md`, "An L change"), not a slower cycle.
     pub sleep_moved: Option<(Vec<u64>, Vec<u64>)>,
+    /// The commits between the two runs, when both kernels were built
+    /// from commits of a git tree (`run --source TREE`), with the bisect
+    /// that names the one that moved the series.
+    pub commits: Option<CommitRange>,
     /// The alert's state and note when the history has one (its
     /// timestamps are left out: the same history gives the same output).
     pub alert_state: Option<AlertState>,
@@ -231,6 +299,9 @@ pub fn change_of(series: &Series, split: &Split, lo: usize, hi: usize, kind: Cha
     let sleep_moved = (before.sleep_ticks != after.sleep_ticks)
         .then(|| (before.sleep_ticks.clone(), after.sleep_ticks.clone()));
     let first = &series.points[i];
+    let last_run_before = RunRef::of(&series.points[i - 1]);
+    let first_run = RunRef::of(first);
+    let commits = CommitRange::of(series, series.metric, &last_run_before, &first_run);
     Change {
         alert_id: alert_id(&series.id, series.metric, &first.run_key),
         kind,
@@ -239,13 +310,14 @@ pub fn change_of(series: &Series, split: &Split, lo: usize, hi: usize, kind: Cha
         metric: series.metric.to_string(),
         unit: series.unit.to_string(),
         index: i,
-        last_run_before: RunRef::of(&series.points[i - 1]),
-        first_run: RunRef::of(first),
+        last_run_before,
+        first_run,
         before,
         after,
         change_pct: t.rel_change() * 100.0,
         p: t.p,
         sleep_moved,
+        commits,
         alert_state: None,
         alert_note: None,
         alert: None,

@@ -173,6 +173,10 @@ pub fn changes_text(changes: &[Change], series_count: usize) -> String {
                 writeln!(out, "  kernel tree {a} -> {b}").unwrap();
             }
         }
+        if let Some(r) = &c.commits {
+            writeln!(out, "  commits {}..{}: {}", r.good, r.bad, r.log).unwrap();
+            writeln!(out, "  to name the commit: {}", r.bisect).unwrap();
+        }
         if let Some((b, a)) = &c.sleep_moved {
             writeln!(out, "  an L change: L {} -> {}", sleeps(b), sleeps(a)).unwrap();
         }

@@ -174,3 +174,57 @@ fn false_alarms_of_the_one_run_check_over_shuffles() {
     assert!(judged > 10_000);
     assert!(rate < 0.15, "{rate}");
 }
+
+/// A nightly of a git tree (`run --source TREE`, one commit a night): the
+/// change names the commits between the two nights around it and the
+/// bisect that would name the one that moved the cell.
+#[test]
+fn a_change_in_a_git_tree_nightly_names_its_commit_range_and_the_bisect() {
+    let dir = tempfile::tempdir().unwrap();
+    let commit = |night: usize| format!("{:040x}", 0xc0ffee00u64 + night as u64);
+    let mut nights = with_l_change(twenty_nights());
+    for (k, night) in nights.iter_mut().enumerate() {
+        for r in night.rows.iter_mut() {
+            r.kernel_source = "/srv/linux".into();
+        }
+        for f in night.cells.values_mut() {
+            // Night 7 built its commit with uncommitted changes.
+            f.source_identity = Some(if k == 6 {
+                format!("git:{}+0123456789abcdef", commit(k))
+            } else {
+                format!("git:{}", commit(k))
+            });
+        }
+    }
+    let found = changes_in(&fresh_sqlite(dir.path()), &nights);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let c = &found[0];
+    let r = c.commits.as_ref().expect("a commit range");
+    assert_eq!(
+        (r.good.as_str(), r.bad.as_str()),
+        (commit(12).as_str(), commit(13).as_str())
+    );
+    assert_eq!(
+        r.bisect,
+        format!(
+            "lazyinit-bench bisect --source /srv/linux --good {} --bad {} --cell x86_64:250:64GiB \
+             --metric from_first_group_s --storage-profile ebs",
+            commit(12),
+            commit(13)
+        )
+    );
+    let text = lazyinit_history::render::changes_text(&found, 1);
+    assert!(
+        text.contains(&format!(
+            "commits {}..{}: git -C /srv/linux log --oneline",
+            commit(12),
+            commit(13)
+        )),
+        "{text}"
+    );
+    // Tarball kernels have no commits: the committed nights name none.
+    let dir2 = tempfile::tempdir().unwrap();
+    let plain = changes_in(&fresh_sqlite(dir2.path()), &with_l_change(twenty_nights()));
+    assert_eq!(plain.len(), 1);
+    assert!(plain[0].commits.is_none());
+}

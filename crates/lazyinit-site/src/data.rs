@@ -62,6 +62,19 @@ pub struct ChangeData {
     /// The alert it raised and its state, if any.
     pub alert: Option<String>,
     pub state: Option<String>,
+    /// The commits it lies in, when both kernels came from a git tree.
+    #[serde(default)]
+    pub commits: Option<CommitsData>,
+}
+
+/// The commits between the runs on either side of a change, and the
+/// commands that read and bisect them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitsData {
+    pub good: String,
+    pub bad: String,
+    pub log: String,
+    pub bisect: String,
 }
 
 /// One side of a change.

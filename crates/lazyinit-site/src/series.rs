@@ -40,6 +40,11 @@ pub fn render(s: &SeriesData, metric: &str, unit: &str) -> Result<String, PlotEr
     Ok(page(&s.label, "../style.css", &b))
 }
 
+/// A commit as people quote it: its first 12 hex digits.
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
 /// Kernels on one side: all of a few, or the first and last of many.
 fn kernels(k: &[String]) -> String {
     match k {
@@ -104,6 +109,18 @@ fn change_table(b: &mut String, changes: &[ChangeData], unit: &str) {
             c.p
         )
         .unwrap();
+        if let Some(r) = &c.commits {
+            writeln!(
+                b,
+                "<tr class=\"commits\"><td></td><td colspan=\"6\">commits <code>{}..{}</code>: \
+                 <code>{}</code>; to name the commit: <code>{}</code></td></tr>",
+                esc(short(&r.good)),
+                esc(short(&r.bad)),
+                esc(&r.log),
+                esc(&r.bisect)
+            )
+            .unwrap();
+        }
     }
     b.push_str("</tbody></table>\n");
 }

@@ -82,3 +82,29 @@ fn a_folder_that_is_not_a_site_is_refused_and_untouched() {
     std::fs::create_dir(&empty).unwrap();
     publish(&common::sample(), &empty).unwrap();
 }
+
+#[test]
+fn a_change_in_a_git_tree_shows_its_commits_and_the_bisect() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("site");
+    let data = common::sample();
+    publish(&data, &out).unwrap();
+    let (k, s) = data
+        .series
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.changes.iter().any(|c| c.commits.is_some()))
+        .expect("the sample has a change with commits");
+    let page = std::fs::read_dir(out.join("series"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .find(|p| p.contains(&format!("<title>{}", s.label)) || p.contains(&s.label))
+        .unwrap_or_else(|| panic!("no page for series {k}"));
+    assert!(
+        page.contains("commits <code>116c914995f6..18b53871f777</code>"),
+        "{page}"
+    );
+    assert!(page.contains(
+        "to name the commit: <code>lazyinit-bench bisect --source /srv/linux --good 116c9149"
+    ));
+}

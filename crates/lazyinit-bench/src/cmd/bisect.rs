@@ -387,7 +387,24 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
         .append(true)
         .open(s.out.join("bisect-step.log"))?
         .write_all(line.as_bytes())?;
-    steps.push(j.step);
+    // The table shows every step of the `git bisect run` so far, not
+    // only this call's: earlier calls' steps are kept beside it.
+    let kept = s.out.join("bisect-steps.jsonl");
+    let (judged, dropped) = lazyinit_bisect::log::add_step(
+        &std::fs::read_to_string(&kept).unwrap_or_default(),
+        &j.step,
+    );
+    if dropped > 0 {
+        eprintln!(
+            "warning: {} line(s) of {} did not parse and were dropped",
+            dropped,
+            kept.display()
+        );
+    }
+    let tmp = s.out.join(".bisect-steps.jsonl.tmp");
+    std::fs::write(&tmp, lazyinit_bisect::log::steps_jsonl(&judged))?;
+    std::fs::rename(&tmp, &kept)?;
+    steps.extend(judged);
     write_outputs(s, &steps, &format!("step {}: exit {code}", &head[..12]))?;
     Ok(code)
 }

@@ -212,6 +212,12 @@ fn change_data(c: &Change) -> site::ChangeData {
         p: c.p,
         alert: Some(c.alert_id.clone()),
         state: c.alert.as_ref().map(|a| a.state.as_str().to_string()),
+        commits: c.commits.as_ref().map(|r| site::CommitsData {
+            good: r.good.clone(),
+            bad: r.bad.clone(),
+            log: r.log.clone(),
+            bisect: r.bisect.clone(),
+        }),
     }
 }
 

@@ -69,6 +69,12 @@ pub fn sample() -> SiteData {
         p: 1e-5,
         alert: Some("a1".into()),
         state: Some("new".into()),
+        commits: Some(CommitsData {
+            good: "116c914995f624ae685e0b59d4c3a1fb3e6c7a21".into(),
+            bad: "18b53871f777a2b8bb5d6c9e0c04c4a4a0b6f3e2".into(),
+            log: "git -C /srv/linux log --oneline 116c9149..18b53871".into(),
+            bisect: "lazyinit-bench bisect --source /srv/linux --good 116c9149 --bad 18b53871 --cell arm64:100:2TiB --metric lazyinit_s".into(),
+        }),
     };
     SiteData {
         title: "ext4 lazy init: nightly history".into(),
