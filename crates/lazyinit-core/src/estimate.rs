@@ -109,6 +109,9 @@ pub struct Estimate {
     pub tail_s: f64,
     /// Predicted mount to the thread's exit, seconds.
     pub lazyinit_s: f64,
+    /// Cycles still to come after the last counted group (the exit's
+    /// included): what the interval's per-cycle allowances are times.
+    pub future: u64,
     /// [`CONFIDENCE`] prediction interval of `lazyinit_s`.
     pub lo_s: f64,
     pub hi_s: f64,
@@ -127,9 +130,12 @@ pub struct Spread {
     /// How far the ticks may run from nominal, ms a cycle, both ways
     /// ([`spread::tick_drift`]).
     pub drift_ms: f64,
-    /// Extra ticks a cycle the rest of the matrix may add
+    /// Extra ticks a cycle the guests still starting may add
     /// ([`spread::load_ticks`]), above only.
     pub load_ticks: f64,
+    /// Extra ticks a cycle the guests in lazy-init may add or take when
+    /// they end ([`spread::running_ticks`]), both ways.
+    pub running_ticks: f64,
     /// Shares of cycles that shift would give (first) or take a tick.
     pub near_tick: (f64, f64),
     pub load: Load,
@@ -145,6 +151,7 @@ impl Spread {
             shift_ms: 0.0,
             drift_ms: 0.0,
             load_ticks: 0.0,
+            running_ticks: 0.0,
             near_tick: (0.0, 0.0),
             load,
             capped: false,
@@ -194,6 +201,12 @@ impl Estimate {
             why.push(format!(
                 "{} other guest(s) still starting when it stopped",
                 sp.load.changing
+            ));
+        }
+        if sp.load.running > 0 {
+            why.push(format!(
+                "{} other guest(s) in lazy-init that may end first",
+                sp.load.running
             ));
         }
         (!why.is_empty()).then(|| why.join("; "))
@@ -590,8 +603,11 @@ pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
         cycle_s,
         tail_s,
         lazyinit_s,
-        lo_s: lazyinit_s - below - f * (lose * tick + sp.drift_ms / 1000.0),
-        hi_s: lazyinit_s + above + f * ((gain + sp.load_ticks) * tick + sp.drift_ms / 1000.0),
+        future,
+        lo_s: lazyinit_s - below - f * ((lose + sp.running_ticks) * tick + sp.drift_ms / 1000.0),
+        hi_s: lazyinit_s
+            + above
+            + f * ((gain + sp.load_ticks + sp.running_ticks) * tick + sp.drift_ms / 1000.0),
         spread: sp,
     })
 }
@@ -621,7 +637,7 @@ fn spread_of(tr: &Trace, first: usize, last: usize, m: u64) -> Result<Spread, No
     let (near_tick, shift_s) = match &margins {
         Some(mg) => {
             let regime = spread::regime_shift(mg, (mg.len() / 8).max(MIN_WINDOW as usize));
-            let shift = spread::allowed_shift(regime, tr.load);
+            let shift = spread::allowed_shift(regime);
             let (floor_gain, floor_lose) = spread::near_tick(mg, spread::FLOOR_SHIFT_S);
             if !capped && floor_gain + floor_lose > STRADDLE_SHARE {
                 return Err(NotLocked::Straddle {
@@ -649,6 +665,7 @@ fn spread_of(tr: &Trace, first: usize, last: usize, m: u64) -> Result<Spread, No
         shift_ms: shift_s * 1000.0,
         drift_ms: spread::tick_drift(&cycles, tick) * 1000.0,
         load_ticks: spread::load_ticks(tr.load),
+        running_ticks: spread::running_ticks(tr.load),
         near_tick,
         load: tr.load,
         capped: capped && uncertain,

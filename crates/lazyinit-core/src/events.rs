@@ -91,13 +91,18 @@ impl EventSink {
     /// queued or not yet in lazy-init (guests of another harness process
     /// on the same host are not seen).
     pub fn load_beside(&self, cell: &str) -> crate::estimate::Load {
-        let changing = self.phases.lock().map_or(0, |p| {
-            p.iter()
-                .filter(|(c, ph)| c.as_str() != cell && **ph < Phase::Lazyinit)
-                .count()
+        let (changing, running) = self.phases.lock().map_or((0, 0), |p| {
+            let others = || p.iter().filter(|(c, _)| c.as_str() != cell);
+            (
+                others().filter(|(_, ph)| **ph < Phase::Lazyinit).count(),
+                others()
+                    .filter(|(_, ph)| matches!(ph, Phase::Lazyinit | Phase::Collect))
+                    .count(),
+            )
         });
         crate::estimate::Load {
-            changing: changing as u32,
+            changing: u32::try_from(changing).unwrap_or(u32::MAX),
+            running: u32::try_from(running).unwrap_or(u32::MAX),
         }
     }
     pub fn phase(&self, cell: &str, phase: Phase) {
@@ -132,7 +137,10 @@ mod tests {
         }
         assert_eq!(sink.load_beside("a").changing, 2);
         assert_eq!(sink.load_beside("b").changing, 1);
+        assert_eq!(sink.load_beside("a").running, 0);
+        assert_eq!(sink.load_beside("b").running, 1);
         clone.phase("b", Phase::Lazyinit);
         assert_eq!(sink.load_beside("a").changing, 1);
+        assert_eq!(sink.load_beside("a").running, 1);
     }
 }

@@ -65,7 +65,7 @@ proptest! {
         hz in hz(),
         changing in prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()],
     ) {
-        let load = Load { changing };
+        let load = Load { changing, running: changing };
         let tr = Trace { hz, to_init, first_group_s: first, t_s: &t_s, zero_s: &zero, load };
         if let Ok(e) = check(&tr) {
             prop_assert_eq!(e.groups_traced, t_s.len() as u64);
@@ -82,7 +82,7 @@ proptest! {
     ) {
         let t = regular(3.0, hz.tick_s() * 11.0, n, scale);
         let z: Vec<Option<f64>> = t.iter().map(|_| Some(0.0035 * scale)).collect();
-        let load = Load { changing: u32::MAX };
+        let load = Load { changing: u32::MAX, running: u32::MAX };
         let tr = Trace { hz, to_init, first_group_s: 3.0 * scale, t_s: &t, zero_s: &z, load };
         let _ = check(&tr);
     }

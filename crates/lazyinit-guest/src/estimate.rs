@@ -209,12 +209,13 @@ fn fill(m: &mut Measurement, s: &parse::TraceSummary, mount_done: f64, e: &Estim
 fn summary(e: &Estimate) -> String {
     let sp = &e.spread;
     let why = format!(
-        "block_cycles={:.1}\nshift_ms={:.3}\nnear_tick_gain={:.3}\nnear_tick_lose={:.3}\nothers_changing={}\ncapped={}\ncaveat={}\n",
+        "block_cycles={:.1}\nshift_ms={:.3}\nnear_tick_gain={:.3}\nnear_tick_lose={:.3}\nothers_changing={}\nothers_running={}\ncapped={}\ncaveat={}\n",
         sp.block_cycles,
         sp.shift_ms,
         sp.near_tick.0,
         sp.near_tick.1,
         sp.load.changing,
+        sp.load.running,
         sp.capped,
         e.caveat().unwrap_or_default()
     );

@@ -300,3 +300,81 @@ fn the_first_cycle_is_never_counted() {
     assert_eq!((e.window, e.ticks), (48, 4));
     assert!((e.lazyinit_s - truth).abs() < 1e-3, "{e:?}");
 }
+
+#[test]
+fn the_load_to_come_widens_the_interval_not_the_estimate() {
+    let run = generate(&Run::noisy(250, 10, 16384, 11));
+    let quiet = trace_of(&run, 250);
+    let at = |load| {
+        check(&Trace {
+            t_s: &run.t_s[..50],
+            zero_s: &run.zero_s[..50],
+            load,
+            ..quiet
+        })
+        .unwrap()
+    };
+    let none = at(Load::default());
+    let starting = at(Load {
+        changing: 5,
+        running: 0,
+    });
+    let running = at(Load {
+        changing: 0,
+        running: 7,
+    });
+    // The point estimate is the trace's alone.
+    assert_eq!(none.lazyinit_s, starting.lazyinit_s);
+    assert_eq!(none.lazyinit_s, running.lazyinit_s);
+    let tick = 0.004;
+    let f = (16384 - 49) as f64;
+    // Guests still starting: more extra ticks to come, above only.
+    assert_eq!(starting.lo_s, none.lo_s);
+    let up = starting.hi_s - none.hi_s;
+    assert!(
+        (up - f * 5.0 * spread::LOAD_TICKS_PER_GUEST * tick).abs() < 1e-6,
+        "{up}"
+    );
+    // Guests in lazy-init may end first: either way.
+    let (down, up) = (none.lo_s - running.lo_s, running.hi_s - none.hi_s);
+    let each = f * 7.0 * spread::RUNNING_TICKS_PER_GUEST * tick;
+    assert!(
+        (down - each).abs() < 1e-6 && (up - each).abs() < 1e-6,
+        "{down} {up}"
+    );
+    // And each says why.
+    assert_eq!(none.caveat(), None);
+    let c = starting.caveat().unwrap();
+    assert!(c.contains("5 other guest(s) still starting"), "{c}");
+    let c = running.caveat().unwrap();
+    assert!(
+        c.contains("7 other guest(s) in lazy-init that may end first"),
+        "{c}"
+    );
+}
+
+#[test]
+fn a_rate_that_rises_as_the_matrix_starts_is_covered_only_with_its_allowance() {
+    // The first 200 groups beside idle guests (0.5% of cycles a tick
+    // long), the rest beside three more in lazy-init (10%): what the
+    // 24-at-once x86_64 cells do. Stopped at 50, the trace alone cannot
+    // see it; the three guests still starting are what says it may come.
+    let run = generate(&Run {
+        extra_tick: 0.005,
+        drift: Some((200, 0.1)),
+        ..Run::noisy(250, 10, 16384, 4)
+    });
+    let tr = trace_of(&run, 250);
+    let truth = run.lazyinit_s();
+    let blind = replay(&tr, 50).estimate.unwrap();
+    assert_eq!(blind.groups_traced, 50);
+    assert!(blind.hi_s < truth, "{blind:?} {truth}");
+    let seen = replay_with(&tr, 50, |_| Load {
+        changing: 3,
+        running: 0,
+    })
+    .estimate
+    .unwrap();
+    assert_eq!(seen.lazyinit_s, blind.lazyinit_s);
+    assert!(seen.lo_s <= truth && truth <= seen.hi_s, "{seen:?} {truth}");
+}

@@ -63,21 +63,22 @@ impl Phases {
             .map(|(t, _)| *t)
     }
 
-    /// The other cells still to change phase at host time `at`.
+    /// The other cells still to change phase at host time `at`, and
+    /// those in lazy-init then (as `EventSink::load_beside` counts them).
     pub fn load_at(&self, cell: &str, at: f64) -> Load {
-        let changing = self
+        let now: Vec<&str> = self
             .cells
             .iter()
             .filter(|(c, _)| c.as_str() != cell)
-            .filter(|(_, v)| {
-                v.iter()
-                    .rev()
-                    .find(|(t, _)| *t <= at)
-                    .is_some_and(|(_, p)| changing(p))
-            })
-            .count();
+            .filter_map(|(_, v)| v.iter().rev().find(|(t, _)| *t <= at))
+            .map(|(_, p)| p.as_str())
+            .collect();
+        let count = |f: fn(&str) -> bool| {
+            u32::try_from(now.iter().filter(|p| f(p)).count()).unwrap_or(u32::MAX)
+        };
         Load {
-            changing: changing as u32,
+            changing: count(changing),
+            running: count(|p| matches!(p, "lazyinit" | "collect")),
         }
     }
 }
@@ -106,12 +107,13 @@ mod tests {
         assert_eq!(p.lazyinit_at("a"), Some(140.0));
         assert_eq!(p.lazyinit_at("nope"), None);
         // At 141 s: b in lazy-init, c queued.
-        assert_eq!(p.load_at("a", 141.0), Load { changing: 1 });
+        let load = |changing, running| Load { changing, running };
+        assert_eq!(p.load_at("a", 141.0), load(1, 1));
         // At 123 s: b still queued, c queued.
-        assert_eq!(p.load_at("a", 123.0), Load { changing: 2 });
+        assert_eq!(p.load_at("a", 123.0), load(2, 0));
         // At 700 s every other cell is in lazy-init.
-        assert_eq!(p.load_at("a", 700.0), Load { changing: 0 });
+        assert_eq!(p.load_at("a", 700.0), load(0, 2));
         // b at 126 s: a in lazy-init, c queued.
-        assert_eq!(p.load_at("b", 126.0), Load { changing: 1 });
+        assert_eq!(p.load_at("b", 126.0), load(1, 1));
     }
 }
