@@ -20,7 +20,16 @@ fi
 # (-s none) keeps the build on stable rustc's features, overflow checks on.
 export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/fuzz"
-fuzz() { (cd fuzz && cargo fuzz "$1" -s none --codegen-units 16 "${@:2}"); }
+# FUZZ_PROFILE=dev (what scripts/test.sh uses for its 15 s a target): an
+# unoptimised instrumented build, a few minutes cold instead of ~12, at a
+# tenth of the executions a second; release (the default) for campaigns.
+profile=()
+case "${FUZZ_PROFILE:-release}" in
+  release) ;;
+  dev) profile=(--dev) ;;
+  *) echo "error: FUZZ_PROFILE=${FUZZ_PROFILE}: use release or dev" >&2; exit 2 ;;
+esac
+fuzz() { (cd fuzz && cargo fuzz "$1" -s none --codegen-units 16 "${profile[@]}" "${@:2}"); }
 fuzz build
 # Seeds: what the parsers read in real use.
 corpus="$(mktemp -d)"

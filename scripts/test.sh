@@ -35,10 +35,11 @@ if ! command -v terraform >/dev/null 2>&1; then
 fi
 bash terraform/check.sh
 # Fuzzing (docs/bad-input.md): each parser target for FUZZ_SECONDS (15 s
-# here, 1 min for the 4 targets, plus a first build of several minutes;
+# here, 1 min for the 4 targets, plus a first build: an unoptimised one
+# here, FUZZ_PROFILE=dev, since a release build costs ~12 min cold;
 # `FUZZ_SECONDS=600 bash scripts/fuzz.sh` for a longer campaign); installs
 # cargo-fuzz when missing. A crash fails the suite.
-FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz.sh
+FUZZ_SECONDS="${FUZZ_SECONDS:-15}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" bash scripts/fuzz.sh
 # The history's PostgreSQL backend is tested against a real server: a
 # cluster of our own on loopback (scripts/history-postgres.sh). Its tests
 # fail, never skip, without LAZYINIT_TEST_POSTGRES.
