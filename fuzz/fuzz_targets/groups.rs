@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
             zero_s: &g.zero_s[..n],
             load: Load {
                 changing: u32::from(sel),
+                running: u32::from(sel / 3),
             },
         };
         let _ = check(&tr);
