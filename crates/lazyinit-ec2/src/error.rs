@@ -119,6 +119,7 @@ impl From<Ec2Error> for ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazyinit_core::exit::ExitCode;
 
     #[test]
     fn not_found_codes_are_recognised() {

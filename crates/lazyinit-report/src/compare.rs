@@ -106,6 +106,13 @@ pub enum CompareError {
     },
 }
 
+/// Both refusals are of the input: 2.
+impl exit::ExitCode for CompareError {
+    fn exit_code(&self) -> u8 {
+        exit::BAD_INPUT
+    }
+}
+
 fn side_cells(
     rows: &[ResultRow],
     o: &CompareOptions,

@@ -349,8 +349,7 @@ pub async fn bisect_step(a: StepArgs) -> anyhow::Result<u8> {
     match step_inner(a).await {
         Ok(c) => Ok(c),
         Err(e) => {
-            eprintln!("error: {e:#}");
-            let code = exit::code_of(&e);
+            let code = crate::fail::report(&e);
             Ok(if code == exit::INTERRUPTED { code } else { 255 })
         }
     }
