@@ -1,6 +1,7 @@
 //! `history`: every run in a database, change points across runs, and a
 //! gate that knows the past (docs/history.md). Thin over lazyinit-history.
 
+use lazyinit_core::exit::ExitCode;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};

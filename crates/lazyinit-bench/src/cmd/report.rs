@@ -1,5 +1,6 @@
 //! `lazyinit-bench report` and `compare`: thin wrappers over lazyinit-report.
 
+use lazyinit_core::exit::ExitCode;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
