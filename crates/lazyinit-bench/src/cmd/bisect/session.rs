@@ -184,6 +184,7 @@ impl Session {
         NoSample::Skip(reason.to_string())
     }
 
+    // Long: one step as it happens (prepare the tree, sample until the test decides, the level, the line), each outcome a few lines.
     /// Judge `commit`: `fixed` samples (an end) or samples until `sprt`
     /// decides or its cap is reached.
     pub async fn judge(
