@@ -33,6 +33,13 @@ fn code_here(e: &(dyn Error + 'static)) -> Option<u8> {
     fn of<T: ExitCode + Error + 'static>(e: &(dyn Error + 'static)) -> Option<u8> {
         e.downcast_ref::<T>().map(ExitCode::exit_code)
     }
+    #[cfg(feature = "ec2")]
+    let ec2: &[fn(&(dyn Error + 'static)) -> Option<u8>] = &[
+        of::<lazyinit_ec2::Ec2Error>,
+        of::<lazyinit_ec2::config::ConfigError>,
+    ];
+    #[cfg(not(feature = "ec2"))]
+    let ec2: &[fn(&(dyn Error + 'static)) -> Option<u8>] = &[];
     let coded: &[fn(&(dyn Error + 'static)) -> Option<u8>] = &[
         of::<exit::ExitError>,
         of::<lazyinit_core::provider::ProviderError>,
@@ -48,7 +55,7 @@ fn code_here(e: &(dyn Error + 'static)) -> Option<u8> {
         of::<lazyinit_report::compare::CompareError>,
         of::<lazyinit_report::kcidb::KcidbError>,
     ];
-    coded.iter().find_map(|of| of(e))
+    coded.iter().chain(ec2).find_map(|of| of(e))
 }
 
 #[cfg(test)]
