@@ -2,13 +2,14 @@
 //!
 //! Each subcommand family lives in `cmd/`; this file parses, sets up
 //! logging, runs one command and turns its outcome into an exit code
-//! (see `lazyinit_core::exit`).
+//! (see `lazyinit_core::exit`; a failure ends through `fail.rs`).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod fail;
 
 #[derive(Parser)]
 #[command(name = "lazyinit-bench", version, about, long_about = None)]
@@ -81,18 +82,6 @@ fn main() -> ExitCode {
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(err) => {
-            eprintln!("error: {err}");
-            // A cause that only repeats the line above it is not printed.
-            let mut said = err.to_string();
-            for cause in err.chain().skip(1) {
-                let text = cause.to_string();
-                if text != said {
-                    eprintln!("  caused by: {text}");
-                }
-                said = text;
-            }
-            ExitCode::from(lazyinit_core::exit::code_of(&err))
-        }
+        Err(err) => ExitCode::from(fail::report(&err)),
     }
 }

@@ -312,6 +312,11 @@ fn specs_and_overrides_are_validated_alike() {
     );
     let neg = spec("n.toml", "arches = [\"x86_64\"]\nsizes = [-1]");
     let huge = spec("h.toml", "arches = [\"x86_64\"]\nsizes = [\"16777215TiB\"]");
+    // The EC2 table's own error says its `[provider-config.ec2]` once.
+    let expiry = spec(
+        "e.toml",
+        "provider = \"ec2\"\narches = [\"x86_64\"]\nsizes = [\"8GiB\"]\n[provider-config.ec2]\nexpiry = \"10s\"",
+    );
     let out = d.path().join("res");
     let o = s(&out);
     for (args, needle) in [
@@ -324,6 +329,10 @@ fn specs_and_overrides_are_validated_alike() {
         (
             vec!["plan", &huge],
             "sizes: 16777215TiB is too large; use at most 1024TiB",
+        ),
+        (
+            vec!["plan", &expiry],
+            "error: [provider-config.ec2]: expiry 10s is under a minute",
         ),
         (
             vec!["run", "quick", "--repetitions", "0", "--out", o],

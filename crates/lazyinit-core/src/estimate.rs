@@ -471,6 +471,7 @@ fn anchors(t_s: &[f64], tick: f64) -> Option<(usize, usize)> {
     ((e - s) * 2 >= t_s.len()).then_some((s, e))
 }
 
+// Long: the estimator in the order it reasons (cycle, lock, groups counted, tail, interval), each step with the comment the model needs.
 /// Estimates the run from its trace so far, or says why not yet.
 pub fn check(tr: &Trace) -> Result<Estimate, NotLocked> {
     let n = tr.t_s.len() as u64;

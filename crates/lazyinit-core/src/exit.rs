@@ -13,68 +13,78 @@ pub const MISSING_TOOL: u8 = 4;
 /// The run was interrupted by SIGINT/SIGTERM; rerun the same command to resume.
 pub const INTERRUPTED: u8 = 130;
 
-/// An error that carries the exit code it should end the process with.
-/// Libraries return it (or wrap it with context) for bad input and missing
-/// tools; anything else ends with [`INFRASTRUCTURE`].
+/// What a process ends with: every error a command can end on (and the
+/// outcome of `compare` and `history check`) says its own code. An error
+/// that wraps others answers from its typed sources (a kernel build's bad
+/// input stays 2 inside a run's error). The CLI maps the error it ends on
+/// to its code in one place (`lazyinit-bench`'s `fail.rs`).
+pub trait ExitCode {
+    fn exit_code(&self) -> u8;
+}
+
+/// The errors that are only a sentence to the user: what is wrong and
+/// what to do about it. Libraries return them (or wrap them) for bad input
+/// and missing tools.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct ExitError {
-    pub code: u8,
-    pub message: String,
+pub enum ExitError {
+    /// The input was wrong; the sentence says how to fix it.
+    #[error("{0}")]
+    BadInput(String),
+    /// A missing host tool, with the command that installs it.
+    #[error("{tool} is missing: install it with `{install}` (or run scripts/setup-host.sh)")]
+    MissingTool { tool: String, install: String },
+    /// SIGINT/SIGTERM stopped the command `during` something (or "").
+    #[error("interrupted{during}: rerun the same command to resume")]
+    Interrupted { during: &'static str },
+}
+
+impl ExitCode for ExitError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ExitError::BadInput(_) => BAD_INPUT,
+            ExitError::MissingTool { .. } => MISSING_TOOL,
+            ExitError::Interrupted { .. } => INTERRUPTED,
+        }
+    }
 }
 
 pub fn bad_input(message: impl Into<String>) -> ExitError {
-    ExitError {
-        code: BAD_INPUT,
-        message: message.into(),
-    }
+    ExitError::BadInput(message.into())
 }
 
 /// A missing host tool, with the command that installs it.
 pub fn missing_tool(tool: &str, install: &str) -> ExitError {
-    ExitError {
-        code: MISSING_TOOL,
-        message: format!(
-            "{tool} is missing: install it with `{install}` (or run scripts/setup-host.sh)"
-        ),
+    ExitError::MissingTool {
+        tool: tool.into(),
+        install: install.into(),
     }
 }
 
-/// The exit code for an error chain: the first coded error in it wins.
-pub fn code_of(err: &anyhow::Error) -> u8 {
-    err.chain().find_map(code_here).unwrap_or(INFRASTRUCTURE)
+impl ExitCode for crate::size::SizeError {
+    fn exit_code(&self) -> u8 {
+        BAD_INPUT
+    }
 }
 
-/// [`code_of`] for an error and its sources.
-pub fn code_in(err: &(dyn std::error::Error + 'static)) -> u8 {
-    std::iter::successors(Some(err), |e| e.source())
-        .find_map(code_here)
-        .unwrap_or(INFRASTRUCTURE)
-}
-
-fn code_here(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
-    if let Some(e) = cause.downcast_ref::<ExitError>() {
-        return Some(e.code);
+impl ExitCode for crate::cell::AxisError {
+    fn exit_code(&self) -> u8 {
+        BAD_INPUT
     }
-    if let Some(e) = cause.downcast_ref::<crate::provider::ProviderError>() {
-        return Some(e.exit_code());
-    }
-    if cause.downcast_ref::<crate::size::SizeError>().is_some()
-        || cause.downcast_ref::<crate::cell::AxisError>().is_some()
-    {
-        return Some(BAD_INPUT);
-    }
-    None
 }
 
 /// An error and its sources, `outer: inner: innermost` (each as it
-/// prints, attached output included; a source that prints as the error
-/// above it, which only carries it, is said once).
+/// prints, attached output included; a source the error above it already
+/// ends with, as one that only carries it or says `path: {source}`, is
+/// said once). The one place a chain becomes text.
 pub fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut texts: Vec<String> = std::iter::successors(Some(err), |e| e.source())
-        .map(|e| e.to_string())
-        .collect();
-    texts.dedup();
+    let mut texts: Vec<String> = Vec::new();
+    for e in std::iter::successors(Some(err), |e| e.source()) {
+        let text = e.to_string();
+        if texts.last().is_some_and(|above| above.ends_with(&text)) {
+            continue;
+        }
+        texts.push(text);
+    }
     texts.join(": ")
 }
 
@@ -91,17 +101,30 @@ pub fn one_line_text(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use anyhow::Context;
 
     #[test]
-    fn code_survives_context() {
-        let e: anyhow::Error = Err::<(), _>(bad_input("no such arch"))
-            .context("while planning")
-            .unwrap_err();
-        assert_eq!(code_of(&e), BAD_INPUT);
-        assert_eq!(code_of(&anyhow::anyhow!("boom")), INFRASTRUCTURE);
-        let size: anyhow::Error = "2TB".parse::<crate::ByteSize>().unwrap_err().into();
-        assert_eq!(code_of(&size), BAD_INPUT);
+    fn each_kind_says_its_code() {
+        assert_eq!(bad_input("no such arch").exit_code(), BAD_INPUT);
+        assert_eq!(
+            missing_tool("make", "apt-get install make").exit_code(),
+            MISSING_TOOL
+        );
+        assert_eq!(
+            missing_tool("make", "apt-get install make").to_string(),
+            "make is missing: install it with `apt-get install make` (or run scripts/setup-host.sh)"
+        );
+        let i = ExitError::Interrupted {
+            during: " during a build",
+        };
+        assert_eq!(i.exit_code(), INTERRUPTED);
+        assert_eq!(
+            i.to_string(),
+            "interrupted during a build: rerun the same command to resume"
+        );
+        assert_eq!(
+            "2TB".parse::<crate::ByteSize>().unwrap_err().exit_code(),
+            BAD_INPUT
+        );
     }
 
     #[derive(Debug, thiserror::Error)]
@@ -109,11 +132,12 @@ mod tests {
     struct Outer(#[source] crate::provider::ProviderError);
 
     #[test]
-    fn code_and_line_of_a_typed_chain() {
+    fn the_line_of_a_typed_chain() {
         let e = Outer(crate::provider::ProviderError::BadInput(
             "no such\n  volume".into(),
         ));
-        assert_eq!(code_in(&e), BAD_INPUT);
+        assert_eq!(e.0.exit_code(), BAD_INPUT);
         assert_eq!(one_line(&e), "cannot run these cells: no such volume");
+        assert_eq!(chain_text(&e), "cannot run these cells: no such\n  volume");
     }
 }

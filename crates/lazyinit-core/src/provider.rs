@@ -222,7 +222,10 @@ impl ProviderError {
             detail: String::new(),
         }
     }
-    pub fn exit_code(&self) -> u8 {
+}
+
+impl exit::ExitCode for ProviderError {
+    fn exit_code(&self) -> u8 {
         match self {
             ProviderError::BadInput(_) => exit::BAD_INPUT,
             ProviderError::MissingTool { .. } => exit::MISSING_TOOL,

@@ -116,9 +116,34 @@ impl From<Ec2Error> for ProviderError {
     }
 }
 
+/// As the provider's error says it: the spec's, the keys' (one that cannot
+/// be loaded aside), credentials and AMIs are the input's (2), the rest 3.
+impl lazyinit_core::exit::ExitCode for Ec2Error {
+    fn exit_code(&self) -> u8 {
+        use lazyinit_core::exit::{BAD_INPUT, INFRASTRUCTURE};
+        match self {
+            Ec2Error::Keys(crate::userdata::KeyError::Load(_)) => INFRASTRUCTURE,
+            Ec2Error::Config(_)
+            | Ec2Error::Keys(_)
+            | Ec2Error::BadInput(_)
+            | Ec2Error::NoCredentials
+            | Ec2Error::NoAmi { .. } => BAD_INPUT,
+            _ => INFRASTRUCTURE,
+        }
+    }
+}
+
+/// A `[provider-config.ec2]` the harness cannot use: 2.
+impl lazyinit_core::exit::ExitCode for crate::config::ConfigError {
+    fn exit_code(&self) -> u8 {
+        lazyinit_core::exit::BAD_INPUT
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazyinit_core::exit::ExitCode;
 
     #[test]
     fn not_found_codes_are_recognised() {
@@ -138,6 +163,13 @@ mod tests {
 
     #[test]
     fn config_errors_are_bad_input() {
+        let c = Ec2Error::Config(crate::config::ConfigError("expiry".into()));
+        assert_eq!(c.exit_code(), lazyinit_core::exit::BAD_INPUT);
+        let n = Ec2Error::NoAnswer {
+            op: "DescribeInstances",
+            budget: "30s".into(),
+        };
+        assert_eq!(n.exit_code(), lazyinit_core::exit::INFRASTRUCTURE);
         let e: ProviderError = Ec2Error::BadInput("no".into()).into();
         assert_eq!(e.exit_code(), lazyinit_core::exit::BAD_INPUT);
         let e: ProviderError = Ec2Error::Api {

@@ -295,7 +295,9 @@ impl FakeGuest {
 impl Remote for FakeGuest {
     fn exec(&mut self, script: &str, _timeout: Duration) -> Result<RemoteOutput, GuestError> {
         let Some(step) = self.step_of(script) else {
-            return Err(GuestError::Ssh(format!("unexpected script: {script}")));
+            return Err(GuestError::Transport(format!(
+                "unexpected script: {script}"
+            )));
         };
         self.steps.push(step);
         match self.hook.as_ref().map_or(Answer::Normal, |h| h(step)) {
@@ -309,7 +311,7 @@ impl Remote for FakeGuest {
                 stdout: String::new(),
                 stderr,
             }),
-            Answer::Drop => Err(GuestError::Ssh(format!(
+            Answer::Drop => Err(GuestError::Transport(format!(
                 "connection lost during {step} (fake)"
             ))),
         }
@@ -317,7 +319,7 @@ impl Remote for FakeGuest {
 
     fn upload(&mut self, local: &Path, remote: &str, _mode: u32) -> Result<(), GuestError> {
         if !local.is_file() {
-            return Err(GuestError::Ssh(format!(
+            return Err(GuestError::Transport(format!(
                 "cannot upload {}: no such file",
                 local.display()
             )));

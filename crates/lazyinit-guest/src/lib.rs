@@ -58,8 +58,14 @@ pub trait Connect: Send + Sync {
 
 #[derive(Debug, thiserror::Error)]
 pub enum GuestError {
+    /// The SSH session failed; the [`lazyinit_ssh::SshError`] says at
+    /// which stage and why.
+    #[error("SSH to the guest failed")]
+    Ssh(#[source] lazyinit_ssh::SshError),
+    /// The way to the guest failed with nothing behind it but these words
+    /// (an in-process remote, a fake).
     #[error("SSH to the guest failed: {0}")]
-    Ssh(String),
+    Transport(String),
     #[error("the guest runs the wrong kernel: {what} is `{found}`, expected `{expected}`; rebuild or pick the right kernel")]
     WrongKernel {
         what: String,

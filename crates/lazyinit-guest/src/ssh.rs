@@ -11,7 +11,7 @@ use crate::{Connect, GuestError, Remote, RemoteOutput};
 fn ssh(e: lazyinit_ssh::SshError) -> GuestError {
     match e {
         lazyinit_ssh::SshError::Cancelled { .. } => GuestError::Interrupted,
-        e => GuestError::Ssh(with_causes(&e)),
+        e => GuestError::Ssh(e),
     }
 }
 
@@ -37,18 +37,6 @@ impl SshRemote {
     pub fn session(&self) -> &Session {
         &self.session
     }
-}
-
-/// The error with its causes (libssh2's reason is the source).
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 impl Remote for SshRemote {
@@ -97,5 +85,59 @@ impl Connect for SshConnect {
         Ok(Box::new(SshRemote::wait_ready(
             ep, &self.keys, deadline, alive,
         )?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused connection under a guest error: the guest's words, the
+    /// SSH stage and the OS reason all print, and `source()` reaches each.
+    #[test]
+    fn an_ssh_failure_keeps_its_chain() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let e = ssh(lazyinit_ssh::SshError::Connect {
+            addr: "127.0.0.1:2222".into(),
+            source: io,
+        });
+        assert!(matches!(
+            &e,
+            GuestError::Ssh(lazyinit_ssh::SshError::Connect { addr, .. }) if addr == "127.0.0.1:2222"
+        ));
+        let chain: Vec<String> =
+            std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |c| {
+                c.source()
+            })
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(
+            chain,
+            [
+                "SSH to the guest failed",
+                "cannot connect to 127.0.0.1:2222",
+                "connection refused"
+            ]
+        );
+        let root = std::error::Error::source(&e)
+            .and_then(|s| s.source())
+            .unwrap();
+        assert_eq!(
+            root.downcast_ref::<std::io::Error>().map(|e| e.kind()),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
+        assert_eq!(
+            lazyinit_core::exit::chain_text(&e),
+            "SSH to the guest failed: cannot connect to 127.0.0.1:2222: connection refused"
+        );
+    }
+
+    #[test]
+    fn a_cancelled_command_is_an_interrupt() {
+        let e = ssh(lazyinit_ssh::SshError::Cancelled {
+            cmd: "mkfs".into(),
+            addr: "a".into(),
+        });
+        assert!(matches!(e, GuestError::Interrupted));
     }
 }

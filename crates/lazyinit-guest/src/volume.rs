@@ -74,7 +74,7 @@ mod tests {
         }
 
         fn upload(&mut self, _: &std::path::Path, remote: &str, _: u32) -> Result<(), GuestError> {
-            Err(GuestError::Ssh(format!("no uploads here ({remote})")))
+            Err(GuestError::Transport(format!("no uploads here ({remote})")))
         }
     }
 

@@ -58,10 +58,10 @@ pub struct CheckReport {
     pub verdicts: Vec<SeriesVerdict>,
 }
 
-impl CheckReport {
+impl exit::ExitCode for CheckReport {
     /// 0 every series passes, 1 one fails, 2 the run has no series (no
     /// ok row with the metric), as `compare` exits.
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         if self.verdicts.is_empty() {
             exit::BAD_INPUT
         } else if self.verdicts.iter().any(|v| v.outcome == Outcome::Fail) {

@@ -24,6 +24,7 @@ const CELLS: [(Arch, u32, Variant, u64); 4] = [
     (Arch::X86_64, 250, Variant::NoFix, 10),
 ];
 
+// Long: one synthetic night's eight rows, field by field as a results CSV holds them.
 /// Run `i` of `runs` (0-based), eight rows.
 pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
     let day = chrono::DateTime::parse_from_rfc3339("2024-01-01T02:00:00Z")

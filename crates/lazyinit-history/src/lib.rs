@@ -73,3 +73,13 @@ impl HistoryError {
         )
     }
 }
+
+/// The input's fault is 2, the database's 3.
+impl lazyinit_core::exit::ExitCode for HistoryError {
+    fn exit_code(&self) -> u8 {
+        match self.is_bad_input() {
+            true => lazyinit_core::exit::BAD_INPUT,
+            false => lazyinit_core::exit::INFRASTRUCTURE,
+        }
+    }
+}

@@ -1,6 +1,6 @@
 use std::path::{Path, PathBuf};
 
-use lazyinit_core::exit::ExitError;
+use lazyinit_core::exit::{self, ExitCode, ExitError};
 use lazyinit_core::Arch;
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +56,21 @@ pub enum ImageError {
     },
     #[error("the image build task failed: {0}")]
     Task(String),
+    /// The project's SSH keys the image holds could not be made.
+    #[error(transparent)]
+    Keys(#[from] lazyinit_ssh::SshError),
+}
+
+/// A missing host tool (apt's lists, a key tool) is 4; every other
+/// failure is the infrastructure's.
+impl ExitCode for ImageError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ImageError::MissingTool(e) | ImageError::PackageLists { hint: e, .. } => e.exit_code(),
+            ImageError::Keys(e) => e.exit_code(),
+            _ => exit::INFRASTRUCTURE,
+        }
+    }
 }
 
 impl ImageError {

@@ -516,6 +516,7 @@ fn patched_files(p: &Patch) -> Vec<String> {
         .collect()
 }
 
+// Long: one sync in the order it must happen (is the copy ours, what changed, the marker, the copies, the touch), each step a few lines.
 /// Bring a copy of a git tree at an older state up to `identity` by
 /// recopying only what changed (and what a variant patch touched), so the
 /// build tree's objects stay and make recompiles only those files: a

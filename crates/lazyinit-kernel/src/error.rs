@@ -9,6 +9,9 @@ pub enum KernelError {
     /// A wrong request: unknown source, unreadable path, not a kernel tree.
     #[error("{0}")]
     BadInput(String),
+    /// A kernel source given as a path that is not a folder.
+    #[error("kernel source {}: no such folder (give a kernel source tree, a Debian series or a version)", .0.display())]
+    NoSourceFolder(PathBuf),
     #[error("{tool} is missing: install it with `{install}` (or run scripts/setup-host.sh)")]
     MissingTool { tool: String, install: String },
     #[error(
@@ -83,11 +86,14 @@ impl KernelError {
             source,
         }
     }
+}
 
-    /// The process exit code this error should end the CLI with.
-    pub fn exit_code(&self) -> u8 {
+/// Bad input 2 (the request), missing tool 4, else infrastructure 3.
+impl exit::ExitCode for KernelError {
+    fn exit_code(&self) -> u8 {
         match self {
             KernelError::BadInput(_)
+            | KernelError::NoSourceFolder(_)
             | KernelError::NotFetched(_)
             | KernelError::Patch { .. }
             | KernelError::Unmeasurable { .. }

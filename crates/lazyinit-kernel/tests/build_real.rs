@@ -3,6 +3,7 @@
 //! them before it is a cache hit; on a fresh one it takes minutes), the
 //! others drive `build()` on small trees that must fail before compiling.
 
+use lazyinit_core::exit::ExitCode;
 use std::path::Path;
 
 use lazyinit_kernel::{

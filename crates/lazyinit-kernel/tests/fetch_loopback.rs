@@ -4,6 +4,7 @@
 //! full for the success case and cut down to its Makefile and fs/ext4 with a
 //! stamped version for the failure cases.
 
+use lazyinit_core::exit::ExitCode;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};

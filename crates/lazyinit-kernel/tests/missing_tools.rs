@@ -1,6 +1,7 @@
 //! A host without the build tools gets one error naming them and the apt
 //! command, before any work. Its own test binary: it empties PATH.
 
+use lazyinit_core::exit::ExitCode;
 use lazyinit_kernel::{build, Arch, BuildOptions, Hz, KernelError, KernelSpec, Variant};
 
 #[tokio::test]

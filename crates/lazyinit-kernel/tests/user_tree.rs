@@ -3,6 +3,7 @@
 //! build outputs, the user's tree is never written, and a config that cannot
 //! be measured is refused by name before any work.
 
+use lazyinit_core::exit::ExitCode;
 use std::path::Path;
 use std::process::Command;
 

@@ -8,15 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lazyinit_core::exit::ExitError;
-use lazyinit_core::{exit, Arch, KernelProfile};
+use lazyinit_core::{Arch, KernelProfile};
 use lazyinit_guest::{Connect, SshConnect};
+use lazyinit_image::ImageError;
+use lazyinit_kernel::KernelError;
+use lazyinit_ssh::SshError;
 use tokio::sync::OnceCell;
 
 use crate::plan::KernelNeed;
-
-/// An error with its chain, from whatever made the artifact.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Called with each step of a kernel build (for progress notes).
 pub type Progress = Arc<dyn Fn(String) + Send + Sync>;
@@ -37,27 +36,25 @@ pub trait Artifacts: Send + Sync {
         need: &KernelNeed,
         profile: KernelProfile,
         progress: Progress,
-    ) -> Result<Kernel, BoxError>;
+    ) -> Result<Kernel, KernelError>;
     /// The guest initramfs for `arch`, holding the keys [`Artifacts::connect`] uses.
-    async fn initramfs(&self, arch: Arch) -> Result<PathBuf, BoxError>;
+    async fn initramfs(&self, arch: Arch) -> Result<PathBuf, ImageError>;
     /// How to reach guests that booted these images.
-    async fn connect(&self) -> Result<Arc<dyn Connect>, BoxError>;
+    async fn connect(&self) -> Result<Arc<dyn Connect>, SshError>;
     /// Refuses, before anything is built or written, kernels no build can
     /// make here: a source folder that does not exist (bad input), host
-    /// tools a build needs (missing tool). The error carries its exit code.
-    async fn check(&self, needs: &[KernelNeed]) -> Result<(), BoxError> {
+    /// tools a build needs (missing tool). The error says its exit code.
+    async fn check(&self, needs: &[KernelNeed]) -> Result<(), KernelError> {
         needs.iter().try_for_each(check_source)
     }
 }
 
 /// A kernel source given as a path must be there.
-pub fn check_source(need: &KernelNeed) -> Result<(), BoxError> {
+pub fn check_source(need: &KernelNeed) -> Result<(), KernelError> {
     match &need.source {
-        lazyinit_core::KernelSource::Path(p) if !p.is_dir() => Err(exit::bad_input(format!(
-            "kernel source {}: no such folder (give a kernel source tree, a Debian series or a version)",
-            p.display()
-        ))
-        .into()),
+        lazyinit_core::KernelSource::Path(p) if !p.is_dir() => {
+            Err(KernelError::NoSourceFolder(p.clone()))
+        }
         _ => Ok(()),
     }
 }
@@ -92,14 +89,14 @@ impl Built {
     }
 
     /// The project's SSH keys, made on first use (`ssh-keygen`, `dropbearkey`).
-    async fn keys(&self) -> Result<&lazyinit_ssh::Keys, BoxError> {
+    /// A panic in the key task goes on as a panic here.
+    async fn keys(&self) -> Result<&lazyinit_ssh::Keys, SshError> {
         self.keys
             .get_or_try_init(|| async {
                 let dir = self.state_dir.clone();
-                let keys =
-                    tokio::task::spawn_blocking(move || lazyinit_ssh::Keys::load_or_create(&dir))
-                        .await??;
-                Ok::<_, BoxError>(keys)
+                tokio::task::spawn_blocking(move || lazyinit_ssh::Keys::load_or_create(&dir))
+                    .await
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
             })
             .await
     }
@@ -112,7 +109,7 @@ impl Artifacts for Built {
         need: &KernelNeed,
         profile: KernelProfile,
         progress: Progress,
-    ) -> Result<Kernel, BoxError> {
+    ) -> Result<Kernel, KernelError> {
         let spec = lazyinit_kernel::KernelSpec {
             arch: need.arch,
             hz: need.hz,
@@ -131,42 +128,29 @@ impl Artifacts for Built {
             })),
             ..Default::default()
         };
-        match lazyinit_kernel::build(&spec, &opts).await {
-            Ok(art) => Ok(Kernel {
-                image: art.image,
-                release: art.manifest.kernel_release,
-            }),
-            // Bad input and missing tools keep their exit codes.
-            Err(e) => Err(match e.exit_code() {
-                exit::INFRASTRUCTURE => e.into(),
-                code => ExitError {
-                    code,
-                    message: e.to_string(),
-                }
-                .into(),
-            }),
-        }
+        let art = lazyinit_kernel::build(&spec, &opts).await?;
+        Ok(Kernel {
+            image: art.image,
+            release: art.manifest.kernel_release,
+        })
     }
 
-    async fn initramfs(&self, arch: Arch) -> Result<PathBuf, BoxError> {
+    async fn initramfs(&self, arch: Arch) -> Result<PathBuf, ImageError> {
         let keys = self.keys().await?;
-        Ok(initramfs_for(arch, keys, &self.cache_dir, &self.state_dir).await?)
+        initramfs_for(arch, keys, &self.cache_dir, &self.state_dir).await
     }
 
-    async fn connect(&self) -> Result<Arc<dyn Connect>, BoxError> {
+    async fn connect(&self) -> Result<Arc<dyn Connect>, SshError> {
         Ok(Arc::new(SshConnect::new(self.keys().await?.clone())))
     }
 
     /// Every build, a cached one too, first checks the host's build tools
     /// (`lazyinit_kernel::tools::check`): found missing here, before the
     /// results folder exists, they are a missing tool (exit 4).
-    async fn check(&self, needs: &[KernelNeed]) -> Result<(), BoxError> {
+    async fn check(&self, needs: &[KernelNeed]) -> Result<(), KernelError> {
         for need in needs {
             check_source(need)?;
-            lazyinit_kernel::tools::check(need.arch).map_err(|e| ExitError {
-                code: e.exit_code(),
-                message: e.to_string(),
-            })?;
+            lazyinit_kernel::tools::check(need.arch)?;
         }
         Ok(())
     }
@@ -180,7 +164,7 @@ pub async fn initramfs_for(
     keys: &lazyinit_ssh::Keys,
     cache_dir: &Path,
     state_dir: &Path,
-) -> anyhow::Result<PathBuf> {
+) -> Result<PathBuf, ImageError> {
     let opts = lazyinit_image::ImageOptions {
         cache_dir: cache_dir.to_path_buf(),
         ..Default::default()

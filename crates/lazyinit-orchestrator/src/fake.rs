@@ -29,9 +29,11 @@ use lazyinit_core::provider::{
 use lazyinit_core::{model, Arch, Cell, CellFolder, KernelProfile, StorageProfile};
 use lazyinit_guest::fake::{FakeGuest, SharedGuest};
 use lazyinit_guest::{Connect, GuestError, Remote};
+use lazyinit_image::ImageError;
+use lazyinit_kernel::KernelError;
 use serde::{Deserialize, Serialize};
 
-use crate::artifacts::{Artifacts, BoxError, Kernel, Progress};
+use crate::artifacts::{Artifacts, Kernel, Progress};
 use crate::plan::KernelNeed;
 
 pub use lazyinit_guest::fake::Answer;
@@ -134,12 +136,14 @@ impl Lab {
         self.inner.guests.lock().unwrap().get(&port).cloned()
     }
 
-    fn placeholder(&self, rel: &str) -> Result<PathBuf, BoxError> {
+    /// A file of the lab standing for an artifact, or the path it could
+    /// not be written at.
+    fn placeholder(&self, rel: &str) -> Result<PathBuf, (PathBuf, std::io::Error)> {
         let p = self.inner.dir.join(rel);
         if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent)?;
+            std::fs::create_dir_all(parent).map_err(|e| (parent.to_path_buf(), e))?;
         }
-        std::fs::write(&p, rel)?;
+        std::fs::write(&p, rel).map_err(|e| (p.clone(), e))?;
         Ok(p)
     }
 }
@@ -348,15 +352,16 @@ impl Artifacts for FakeArtifacts {
         need: &KernelNeed,
         profile: KernelProfile,
         progress: Progress,
-    ) -> Result<Kernel, BoxError> {
+    ) -> Result<Kernel, KernelError> {
         let label = format!("{}-hz{}-{}", need.arch, need.hz, need.variant);
         if let Answer::Fail(why) = self.lab.hook("build", &label) {
-            return Err(why.into());
+            return Err(KernelError::Step(why));
         }
         progress("make (fake)".into());
         let image = self
             .lab
-            .placeholder(&format!("kernels/{label}-{profile}/image"))?;
+            .placeholder(&format!("kernels/{label}-{profile}/image"))
+            .map_err(|(p, e)| KernelError::io(&p, e))?;
         self.lab.note(format!("build {label} {profile}"));
         Ok(Kernel {
             image,
@@ -364,27 +369,34 @@ impl Artifacts for FakeArtifacts {
         })
     }
 
-    async fn initramfs(&self, arch: Arch) -> Result<PathBuf, BoxError> {
+    async fn initramfs(&self, arch: Arch) -> Result<PathBuf, ImageError> {
         self.lab.note(format!("image {arch}"));
-        self.lab.placeholder(&format!("initramfs-{arch}.cpio.gz"))
+        self.lab
+            .placeholder(&format!("initramfs-{arch}.cpio.gz"))
+            .map_err(|(path, source)| ImageError::Io {
+                action: "write",
+                path,
+                source,
+            })
     }
 
     /// Path sources must be there, as for the real builds; the hook's
     /// `check` step (per kernel) fails as a missing build tool.
-    async fn check(&self, needs: &[KernelNeed]) -> Result<(), BoxError> {
+    async fn check(&self, needs: &[KernelNeed]) -> Result<(), KernelError> {
         for need in needs {
             crate::artifacts::check_source(need)?;
             let label = format!("{}-hz{}-{}", need.arch, need.hz, need.variant);
             if let Answer::Fail(tool) = self.lab.hook("check", &label) {
-                return Err(
-                    lazyinit_core::exit::missing_tool(&tool, "apt-get install make").into(),
-                );
+                return Err(KernelError::MissingTool {
+                    tool,
+                    install: "apt-get install make".into(),
+                });
             }
         }
         Ok(())
     }
 
-    async fn connect(&self) -> Result<Arc<dyn Connect>, BoxError> {
+    async fn connect(&self) -> Result<Arc<dyn Connect>, lazyinit_ssh::SshError> {
         Ok(Arc::new(FakeConnect {
             lab: self.lab.clone(),
         }))
@@ -404,18 +416,18 @@ impl Connect for FakeConnect {
         alive: &mut dyn FnMut() -> bool,
     ) -> Result<Box<dyn Remote>, GuestError> {
         let Some((cell, guest)) = self.lab.guest_at(ep.port) else {
-            return Err(GuestError::Ssh(format!(
+            return Err(GuestError::Transport(format!(
                 "nothing listens on port {}",
                 ep.port
             )));
         };
         match self.lab.hook("boot", &cell) {
             Answer::Normal => {}
-            Answer::Fail(why) => return Err(GuestError::Ssh(why)),
-            Answer::Drop => return Err(GuestError::Ssh("connection reset (fake)".into())),
+            Answer::Fail(why) => return Err(GuestError::Transport(why)),
+            Answer::Drop => return Err(GuestError::Transport("connection reset (fake)".into())),
         }
         if !alive() {
-            return Err(GuestError::Ssh(
+            return Err(GuestError::Transport(
                 "the machine is gone (or the run was interrupted)".into(),
             ));
         }

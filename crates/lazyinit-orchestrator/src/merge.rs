@@ -28,6 +28,17 @@ pub enum MergeError {
     Rows(#[source] ResultsError),
 }
 
+/// A refused shard folder is bad input; a write that failed is the
+/// infrastructure's.
+impl exit::ExitCode for MergeError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            MergeError::Refused(e) => e.exit_code(),
+            MergeError::Write(..) | MergeError::Rows(_) => exit::INFRASTRUCTURE,
+        }
+    }
+}
+
 fn refuse(message: String) -> MergeError {
     MergeError::Refused(bad_input(message))
 }

@@ -477,13 +477,10 @@ fn lock_folder(folder: &RunFolder) -> Result<nix::fcntl::Flock<std::fs::File>, R
         Err((mut file, _)) => {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
-            Err(RunError::Busy(
-                folder.root().to_path_buf(),
-                exit::bad_input(format!(
-                    "another lazyinit-bench run (pid {}) is using it: wait for it to end, or give this run another --out",
-                    pid.trim(),
-                )),
-            ))
+            Err(RunError::Busy {
+                folder: folder.root().to_path_buf(),
+                pid: pid.trim().to_string(),
+            })
         }
     }
 }
@@ -579,7 +576,7 @@ async fn build_tree(
             .artifacts
             .kernel(need, plan.kernel_profile, progress)
             .await
-            .map_err(|e| RunError::Kernel(need.clone(), e))?;
+            .map_err(|e| RunError::Kernel(Box::new(need.clone()), e))?;
         built.push((need.clone(), kernel));
     }
     Ok(built)
@@ -714,6 +711,7 @@ pub async fn cancelled(flag: &AtomicBool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazyinit_core::exit::ExitCode;
 
     #[test]
     fn one_run_per_results_folder() {
@@ -721,7 +719,7 @@ mod tests {
         let folder = RunFolder::new(dir.path());
         let held = lock_folder(&folder).unwrap();
         let err = lock_folder(&folder).unwrap_err();
-        assert_eq!(exit::code_in(&err), exit::BAD_INPUT);
+        assert_eq!(err.exit_code(), exit::BAD_INPUT);
         assert!(
             exit::one_line(&err).contains(&format!("pid {}", std::process::id())),
             "{err}"

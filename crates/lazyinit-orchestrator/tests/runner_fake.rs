@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lazyinit_core::events::EventSink;
-use lazyinit_core::exit;
+use lazyinit_core::exit::{self, ExitCode};
 use lazyinit_core::results::{ResultRow, Status};
 use lazyinit_core::{KernelProfile, RunFolder};
 use lazyinit_orchestrator::fake::{rows_in, Answer, FakeProvider, FakeSpec, Hook, Lab};
@@ -343,7 +343,7 @@ async fn a_row_that_cannot_be_written_is_kept_and_the_run_says_so() {
         matches!(&err, RunError::RowsNotWritten { cells, .. } if cells == &[FIX.to_string()]),
         "{err}"
     );
-    assert_eq!(exit::code_in(&err), exit::INFRASTRUCTURE);
+    assert_eq!(err.exit_code(), exit::INFRASTRUCTURE);
     assert!(exit::one_line(&err).contains("row.csv"), "{err}");
     // The row is not lost: it is in the cell's folder, header and all.
     let kept = lazyinit_core::results::read_rows(folder.cell(FIX).row_csv()).unwrap();
@@ -380,7 +380,7 @@ async fn a_spec_the_provider_cannot_serve_fails_before_anything_is_built() {
     };
     let err = run(&ebs, &lab, &out).await.unwrap_err();
     assert!(matches!(err, RunError::Refused { .. }), "{err}");
-    assert_eq!(exit::code_in(&err), exit::BAD_INPUT);
+    assert_eq!(err.exit_code(), exit::BAD_INPUT);
     assert!(
         exit::one_line(&err).contains("storage profile `ebs`"),
         "{err}"
@@ -394,7 +394,7 @@ async fn a_spec_the_provider_cannot_serve_fails_before_anything_is_built() {
         }),
     );
     let err = run(&spec(""), &lab2, &out).await.unwrap_err();
-    assert_eq!(exit::code_in(&err), exit::BAD_INPUT);
+    assert_eq!(err.exit_code(), exit::BAD_INPUT);
     for lab in [lab, lab2] {
         assert!(lab.journal().is_empty(), "{:?}", lab.journal());
     }
@@ -418,7 +418,7 @@ async fn a_failed_kernel_build_names_the_kernel() {
         exit::one_line(&err),
         "building the x86_64 HZ=250 fix kernel from debian-6.1: make: *** [vmlinux] Error 2"
     );
-    assert_eq!(exit::code_in(&err), exit::INFRASTRUCTURE);
+    assert_eq!(err.exit_code(), exit::INFRASTRUCTURE);
 }
 
 /// Every file under `dir`, relative, sorted (what a run left behind).
@@ -463,7 +463,7 @@ async fn a_rerun_with_another_spec_is_refused_naming_the_key() {
         let lab = Lab::new(tmp.path().join("lab2"));
         let err = run(&spec(change), &lab, &out).await.unwrap_err();
         assert!(matches!(err, RunError::OtherSpec(..)), "{err}");
-        assert_eq!(exit::code_in(&err), exit::BAD_INPUT, "{change}");
+        assert_eq!(err.exit_code(), exit::BAD_INPUT, "{change}");
         let line = exit::one_line(&err);
         assert!(line.contains(key), "{change}: {line}");
         assert!(line.contains("another --out"), "{line}");
@@ -567,7 +567,7 @@ async fn a_missing_source_or_build_tool_fails_before_the_folder_exists() {
     let err = run(&spec("sources = [\"/no/such/tree\"]\n"), &lab, &out)
         .await
         .unwrap_err();
-    assert_eq!(exit::code_in(&err), exit::BAD_INPUT, "{err}");
+    assert_eq!(err.exit_code(), exit::BAD_INPUT, "{err}");
     assert_eq!(
         exit::one_line(&err),
         "kernel source /no/such/tree: no such folder (give a kernel source tree, a Debian series or a version)"
@@ -580,7 +580,7 @@ async fn a_missing_source_or_build_tool_fails_before_the_folder_exists() {
         }),
     );
     let err = run(&spec(""), &lab, &out).await.unwrap_err();
-    assert_eq!(exit::code_in(&err), exit::MISSING_TOOL, "{err}");
+    assert_eq!(err.exit_code(), exit::MISSING_TOOL, "{err}");
     assert!(exit::one_line(&err).starts_with("flex is missing"), "{err}");
     assert!(lab.journal().is_empty(), "{:?}", lab.journal());
     assert!(!out.exists(), "left: {:?}", files(&out));

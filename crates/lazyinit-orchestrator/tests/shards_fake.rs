@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lazyinit_core::events::EventSink;
-use lazyinit_core::exit;
+use lazyinit_core::exit::{self, ExitCode};
 use lazyinit_core::results::Status;
 use lazyinit_core::RunFolder;
 use lazyinit_orchestrator::fake::{rows_in, Answer, Configs, FakeSpec, Lab};
@@ -60,7 +60,7 @@ fn merge_into(inputs: &[&Path], out: &Path, allow_missing: bool) -> Result<(), M
 
 fn refusal(r: Result<(), MergeError>) -> String {
     let e = r.unwrap_err();
-    assert_eq!(exit::code_in(&e), exit::BAD_INPUT, "{e}");
+    assert_eq!(e.exit_code(), exit::BAD_INPUT, "{e}");
     e.to_string()
 }
 
@@ -262,7 +262,7 @@ async fn a_failed_shard_is_rerun_alone_and_merged_again() {
     let e = run_shard(&s, &lab, Some(shard(1, 2)), &b)
         .await
         .unwrap_err();
-    assert_eq!(exit::code_in(&e), exit::BAD_INPUT);
+    assert_eq!(e.exit_code(), exit::BAD_INPUT);
     assert!(
         exit::one_line(&e).contains("it holds shard 2/2 and this run is shard 1/2"),
         "{e}"

@@ -106,6 +106,13 @@ pub enum CompareError {
     },
 }
 
+/// Both refusals are of the input: 2.
+impl exit::ExitCode for CompareError {
+    fn exit_code(&self) -> u8 {
+        exit::BAD_INPUT
+    }
+}
+
 fn side_cells(
     rows: &[ResultRow],
     o: &CompareOptions,
@@ -209,10 +216,12 @@ impl Comparison {
     pub fn count(&self, v: Verdict) -> usize {
         self.cells.iter().filter(|c| c.verdict == v).count()
     }
+}
 
+impl exit::ExitCode for Comparison {
     /// 2 when the comparison is incomplete (a cell missing on one side or
     /// without ok runs): fix the input first. Else 1 on any regression.
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         if !self.missing.is_empty() || self.count(Verdict::InsufficientData) > 0 {
             exit::BAD_INPUT
         } else if self.count(Verdict::Regression) > 0 {

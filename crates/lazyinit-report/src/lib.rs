@@ -20,3 +20,10 @@ pub mod stats;
 
 pub use cells::{CellKey, CellStats, Metric};
 pub use report::{build, Report};
+
+/// A bad `--origin` is the input's fault: 2.
+impl lazyinit_core::exit::ExitCode for kcidb::KcidbError {
+    fn exit_code(&self) -> u8 {
+        lazyinit_core::exit::BAD_INPUT
+    }
+}

@@ -97,6 +97,7 @@ fn pct(x: f64, of: f64) -> f64 {
     (x / of - 1.0) * 100.0
 }
 
+// Long: one pass over the rows (why a row is left out, one replay per N), then the summary per N, in the order the report reads them.
 /// Replays every ok, measured row that has per-group data.
 pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay {
     let mut runs = Vec::new();

@@ -2,6 +2,7 @@
 //! candidate whose fixed kernel behaves unfixed fails, a missing cell is
 //! bad input.
 
+use lazyinit_core::exit::ExitCode;
 use std::path::Path;
 
 use lazyinit_core::exit;

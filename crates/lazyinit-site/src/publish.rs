@@ -38,6 +38,16 @@ impl SiteError {
     }
 }
 
+/// A bad `--out` is 2; a write or a plot that failed is 3.
+impl lazyinit_core::exit::ExitCode for SiteError {
+    fn exit_code(&self) -> u8 {
+        match self.is_bad_input() {
+            true => lazyinit_core::exit::BAD_INPUT,
+            false => lazyinit_core::exit::INFRASTRUCTURE,
+        }
+    }
+}
+
 /// What was written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Published {

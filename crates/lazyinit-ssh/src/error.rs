@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lazyinit_core::exit::ExitError;
+use lazyinit_core::exit::{self, ExitCode, ExitError};
 
 /// One variant per stage, so a caller (and a reader of the log) knows how far
 /// a connection got. Messages say what failed; the source says why.
@@ -126,6 +126,17 @@ impl SshError {
                 | SshError::BadKeyFile { .. }
                 | SshError::MachineDied { .. }
         )
+    }
+}
+
+/// A missing key tool is 4; every other failure is the infrastructure's.
+impl ExitCode for SshError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            SshError::MissingTool(e) => e.exit_code(),
+            SshError::NotReady { last, .. } => last.exit_code(),
+            _ => exit::INFRASTRUCTURE,
+        }
     }
 }
 

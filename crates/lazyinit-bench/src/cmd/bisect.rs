@@ -104,21 +104,59 @@ fn lock(path: &Path, wait: bool) -> anyhow::Result<nix::fcntl::Flock<std::fs::Fi
     })
 }
 
-fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Opened> {
+/// The test's settings a bisection can work with.
+fn check_settings(c: &Common) -> Result<(), lazyinit_core::exit::ExitError> {
     if !(c.error_rate > 0.0 && c.error_rate < 0.5) {
-        return Err(bad_input("--error-rate must be between 0 and 0.5, e.g. 0.01").into());
+        return Err(bad_input(
+            "--error-rate must be between 0 and 0.5, e.g. 0.01",
+        ));
     }
     if c.end_samples < 2 || c.max_samples < 1 {
-        return Err(
-            bad_input("--end-samples must be at least 2 and --max-samples at least 1").into(),
-        );
+        return Err(bad_input(
+            "--end-samples must be at least 2 and --max-samples at least 1",
+        ));
     }
-    let g = |e: git::GitError| -> anyhow::Error {
-        match e {
-            git::GitError::BadInput(m) => bad_input(m).into(),
-            e => e.into(),
+    Ok(())
+}
+
+/// A revision or range that is not one is bad input (exit 2).
+fn git_error(e: git::GitError) -> anyhow::Error {
+    match e {
+        git::GitError::BadInput(m) => bad_input(m).into(),
+        e => e.into(),
+    }
+}
+
+/// Takes `out` for a bisection of `args_line`: refused when it holds one
+/// of other arguments; else locked, the arguments written, and the command
+/// line appended to its `command.txt` (as `run` keeps them).
+fn claim_out(out: &Path, args_line: &str) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    let args_file = out.join("bisect.args");
+    if let Ok(old) = std::fs::read_to_string(&args_file) {
+        if old != args_line {
+            return Err(bad_input(format!(
+                "{} holds a bisection of other arguments ({}): give another --out",
+                out.display(),
+                old.lines().collect::<Vec<_>>().join(", ")
+            ))
+            .into());
         }
-    };
+    }
+    let held = lock(&out.join(".lock"), false)?;
+    std::fs::write(&args_file, args_line)?;
+    use std::io::Write;
+    let line: Vec<String> = std::env::args().collect();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out.join("command.txt"))?
+        .write_all(format!("{}\n", line.join(" ")).as_bytes())?;
+    Ok(held)
+}
+
+fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Opened> {
+    check_settings(c)?;
+    let g = git_error;
     let (repo, head) = git::head_of(source).map_err(g)?;
     let good = git::resolve(&repo, &c.good).map_err(g)?;
     let bad = git::resolve(&repo, &c.bad).map_err(g)?;
@@ -141,29 +179,7 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
             .map_or("default".into(), |p| p.to_string()),
         repo.display()
     );
-    let args_file = out.join("bisect.args");
-    if let Ok(old) = std::fs::read_to_string(&args_file) {
-        if old != args_line {
-            return Err(bad_input(format!(
-                "{} holds a bisection of other arguments ({}): give another --out",
-                out.display(),
-                old.lines().collect::<Vec<_>>().join(", ")
-            ))
-            .into());
-        }
-    }
-    let mut locks = vec![lock(&out.join(".lock"), false)?];
-    std::fs::write(&args_file, &args_line)?;
-    // Every command that worked in this folder, as `run` keeps them.
-    {
-        use std::io::Write;
-        let line: Vec<String> = std::env::args().collect();
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(out.join("command.txt"))?
-            .write_all(format!("{}\n", line.join(" ")).as_bytes())?;
-    }
+    let mut locks = vec![claim_out(&out, &args_line)?];
     let canon = repo.canonicalize().unwrap_or(repo.clone());
     let hash = lazyinit_core::paths::sha256_hex(canon.display().to_string());
     let base = lazyinit_core::paths::cache_dir()
@@ -239,6 +255,7 @@ fn verdict_of(step: &Step) -> Verdict {
     }
 }
 
+// Long: the bisection top to bottom (open, ends, the step loop, the confirmation, outputs, exit code), read in one go like `run`.
 pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
     let started = Instant::now();
     let cancel = Arc::new(AtomicBool::new(false));
@@ -349,8 +366,7 @@ pub async fn bisect_step(a: StepArgs) -> anyhow::Result<u8> {
     match step_inner(a).await {
         Ok(c) => Ok(c),
         Err(e) => {
-            eprintln!("error: {e:#}");
-            let code = exit::code_of(&e);
+            let code = crate::fail::report(&e);
             Ok(if code == exit::INTERRUPTED { code } else { 255 })
         }
     }

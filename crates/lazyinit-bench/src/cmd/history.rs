@@ -1,6 +1,7 @@
 //! `history`: every run in a database, change points across runs, and a
 //! gate that knows the past (docs/history.md). Thin over lazyinit-history.
 
+use lazyinit_core::exit::ExitCode;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
@@ -9,7 +10,7 @@ use lazyinit_history::changes::AlertState;
 use lazyinit_history::check;
 use lazyinit_history::provenance::HostFacts;
 use lazyinit_history::render::{self, Format};
-use lazyinit_history::{ChangeOptions, DbUrl, History, HistoryError, RunImport, SeriesFilter};
+use lazyinit_history::{ChangeOptions, DbUrl, History, RunImport, SeriesFilter};
 use lazyinit_report::cells::Metric;
 
 use super::providers;
@@ -166,19 +167,9 @@ pub struct GenerateArgs {
     pub seed: u64,
 }
 
-/// A library error with its exit code: the input's fault is 2, the
-/// database's 3.
-pub fn coded(e: HistoryError) -> anyhow::Error {
-    if e.is_bad_input() {
-        bad_input(e.to_string()).into()
-    } else {
-        anyhow::Error::new(e)
-    }
-}
-
 fn open(db: &DbArg) -> anyhow::Result<History> {
     let url = db.url()?;
-    History::open(&url).map_err(coded)
+    Ok(History::open(&url)?)
 }
 
 /// A run folder read and checked against its own spec.toml.
@@ -217,7 +208,7 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
         }
         _ => spec.run_id(),
     };
-    RunImport::read(folder, &cells, &run_id).map_err(coded)
+    Ok(RunImport::read(folder, &cells, &run_id)?)
 }
 
 pub async fn run(c: HistoryCmd) -> anyhow::Result<u8> {
@@ -247,7 +238,7 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut h = open(&a.db)?;
     for r in &runs {
-        let o = h.import(r).map_err(coded)?;
+        let o = h.import(r)?;
         println!(
             "{}: {} ({} rows added, {} already there)",
             o.folder,
@@ -261,9 +252,7 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
 
 fn show(a: ShowArgs) -> anyhow::Result<u8> {
     let mut h = open(&a.series.db)?;
-    let series = h
-        .series(a.series.metric, a.series.cell.as_ref())
-        .map_err(coded)?;
+    let series = h.series(a.series.metric, a.series.cell.as_ref())?;
     print!(
         "{}",
         match a.format {
@@ -284,10 +273,10 @@ fn changes(a: ChangesArgs) -> anyhow::Result<u8> {
     let opts = a.test.options()?;
     let mut h = open(&a.series.db)?;
     let s = &a.series;
-    let series = h.series(s.metric, s.cell.as_ref()).map_err(coded)?;
+    let series = h.series(s.metric, s.cell.as_ref())?;
     let mut found = lazyinit_history::changes::find(&series, &opts);
     // Each change gets an alert (state new) a person can triage.
-    let alerts = h.raise(&found).map_err(coded)?;
+    let alerts = h.raise(&found)?;
     for c in &mut found {
         c.attach(&alerts);
     }
@@ -313,8 +302,8 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
     let opts = a.test.options()?;
     let run = read_folder(&a.folder)?;
     let mut h = open(&a.db)?;
-    let outcome = h.import(&run).map_err(coded)?;
-    let report = check::check(&mut h, &outcome.run_key, a.metric, &opts).map_err(coded)?;
+    let outcome = h.import(&run)?;
+    let report = check::check(&mut h, &outcome.run_key, a.metric, &opts)?;
     let text = match a.format {
         Format::Junit => render::check_junit(&report),
         Format::Json => render::json(&report),
@@ -340,7 +329,7 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
 
 fn ack(a: AckArgs) -> anyhow::Result<u8> {
     let mut h = open(&a.db)?;
-    let alert = h.set_alert_state(&a.id, a.state, &a.note).map_err(coded)?;
+    let alert = h.set_alert_state(&a.id, a.state, &a.note)?;
     println!(
         "{} {} ({}): {}",
         alert.alert_id,
@@ -355,7 +344,7 @@ fn generate(a: GenerateArgs) -> anyhow::Result<u8> {
     let mut h = open(&a.db)?;
     let t = std::time::Instant::now();
     for r in lazyinit_history::generate::history(a.runs, a.seed) {
-        h.import(&r).map_err(coded)?;
+        h.import(&r)?;
     }
     eprintln!(
         "{} generated runs in {} ({:.2} s)",
@@ -391,7 +380,10 @@ pub fn live_import(
                 .await;
                 match r {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::error!("history {url}: cannot import the row: {e:#}"),
+                    Ok(Err(e)) => tracing::error!(
+                        "history {url}: cannot import the row: {}",
+                        crate::fail::text(&e)
+                    ),
                     Err(e) => tracing::error!("history {url}: {e}"),
                 }
             }

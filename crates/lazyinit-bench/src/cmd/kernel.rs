@@ -4,11 +4,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use lazyinit_core::exit::{self, ExitError};
+use lazyinit_core::exit;
 use lazyinit_core::{Arch, Hz, KernelSource, Variant};
-use lazyinit_kernel::{
-    BuildEvent, BuildOptions, KernelArtifact, KernelError, KernelSpec, Manifest, Profile,
-};
+use lazyinit_kernel::{BuildEvent, BuildOptions, KernelArtifact, KernelSpec, Manifest, Profile};
 
 #[derive(clap::Subcommand)]
 pub enum KernelCmd {
@@ -71,18 +69,6 @@ pub async fn run(cmd: KernelCmd) -> anyhow::Result<u8> {
     match cmd {
         KernelCmd::Build(a) => build(a).await,
         KernelCmd::List(a) => list(a),
-    }
-}
-
-/// Keep the library's exit code (bad input 2, missing tool 4) on the way out.
-fn coded(e: KernelError) -> anyhow::Error {
-    match e.exit_code() {
-        exit::INFRASTRUCTURE => e.into(),
-        code => ExitError {
-            code,
-            message: e.to_string(),
-        }
-        .into(),
     }
 }
 
@@ -177,7 +163,7 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
         opts.jobs = j;
     }
     opts.progress = Some(progress());
-    let k: KernelArtifact = lazyinit_kernel::build(&spec, &opts).await.map_err(coded)?;
+    let k: KernelArtifact = lazyinit_kernel::build(&spec, &opts).await?;
     if a.json {
         let j = ArtifactJson {
             image: &k.image,

@@ -208,8 +208,7 @@ fn ec2(configs: &Configs, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> 
             &keys.client_public,
         )
     });
-    let p = lazyinit_ec2::Ec2Provider::new(cfg, load_keys)
-        .map_err(|e| bad_input(format!("[provider-config.ec2]: {e}")))?;
+    let p = lazyinit_ec2::Ec2Provider::new(cfg, load_keys)?;
     Ok(Arc::new(p))
 }
 
@@ -231,8 +230,7 @@ fn ec2_config(configs: &Configs) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
     let cfg: lazyinit_ec2::Ec2Config = table
         .try_into()
         .map_err(|e: toml::de::Error| bad_input(format!("[provider-config.ec2]: {e}")))?;
-    cfg.validate()
-        .map_err(|e| bad_input(format!("[provider-config.ec2]: {e}")))?;
+    cfg.validate()?;
     Ok(cfg)
 }
 
@@ -253,7 +251,7 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
         sweep_stale_keys("ec2")?;
     }
     let mut cfg = match &a.config {
-        Some(p) => config::from_spec_file(p).map_err(|e| exit::bad_input(e.to_string()))?,
+        Some(p) => config::from_spec_file(p)?,
         None => config::Ec2Config::default(),
     };
     if a.endpoint_url.is_some() {
@@ -265,7 +263,7 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     if a.profile.is_some() {
         cfg.profile = a.profile.clone();
     }
-    cfg.validate().map_err(|e| exit::bad_input(e.to_string()))?;
+    cfg.validate()?;
     let counter = client::ApiCounter::default();
     let c = client::build_checked(&cfg, None, counter.clone())
         .await
@@ -278,7 +276,7 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     let sweep = Sweep::new(a.run_id.clone(), a.expired, owner, a.dry_run);
     let report = match lazyinit_ec2::cleanup(&c, &sweep, Pace::of(&cfg)).await {
         Ok(r) => r,
-        Err(e @ Ec2Error::BadInput(_)) => return Err(exit::bad_input(e.to_string()).into()),
+        Err(e @ Ec2Error::BadInput(_)) => return Err(e.into()),
         // Said in one line: the budget it ran out of is the whole story.
         Err(e @ Ec2Error::NoAnswer { .. }) => {
             anyhow::bail!("cleanup: {}", e.with_budget(&budget))

@@ -58,10 +58,7 @@ pub fn publish(a: PublishArgs) -> anyhow::Result<u8> {
         std::fs::write(p, serde_json::to_string_pretty(&data)?)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
     }
-    let done = site::publish(&data, &a.out).map_err(|e| match e.is_bad_input() {
-        true => bad_input(e.to_string()).into(),
-        false => anyhow::Error::new(e),
-    })?;
+    let done = site::publish(&data, &a.out)?;
     eprintln!(
         "published {} series, {} alerts to {}: {} files, {} bytes, {:.2} s",
         data.series.len(),
@@ -76,11 +73,11 @@ pub fn publish(a: PublishArgs) -> anyhow::Result<u8> {
 
 fn from_history(a: &PublishArgs) -> anyhow::Result<site::SiteData> {
     let url = a.db.url()?;
-    let mut h = History::open(&url).map_err(super::history::coded)?;
-    let rows = h.stored_rows().map_err(super::history::coded)?;
+    let mut h = History::open(&url)?;
+    let rows = h.stored_rows()?;
     let series = lazyinit_history::series::build(&rows, a.metric, None);
     let changes = lazyinit_history::changes::find(&series, &ChangeOptions::default());
-    let alerts = h.alerts().map_err(super::history::coded)?;
+    let alerts = h.alerts()?;
     let out_dir = absolute(a.out.parent().unwrap_or(Path::new(".")))?
         .join(a.out.file_name().unwrap_or_default());
     Ok(site_data(&Inputs {

@@ -1,5 +1,6 @@
 //! `lazyinit-bench report` and `compare`: thin wrappers over lazyinit-report.
 
+use lazyinit_core::exit::ExitCode;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -200,8 +201,7 @@ fn kcidb(a: ReportArgs) -> anyhow::Result<u8> {
         kernels: &kernels,
         files: &files,
     };
-    let report =
-        lazyinit_report::kcidb::export(&inputs, origin).map_err(|e| bad_input(e.to_string()))?;
+    let report = lazyinit_report::kcidb::export(&inputs, origin)?;
     out.finish(&lazyinit_report::kcidb::render(&report))
         .context("cannot write the KCIDB report")?;
     let manifests = kernels.values().filter(|k| k.manifest.is_some()).count();
@@ -238,7 +238,7 @@ pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
         alpha: a.alpha,
         ignore: a.ignore,
     };
-    let c = compare_cells(&base, &cand, &opts).map_err(|e| bad_input(e.to_string()))?;
+    let c = compare_cells(&base, &cand, &opts)?;
     let text = match format {
         Format::Markdown => render::compare::markdown(&c),
         Format::Csv => render::compare::csv(&c),

@@ -423,7 +423,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     if !a.no_report && summary.results_csv.exists() {
         match table_for(&summary.results_csv) {
             Ok(t) => println!("{t}"),
-            Err(e) => eprintln!("(no table: {e:#})"),
+            Err(e) => eprintln!("(no table: {})", crate::fail::text(&e)),
         }
     }
     for f in &summary.teardown_failures {

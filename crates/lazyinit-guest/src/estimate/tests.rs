@@ -116,11 +116,15 @@ impl Remote for Lazyinit {
             self.record(format!("trace {}", self.done()));
             return ok(self.trace());
         }
-        Err(GuestError::Ssh(format!("unexpected script: {script}")))
+        Err(GuestError::Transport(format!(
+            "unexpected script: {script}"
+        )))
     }
 
     fn upload(&mut self, _local: &Path, remote: &str, _mode: u32) -> Result<(), GuestError> {
-        Err(GuestError::Ssh(format!("unexpected upload to {remote}")))
+        Err(GuestError::Transport(format!(
+            "unexpected upload to {remote}"
+        )))
     }
 }
 

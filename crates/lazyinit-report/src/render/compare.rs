@@ -1,5 +1,6 @@
 //! Text of a [`Comparison`]: a verdict per cell, missing cells, a summary.
 
+use lazyinit_core::exit::ExitCode;
 use std::fmt::Write;
 
 use super::{num, pct, Labeller};

@@ -4,6 +4,7 @@
 //! `<error>` (the comparison is incomplete: exit 2); an improvement or no
 //! change passes. The verdicts are the markdown's, to the same numbers.
 
+use lazyinit_core::exit::ExitCode;
 use std::fmt::Write;
 
 use super::{num, pct};

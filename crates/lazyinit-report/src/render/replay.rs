@@ -9,6 +9,7 @@ fn signed(x: f64) -> String {
     format!("{x:+.3}%")
 }
 
+// Long: the replay report in the order it prints (summary, coverage per folder, runs, left out), one block per part.
 pub fn markdown(r: &Replay) -> String {
     let tol = r.tolerance_pct;
     let mut out =

@@ -51,9 +51,14 @@ fn main() -> std::process::ExitCode {
                 eprintln!("API calls (SDK): {}", o.sdk_calls);
                 o.summary.exit_code(false)
             }
+            // A run's own error says its code; the twin's setup is its
+            // infrastructure.
             Err(e) => {
-                eprintln!("error: {e:#}");
-                lazyinit_core::exit::code_of(&e)
+                eprintln!("error: {}", lazyinit_core::exit::chain_text(e.as_ref()));
+                e.downcast_ref::<lazyinit_orchestrator::RunError>()
+                    .map_or(lazyinit_core::exit::INFRASTRUCTURE, |e| {
+                        lazyinit_core::exit::ExitCode::exit_code(e)
+                    })
             }
         }
     });

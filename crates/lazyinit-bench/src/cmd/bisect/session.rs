@@ -145,9 +145,8 @@ impl Session {
         let built = tokio::select! {
             r = lazyinit_kernel::build(&spec, &opts) => r,
             _ = lazyinit_orchestrator::runner::cancelled(&self.cancel) => {
-                return Err(NoSample::Stop(lazyinit_core::exit::ExitError {
-                    code: lazyinit_core::exit::INTERRUPTED,
-                    message: "interrupted during a build: rerun the same command to resume".into(),
+                return Err(NoSample::Stop(lazyinit_core::exit::ExitError::Interrupted {
+                    during: " during a build",
                 }.into()))
             }
         };
@@ -185,6 +184,7 @@ impl Session {
         NoSample::Skip(reason.to_string())
     }
 
+    // Long: one step as it happens (prepare the tree, sample until the test decides, the level, the line), each outcome a few lines.
     /// Judge `commit`: `fixed` samples (an end) or samples until `sprt`
     /// decides or its cap is reached.
     pub async fn judge(
@@ -317,11 +317,7 @@ impl Session {
             None => {
                 self.run_one(&dir, variant).await?;
                 if self.cancelled() {
-                    return Err(lazyinit_core::exit::ExitError {
-                        code: lazyinit_core::exit::INTERRUPTED,
-                        message: "interrupted: rerun the same command to resume".into(),
-                    }
-                    .into());
+                    return Err(lazyinit_core::exit::ExitError::Interrupted { during: "" }.into());
                 }
                 done(&csv)?
                     .ok_or_else(|| anyhow::anyhow!("the run into {} left no row", dir.display()))?
