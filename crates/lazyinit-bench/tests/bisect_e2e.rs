@@ -112,8 +112,10 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
     assert!(rows.len() >= 6, "{} rows", rows.len());
     assert!(rows
         .iter()
-        .any(|r| r.kernel_source == format!("git:{culprit}")));
-    assert!(rows.iter().all(|r| r.kernel_source.starts_with("git:")));
+        .any(|r| r.axes.source == format!("git:{culprit}")));
+    assert!(rows
+        .iter()
+        .all(|r| matches!(r.axes.source, lazyinit_core::SourceId::Commit(_))));
     // The user's tree: same HEAD, same files, index not even refreshed.
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]), *bad);
     assert_eq!(

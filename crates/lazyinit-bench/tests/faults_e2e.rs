@@ -147,8 +147,8 @@ fn report(scenario: &str, code: Option<i32>, secs: f64, out: &Path, vols: &Path)
         sockets(out).len(),
         rows.iter()
             .map(|r| match r.error.is_empty() {
-                true => format!("{}:{}", r.variant, r.status),
-                false => format!("{}:{} ({:.90})", r.variant, r.status, r.error),
+                true => format!("{}:{}", r.axes.variant, r.status),
+                false => format!("{}:{} ({:.90})", r.axes.variant, r.status, r.error),
             })
             .collect::<Vec<_>>()
             .join(" ")

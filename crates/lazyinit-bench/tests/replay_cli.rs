@@ -34,7 +34,7 @@ fn full_runs(dir: &Path) -> PathBuf {
     let mut w = ResultsWriter::open(&csv).unwrap();
     let rows = read_rows(fixture("reported/results.csv")).unwrap();
     for (i, mut row) in rows.into_iter().take(2).enumerate() {
-        let t = generate(&Run::noisy(row.hz.get(), 10, 4096, i as u64 + 3));
+        let t = generate(&Run::noisy(row.axes.hz.get(), 10, 4096, i as u64 + 3));
         row.measured.groups = Some(4096);
         row.measured.traced_groups = Some(4096);
         row.measured.lazyinit_s = Some(t.lazyinit_s());

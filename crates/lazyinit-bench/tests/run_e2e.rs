@@ -152,12 +152,12 @@ fn smoke_run_measures_both_variants() {
         let groups = r.measured.groups.unwrap();
         assert_eq!(
             groups,
-            model::groups(lazyinit_core::ByteSize(r.volume_bytes))
+            model::groups(lazyinit_core::ByteSize(r.axes.volume.0))
         );
         assert_eq!(r.measured.traced_groups, Some(groups), "every group traced");
         assert!(r
             .kernel_release
-            .contains(&format!("hz{}-{}", r.hz, r.variant)));
+            .contains(&format!("hz{}-{}", r.axes.hz, r.axes.variant)));
         assert!(!r.measured.clocksource.contains("jiffies"));
         assert!(
             r.measured.lazyinit_s.unwrap() > 0.0
@@ -169,7 +169,11 @@ fn smoke_run_measures_both_variants() {
                 && r.measured.first_group_s.is_some()
                 && r.measured.sleep_ticks.is_some()
         );
-        assert!(!r.machine.is_empty() && !r.accel.is_empty() && !r.measured.mkfs_cmd.is_empty());
+        assert!(
+            !r.testbed.machine.as_str().is_empty()
+                && !r.testbed.accel.to_string().is_empty()
+                && !r.measured.mkfs_cmd.is_empty()
+        );
         assert!(out
             .path()
             .join("res")
@@ -177,14 +181,20 @@ fn smoke_run_measures_both_variants() {
             .join("groups.csv")
             .exists());
     }
-    let nofix = rows.iter().find(|r| r.variant == Variant::NoFix).unwrap();
-    let fix = rows.iter().find(|r| r.variant == Variant::Fix).unwrap();
+    let nofix = rows
+        .iter()
+        .find(|r| r.axes.variant == Variant::NoFix)
+        .unwrap();
+    let fix = rows
+        .iter()
+        .find(|r| r.axes.variant == Variant::Fix)
+        .unwrap();
     // Without the fix the cycle is (W + 1) ticks whatever the zeroing time.
     let model_ms = model::predict_cell(
-        nofix.hz,
+        nofix.axes.hz,
         Variant::NoFix,
         10,
-        lazyinit_core::ByteSize(nofix.volume_bytes),
+        lazyinit_core::ByteSize(nofix.axes.volume.0),
     )
     .per_group_s
         * 1000.0;
@@ -232,7 +242,7 @@ fn smoke_run_measures_both_variants() {
         // a little below the kernel's): the L=8 above, whatever z1 says.
         let z1 = r.measured.z1_ms.unwrap();
         assert!(
-            (3.2..3.6).contains(&z1) || attempts == MAX_ATTEMPTS || r.variant == Variant::Fix,
+            (3.2..3.6).contains(&z1) || attempts == MAX_ATTEMPTS || r.axes.variant == Variant::Fix,
             "{}: measured z1 {z1} ms after {attempts} attempts",
             r.cell_id
         );
@@ -423,7 +433,7 @@ fn smoke_run_with_estimates_stops_early() {
         // an honest estimate follows them: it must sit between every cycle
         // at L + 1 ticks and every cycle at L + 2.
         let l = r.measured.sleep_ticks.unwrap() as f64;
-        let tick = 1.0 / r.hz.get() as f64;
+        let tick = 1.0 / r.axes.hz.get() as f64;
         let (fastest, slowest) = (
             groups as f64 * (l + 1.0) * tick,
             groups as f64 * (l + 2.0) * tick,

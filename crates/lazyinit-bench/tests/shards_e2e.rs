@@ -136,7 +136,7 @@ fn quick_as_two_shards_at_once_merges_into_the_plans_four_cells() {
     // W + 1 = 11 ticks, whatever else runs on the host.
     for r in rows
         .iter()
-        .filter(|r| r.variant == lazyinit_core::Variant::NoFix)
+        .filter(|r| r.axes.variant == lazyinit_core::Variant::NoFix)
     {
         assert_eq!(r.measured.sleep_ticks, Some(10), "{}", r.cell_id);
     }

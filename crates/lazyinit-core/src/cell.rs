@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::identity::{CellAxes, ProviderName};
+#[cfg(test)]
 use crate::size::ByteSize;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -266,16 +268,20 @@ string_serde!(KernelSource);
 pub const DEFAULT_WAIT_MULT: u32 = 10;
 
 /// One cell of the matrix: everything that determines one measurement.
+/// Its axes are [`crate::identity::Axes`] (read through `Deref`: `cell.arch`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Cell {
-    pub provider: String,
-    pub arch: Arch,
-    pub source: KernelSource,
-    pub hz: Hz,
-    pub variant: Variant,
-    pub volume: ByteSize,
-    pub wait_mult: u32,
+    pub provider: ProviderName,
+    #[serde(flatten)]
+    pub axes: CellAxes,
     pub repetition: u32,
+}
+
+impl std::ops::Deref for Cell {
+    type Target = CellAxes;
+    fn deref(&self) -> &CellAxes {
+        &self.axes
+    }
 }
 
 impl Cell {
@@ -361,12 +367,14 @@ mod tests {
     fn cell_id_is_file_name_safe() {
         let c = Cell {
             provider: "qemu".into(),
-            arch: Arch::Arm64,
-            source: KernelSource::Path("/tmp/linux 5.10".into()),
-            hz: Hz::new(100).unwrap(),
-            variant: Variant::Fix,
-            volume: "2TiB".parse().unwrap(),
-            wait_mult: 10,
+            axes: CellAxes {
+                arch: Arch::Arm64,
+                source: KernelSource::Path("/tmp/linux 5.10".into()),
+                hz: Hz::new(100).unwrap(),
+                variant: Variant::Fix,
+                volume: "2TiB".parse::<ByteSize>().unwrap(),
+                wait_mult: 10,
+            },
             repetition: 1,
         };
         let id = c.id();
@@ -377,18 +385,13 @@ mod tests {
         );
         assert!(!id.contains('/'));
         // A deep path does not make a long id.
-        let deep = Cell {
-            source: KernelSource::Path(
-                format!("/{}/linux", "very-long-directory".repeat(8)).into(),
-            ),
-            ..c.clone()
-        };
+        let mut deep = c.clone();
+        deep.axes.source =
+            KernelSource::Path(format!("/{}/linux", "very-long-directory".repeat(8)).into());
         assert!(deep.id().len() < 60, "{}", deep.id());
         assert_ne!(deep.id(), c.id());
-        let d = Cell {
-            source: KernelSource::Debian510,
-            ..c
-        };
+        let mut d = c;
+        d.axes.source = KernelSource::Debian510;
         assert_eq!(d.id(), "qemu-arm64-debian-5.10-hz100-fix-2TiB-r1");
     }
 }

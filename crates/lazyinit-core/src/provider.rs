@@ -64,9 +64,9 @@ pub enum VolumeDevice {
 /// What ran the guest, as recorded in the result row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineInfo {
-    pub provider: String,
-    pub machine: String,
-    pub accel: String,
+    pub provider: crate::identity::ProviderName,
+    pub machine: crate::identity::MachineName,
+    pub accel: crate::identity::Accel,
 }
 
 /// Which kernel configuration a provider's machines boot (the fragments

@@ -11,6 +11,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cell::{Arch, Hz, Variant};
+use crate::identity::{
+    Accel, Axes, MachineName, ProviderName, RowAxes, RowKernel, SourceId, StorageId, Testbed,
+};
+use crate::provider::KernelProfile;
+use crate::size::ByteSize;
 
 mod check;
 
@@ -33,14 +38,11 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// How the `accel` column marks a row measured on a local twin of a cloud
-/// machine (the EC2 provider's code path with a QEMU guest playing the
-/// instance): never to be taken, or pooled, for a real instance's row.
-pub const TWIN_ACCEL_PREFIX: &str = "twin-";
-
-/// Whether an `accel` value is a twin's.
-pub fn is_twin(accel: &str) -> bool {
-    accel.starts_with(TWIN_ACCEL_PREFIX)
+/// Whether an `accel` is a local twin's of a cloud machine (the EC2
+/// provider's code path with a QEMU guest playing the instance): never to
+/// be taken, or pooled, for a real instance's row ([`Accel::Twin`]).
+pub fn is_twin(accel: &Accel) -> bool {
+    accel.is_twin()
 }
 
 /// One cell run: what ran, how it ended, and what it measured. Times are
@@ -53,24 +55,21 @@ pub fn is_twin(accel: &str) -> bool {
 pub struct ResultRow {
     pub run_id: String,
     pub cell_id: String,
-    /// `qemu` or `ec2`.
-    pub provider: String,
-    /// What ran the guest: `qemu-x86_64` / `qemu-aarch64`, or an instance type.
-    pub machine: String,
-    /// `kvm` or `tcg` (QEMU), `nitro` (an EC2 instance), or `twin-tcg`
-    /// (provider `ec2` played by a local QEMU guest: see [`is_twin`]).
-    pub accel: String,
-    pub arch: Arch,
+    /// What ran the guest: the provider (`qemu`, `ec2`), the machine
+    /// (`qemu-x86_64` / `qemu-aarch64`, or an instance type), the accel
+    /// (`kvm`, `tcg`, `nitro`, or a twin's: see [`is_twin`]) and the
+    /// storage profile applied to the volume (`none` if none).
+    pub testbed: Testbed,
+    /// The cell's axes: arch, source (`debian-6.1`, a version, a path, or
+    /// `git:<commit>`), HZ and variant of the kernel under test (the guest
+    /// protocol checks HZ), volume and wait multiplier.
+    pub axes: RowAxes,
+    /// The kernel's configuration (`qemu`/`cloud`); `None` in rows written
+    /// before the `kernel_profile` column.
+    pub kernel_profile: Option<KernelProfile>,
     /// `uname -r` of the kernel under test (the guest protocol checks
     /// that the guest reports exactly this).
     pub kernel_release: String,
-    /// `debian-6.1`, `debian-6.12`, a version, or a path.
-    pub kernel_source: String,
-    /// HZ of the kernel under test (the guest protocol checks it).
-    pub hz: Hz,
-    pub variant: Variant,
-    pub wait_mult: u32,
-    pub volume_bytes: u64,
     pub repetition: u32,
     /// RFC 3339, UTC.
     pub started_at: String,
@@ -80,8 +79,6 @@ pub struct ResultRow {
     pub error: String,
     /// Seconds from launch until SSH answered.
     pub boot_s: Option<f64>,
-    /// Storage latency profile applied to the volume (`none` if none).
-    pub storage_profile: String,
     /// How many cells ran at the same time as this one (1 = alone).
     pub concurrency: u32,
     /// The `estimate-after` the run asked for (on every row the protocol
@@ -163,12 +160,12 @@ pub struct Measurement {
 struct Flat {
     run_id: String,
     cell_id: String,
-    provider: String,
-    machine: String,
-    accel: String,
+    provider: ProviderName,
+    machine: MachineName,
+    accel: Accel,
     arch: Arch,
     kernel_release: String,
-    kernel_source: String,
+    kernel_source: SourceId,
     hz: Hz,
     variant: Variant,
     wait_mult: u32,
@@ -189,7 +186,7 @@ struct Flat {
     sleep_ticks: Option<u64>,
     boot_s: Option<f64>,
     first_group_s: Option<f64>,
-    storage_profile: String,
+    storage_profile: StorageId,
     concurrency: u32,
     mkfs_cmd: String,
     // Appended later: files written before them still read.
@@ -225,24 +222,26 @@ struct Flat {
     shard: String,
     #[serde(default)]
     host: String,
+    #[serde(default)]
+    kernel_profile: Option<KernelProfile>,
 }
 
 impl From<ResultRow> for Flat {
     fn from(r: ResultRow) -> Flat {
-        let m = r.measured;
+        let (m, t, a) = (r.measured, r.testbed, r.axes);
         Flat {
             run_id: r.run_id,
             cell_id: r.cell_id,
-            provider: r.provider,
-            machine: r.machine,
-            accel: r.accel,
-            arch: r.arch,
+            provider: t.provider,
+            machine: t.machine,
+            accel: t.accel,
+            arch: a.arch,
             kernel_release: r.kernel_release,
-            kernel_source: r.kernel_source,
-            hz: r.hz,
-            variant: r.variant,
-            wait_mult: r.wait_mult,
-            volume_bytes: r.volume_bytes,
+            kernel_source: a.source,
+            hz: a.hz,
+            variant: a.variant,
+            wait_mult: a.wait_mult,
+            volume_bytes: a.volume.0,
             groups: m.groups,
             mkfs_s: m.mkfs_s,
             mount_s: m.mount_s,
@@ -259,7 +258,7 @@ impl From<ResultRow> for Flat {
             sleep_ticks: m.sleep_ticks,
             boot_s: r.boot_s,
             first_group_s: m.first_group_s,
-            storage_profile: r.storage_profile,
+            storage_profile: t.storage,
             concurrency: r.concurrency,
             mkfs_cmd: m.mkfs_cmd,
             z1_ms: m.z1_ms,
@@ -278,6 +277,7 @@ impl From<ResultRow> for Flat {
             estimate_caveat: m.estimate_caveat,
             shard: r.shard,
             host: r.host,
+            kernel_profile: r.kernel_profile,
         }
     }
 }
@@ -287,23 +287,28 @@ impl From<Flat> for ResultRow {
         ResultRow {
             run_id: f.run_id,
             cell_id: f.cell_id,
-            provider: f.provider,
-            machine: f.machine,
-            accel: f.accel,
-            arch: f.arch,
+            testbed: Testbed {
+                provider: f.provider,
+                machine: f.machine,
+                accel: f.accel,
+                storage: f.storage_profile,
+            },
+            axes: Axes {
+                arch: f.arch,
+                source: f.kernel_source,
+                hz: f.hz,
+                variant: f.variant,
+                volume: ByteSize(f.volume_bytes),
+                wait_mult: f.wait_mult,
+            },
+            kernel_profile: f.kernel_profile,
             kernel_release: f.kernel_release,
-            kernel_source: f.kernel_source,
-            hz: f.hz,
-            variant: f.variant,
-            wait_mult: f.wait_mult,
-            volume_bytes: f.volume_bytes,
             repetition: f.repetition,
             started_at: f.started_at,
             harness_version: f.harness_version,
             status: f.status,
             error: f.error,
             boot_s: f.boot_s,
-            storage_profile: f.storage_profile,
             concurrency: f.concurrency,
             estimate_after: f.estimate_after,
             shard: f.shard,
@@ -354,6 +359,19 @@ impl ResultRow {
     /// The column names, in order, as written in the header.
     pub fn columns() -> Vec<&'static str> {
         COLUMNS.to_vec()
+    }
+
+    /// The kernel the row ran; its profile is `fallback`'s for the row's
+    /// provider when the row does not say (rows written before the
+    /// `kernel_profile` column).
+    pub fn kernel(
+        &self,
+        fallback: impl FnOnce(&ProviderName) -> Option<KernelProfile>,
+    ) -> RowKernel {
+        let profile = self
+            .kernel_profile
+            .or_else(|| fallback(&self.testbed.provider));
+        self.axes.kernel(profile)
     }
 }
 
@@ -406,6 +424,7 @@ pub const COLUMNS: &[&str] = &[
     "estimate_caveat",
     "shard",
     "host",
+    "kernel_profile",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -637,23 +656,28 @@ mod tests {
         ResultRow {
             run_id: "r1".into(),
             cell_id: "qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1".into(),
-            provider: "qemu".into(),
-            machine: "qemu-x86_64".into(),
-            accel: "tcg".into(),
-            arch: Arch::X86_64,
+            testbed: Testbed {
+                provider: "qemu".into(),
+                machine: "qemu-x86_64".into(),
+                accel: "tcg".into(),
+                storage: "none".into(),
+            },
+            axes: Axes {
+                arch: Arch::X86_64,
+                source: "debian-6.1".into(),
+                hz: Hz::new(100).unwrap(),
+                variant: Variant::NoFix,
+                volume: ByteSize(64 << 30),
+                wait_mult: 10,
+            },
+            kernel_profile: Some(KernelProfile::Qemu),
             kernel_release: "6.1.0-lazyinit-hz100-nofix".into(),
-            kernel_source: "debian-6.1".into(),
-            hz: Hz::new(100).unwrap(),
-            variant: Variant::NoFix,
-            wait_mult: 10,
-            volume_bytes: 64 << 30,
             repetition: 1,
             started_at: "2026-11-29T20:00:00Z".into(),
             harness_version: "0.1.0".into(),
             status: Status::Ok,
             error: String::new(),
             boot_s: Some(1.1),
-            storage_profile: "none".into(),
             concurrency: 1,
             estimate_after: None,
             shard: String::new(),
@@ -709,9 +733,9 @@ mod tests {
         failed.measured = Measurement::default();
         w.append(&failed).unwrap();
         let want = concat!(
-            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,\n",
+            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host,kernel_profile\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,,qemu\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,,qemu\n",
         );
         assert_eq!(std::fs::read_to_string(&p).unwrap(), want);
         assert_eq!(read_rows(&p).unwrap(), vec![sample(), failed]);
@@ -749,6 +773,7 @@ mod tests {
             assert_eq!(rows[0].measured.mkfs_cmd, sample().measured.mkfs_cmd);
             assert!(!rows[0].measured.estimated);
             assert_eq!(rows[0].measured.estimate_groups, None);
+            assert_eq!(rows[0].kernel_profile, None, "empty: unknown");
         }
     }
 
@@ -769,7 +794,7 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(
             text.lines().nth(1).unwrap().ends_with(
-                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s),,"
+                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s),,,qemu"
             ),
             "{text}"
         );

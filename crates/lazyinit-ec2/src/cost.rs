@@ -117,12 +117,14 @@ mod tests {
                 for size in ["2TiB", "3TiB"] {
                     cells.push(Cell {
                         provider: "ec2".into(),
-                        arch,
-                        source: KernelSource::Debian61,
-                        hz: Hz::new(hz).unwrap(),
-                        variant,
-                        volume: size.parse().unwrap(),
-                        wait_mult: 10,
+                        axes: lazyinit_core::Axes {
+                            arch,
+                            source: KernelSource::Debian61,
+                            hz: Hz::new(hz).unwrap(),
+                            variant,
+                            volume: size.parse().unwrap(),
+                            wait_mult: 10,
+                        },
                         repetition: 1,
                     });
                 }

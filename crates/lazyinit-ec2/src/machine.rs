@@ -117,8 +117,8 @@ impl Machine for Ec2Machine {
     fn info(&self) -> MachineInfo {
         MachineInfo {
             provider: "ec2".into(),
-            machine: self.record.instance_type.clone(),
-            accel: self.record.platform.clone(),
+            machine: self.record.instance_type.as_str().into(),
+            accel: self.record.platform.as_str().into(),
         }
     }
 

@@ -39,12 +39,14 @@ async fn kexec_into_the_kernel_under_test() {
     });
     let cell = Cell {
         provider: "qemu".into(),
-        arch: Arch::X86_64,
-        source: KernelSource::Debian61,
-        hz,
-        variant: Variant::NoFix,
-        volume: ByteSize(1 << 30),
-        wait_mult: 10,
+        axes: lazyinit_core::Axes {
+            arch: Arch::X86_64,
+            source: KernelSource::Debian61,
+            hz,
+            variant: Variant::NoFix,
+            volume: ByteSize(1 << 30),
+            wait_mult: 10,
+        },
         repetition: 1,
     };
     let req = LaunchRequest {

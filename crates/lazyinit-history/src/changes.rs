@@ -177,19 +177,17 @@ impl CommitRange {
             return None;
         }
         let k = &series.key;
-        let tree = shell_word(&k.kernel_source);
+        let tree = shell_word(&k.axes.source.to_string());
         let log = format!("git -C {tree} log --oneline {good}..{bad}");
         let mut bisect = format!(
             "lazyinit-bench bisect --source {tree} --good {good} --bad {bad} --cell {}:{}:{} --metric {metric}",
-            k.arch,
-            k.hz,
+            k.axes.arch,
+            k.axes.hz,
             k.volume()
         );
-        if !k.storage_profile.is_empty() {
-            bisect.push_str(&format!(
-                " --storage-profile {}",
-                shell_word(&k.storage_profile)
-            ));
+        let storage = k.testbed.storage.to_string();
+        if !storage.is_empty() {
+            bisect.push_str(&format!(" --storage-profile {}", shell_word(&storage)));
         }
         Some(CommitRange {
             good,

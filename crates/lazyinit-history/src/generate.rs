@@ -10,7 +10,7 @@ use lazyinit_core::cell::DEFAULT_WAIT_MULT;
 use lazyinit_core::model::groups;
 use lazyinit_core::results::{Measurement, ResultRow, Status};
 use lazyinit_core::size::TIB;
-use lazyinit_core::{Arch, ByteSize, Hz, Variant};
+use lazyinit_core::{Arch, Axes, ByteSize, Hz, Testbed, Variant};
 use rand::{Rng, SeedableRng};
 
 use crate::import::RunImport;
@@ -66,23 +66,28 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
             rows.push(ResultRow {
                 run_id: run_id.clone(),
                 cell_id,
-                provider: "qemu".into(),
-                machine,
-                accel: "tcg".into(),
-                arch,
+                testbed: Testbed {
+                    provider: "qemu".into(),
+                    machine: machine.into(),
+                    accel: "tcg".into(),
+                    storage: "ebs".into(),
+                },
+                axes: Axes {
+                    arch,
+                    source: "debian-6.1".into(),
+                    hz: Hz::new(hz).expect("a valid HZ"),
+                    variant,
+                    volume: ByteSize(size),
+                    wait_mult: DEFAULT_WAIT_MULT,
+                },
+                kernel_profile: None,
                 kernel_release: format!("6.1.{point}-lazyinit-hz{hz}-{variant}"),
-                kernel_source: "debian-6.1".into(),
-                hz: Hz::new(hz).expect("a valid HZ"),
-                variant,
-                wait_mult: DEFAULT_WAIT_MULT,
-                volume_bytes: size,
                 repetition: 1,
                 started_at: started_at.clone(),
                 harness_version: env!("CARGO_PKG_VERSION").into(),
                 status: Status::Ok,
                 error: String::new(),
                 boot_s: Some(rng.gen_range(5.0..9.0)),
-                storage_profile: "ebs".into(),
                 concurrency: 8,
                 estimate_after: None,
                 shard: String::new(),

@@ -8,6 +8,7 @@ use std::path::Path;
 use lazyinit_core::cell::Cell;
 use lazyinit_core::layout::RunFolder;
 use lazyinit_core::results::{read_rows, ResultRow};
+use lazyinit_core::SourceId;
 
 use crate::provenance::{CellFacts, RunFacts};
 use crate::HistoryError;
@@ -92,13 +93,16 @@ pub fn check_rows(rows: &[ResultRow], planned: &[Cell], run_id: &str) -> Result<
             ));
         };
         let mismatches = [
-            ("provider", r.provider == c.provider),
-            ("arch", r.arch == c.arch),
-            ("kernel_source", r.kernel_source == c.source.to_string()),
-            ("hz", r.hz == c.hz),
-            ("variant", r.variant == c.variant),
-            ("wait_mult", r.wait_mult == c.wait_mult),
-            ("volume_bytes", r.volume_bytes == c.volume.0),
+            ("provider", r.testbed.provider == c.provider),
+            ("arch", r.axes.arch == c.arch),
+            (
+                "kernel_source",
+                r.axes.source == SourceId::from(c.source.clone()),
+            ),
+            ("hz", r.axes.hz == c.hz),
+            ("variant", r.axes.variant == c.variant),
+            ("wait_mult", r.axes.wait_mult == c.wait_mult),
+            ("volume_bytes", r.axes.volume.0 == c.volume.0),
             ("repetition", r.repetition == c.repetition),
         ];
         if let Some((field, _)) = mismatches.iter().find(|(_, ok)| !ok) {

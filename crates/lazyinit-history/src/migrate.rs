@@ -18,6 +18,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0002_caveat_shard_host",
         include_str!("../migrations/0002_caveat_shard_host/up.sql"),
     ),
+    (
+        3,
+        "0003_kernel_profile",
+        include_str!("../migrations/0003_kernel_profile/up.sql"),
+    ),
 ];
 
 const VERSIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

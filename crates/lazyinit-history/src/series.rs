@@ -69,19 +69,19 @@ pub struct Series {
 pub fn series_id(k: &CellKey) -> String {
     format!(
         "{}/{}/{}/{}/{}/hz{}/{}/{}/w{}/{}/{}",
-        k.provider,
-        k.machine,
-        k.accel,
-        k.arch,
-        k.kernel_source,
-        k.hz,
-        k.variant,
+        k.testbed.provider,
+        k.testbed.machine,
+        k.testbed.accel,
+        k.axes.arch,
+        k.axes.source,
+        k.axes.hz,
+        k.axes.variant,
         k.volume(),
-        k.wait_mult,
-        if k.storage_profile.is_empty() {
-            "none"
+        k.axes.wait_mult,
+        if k.testbed.storage.is_none() {
+            "none".to_string()
         } else {
-            &k.storage_profile
+            k.testbed.storage.to_string()
         },
         if k.estimated { "estimated" } else { "measured" }
     )

@@ -71,6 +71,7 @@ const KINDS: &[(&str, Kind)] = {
         ("estimate_caveat", Text),
         ("shard", Text),
         ("host", Text),
+        ("kernel_profile", Text),
     ]
 };
 

@@ -24,9 +24,9 @@ fn rows_of_another_l() -> Vec<lazyinit_core::results::ResultRow> {
         "results/5.10-vs-6.1-64GiB/x86_64-fix-rerun/results.csv",
     ] {
         for r in read_rows(repo().join(f)).unwrap() {
-            if r.arch.to_string() == "x86_64"
+            if r.axes.arch.to_string() == "x86_64"
                 && r.measured.sleep_ticks == Some(7)
-                && r.volume_bytes == 64 << 30
+                && r.axes.volume.0 == 64 << 30
             {
                 out.push(r);
             }
@@ -44,7 +44,7 @@ fn with_l_change(mut nights: Vec<RunImport>) -> Vec<RunImport> {
         let mut new = other[k % 2].clone();
         new.run_id = row.run_id.clone();
         new.cell_id = row.cell_id.clone();
-        new.kernel_source = row.kernel_source.clone();
+        new.axes.source = row.axes.source.clone();
         new.kernel_release = row.kernel_release.clone();
         new.started_at = row.started_at.clone();
         *row = new;
@@ -185,7 +185,7 @@ fn a_change_in_a_git_tree_nightly_names_its_commit_range_and_the_bisect() {
     let mut nights = with_l_change(twenty_nights());
     for (k, night) in nights.iter_mut().enumerate() {
         for r in night.rows.iter_mut() {
-            r.kernel_source = "/srv/linux".into();
+            r.axes.source = "/srv/linux".into();
         }
         for f in night.cells.values_mut() {
             // Night 7 built its commit with uncommitted changes.

@@ -57,12 +57,14 @@ async fn boot(arch: Arch, net: &str) -> Duration {
     });
     let cell = Cell {
         provider: "qemu".into(),
-        arch,
-        source: KernelSource::Debian61,
-        hz: hz(arch),
-        variant: Variant::NoFix,
-        volume: "1GiB".parse().unwrap(),
-        wait_mult: 10,
+        axes: lazyinit_core::Axes {
+            arch,
+            source: KernelSource::Debian61,
+            hz: hz(arch),
+            variant: Variant::NoFix,
+            volume: "1GiB".parse().unwrap(),
+            wait_mult: 10,
+        },
         repetition: 1,
     };
     let req = LaunchRequest {

@@ -16,7 +16,6 @@ use lazyinit_guest::{Expectation, ProtocolOptions, Remote};
 
 use crate::error::CellError;
 use crate::gate::CellGate;
-use crate::plan::KernelNeed;
 use crate::runner::Shared;
 
 /// The machine, shared with the blocking waits that ask whether it lives.
@@ -29,7 +28,7 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
     // Until its row is recorded: a later run that finds it knows the row
     // was lost with this run (killed), and says so in the rows.
     let marked = folder.create().and_then(|()| folder.mark_running());
-    let kernel = &sh.built.kernels[&KernelNeed::of(&cell)];
+    let kernel = &sh.built.kernels[&cell.kernel(sh.provider.kernel_profile())];
     let req = LaunchRequest {
         run_id: sh.run_id.clone(),
         cell: cell.clone(),
@@ -59,8 +58,8 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
         }
     };
     let info = machine.info();
-    row.machine = info.machine;
-    row.accel = info.accel;
+    row.testbed.machine = info.machine;
+    row.testbed.accel = info.accel;
     // What the protocol keeps beside the row, from the hold the volume
     // started with (a provider that holds zero requests).
     let mut ev = Evidence::default();
@@ -276,45 +275,52 @@ async fn blocking<T: Send + 'static>(
 fn blank_row(sh: &Shared, cell: &Cell, kernel_release: &str) -> ResultRow {
     row_for(
         &sh.run_id,
-        sh.provider.name(),
+        unlaunched(sh.provider.name(), sh.settings.storage_profile),
         cell,
         kernel_release,
-        sh.settings.storage_profile,
+        sh.provider.kernel_profile(),
         sh.concurrency,
         &sh.origin,
     )
 }
 
+/// The testbed of a cell not launched yet: its machine and accel are the
+/// machine's to say.
+pub(crate) fn unlaunched(
+    provider: &str,
+    storage: lazyinit_core::StorageProfile,
+) -> lazyinit_core::Testbed {
+    lazyinit_core::Testbed {
+        provider: provider.into(),
+        machine: "".into(),
+        accel: "".into(),
+        storage: storage.into(),
+    }
+}
+
 /// A failed row of `cell`, started now, with nothing measured.
 pub(crate) fn row_for(
     run_id: &str,
-    provider: &str,
+    testbed: lazyinit_core::Testbed,
     cell: &Cell,
     kernel_release: &str,
-    storage_profile: lazyinit_core::StorageProfile,
+    kernel_profile: lazyinit_core::KernelProfile,
     concurrency: u32,
     origin: &crate::runner::Origin,
 ) -> ResultRow {
     ResultRow {
         run_id: run_id.to_string(),
         cell_id: cell.id(),
-        provider: provider.to_string(),
-        machine: String::new(),
-        accel: String::new(),
-        arch: cell.arch,
+        testbed,
+        axes: cell.axes.clone().into(),
+        kernel_profile: Some(kernel_profile),
         kernel_release: kernel_release.to_string(),
-        kernel_source: cell.source.to_string(),
-        hz: cell.hz,
-        variant: cell.variant,
-        wait_mult: cell.wait_mult,
-        volume_bytes: cell.volume.0,
         repetition: cell.repetition,
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         harness_version: lazyinit_core::HARNESS_VERSION.into(),
         status: Status::Failed,
         error: String::new(),
         boot_s: None,
-        storage_profile: storage_profile.to_string(),
         concurrency,
         estimate_after: None,
         shard: origin.shard.clone(),

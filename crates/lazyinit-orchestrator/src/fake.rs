@@ -282,7 +282,7 @@ impl Machine for FakeMachine {
     fn info(&self) -> MachineInfo {
         MachineInfo {
             provider: "fake".into(),
-            machine: format!("fake-{}", self.arch.uname_machine()),
+            machine: format!("fake-{}", self.arch.uname_machine()).into(),
             accel: "none".into(),
         }
     }

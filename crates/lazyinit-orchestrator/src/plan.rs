@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use lazyinit_core::model::{self, Prediction};
 use lazyinit_core::provider::{CellEstimate, Cost, Provider, ProviderError};
-use lazyinit_core::{Arch, Cell, Hz, KernelProfile, KernelSource, StorageProfile, Variant};
+use lazyinit_core::{
+    Arch, Axes, Cell, Hz, KernelId, KernelProfile, KernelSource, StorageProfile, Variant,
+};
 use serde::Serialize;
 
 use crate::spec::{Concurrency, ProviderConfigs, Spec};
@@ -17,24 +19,29 @@ pub const OVERHEAD_S: f64 = 30.0;
 /// Host memory kept free of guests for everything else.
 pub const HOST_RESERVE_MIB: u64 = 2048;
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct KernelNeed {
-    pub arch: Arch,
-    pub source: KernelSource,
-    pub hz: Hz,
-    pub variant: Variant,
-}
+/// A kernel the plan builds: the identity's [`KernelId`] (a cell's axes
+/// and the provider's profile, `cell.kernel(profile)`).
+pub type KernelNeed = KernelId;
 
-impl KernelNeed {
-    /// The kernel a cell boots.
-    pub fn of(cell: &Cell) -> Self {
-        KernelNeed {
-            arch: cell.arch,
-            source: cell.source.clone(),
-            hz: cell.hz,
-            variant: cell.variant,
-        }
+/// The plan's kernels as its JSON has always listed them: the profile is
+/// the plan's own (`kernel_profile`), so each kernel's is left out.
+fn kernels_without_profile<S: serde::Serializer>(
+    kernels: &[KernelNeed],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Listed<'a> {
+        arch: Arch,
+        source: &'a KernelSource,
+        hz: Hz,
+        variant: Variant,
     }
+    s.collect_seq(kernels.iter().map(|k| Listed {
+        arch: k.arch,
+        source: &k.source,
+        hz: k.hz,
+        variant: k.variant,
+    }))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -57,6 +64,7 @@ pub struct Plan {
     pub run_id: String,
     pub provider: String,
     pub cells: Vec<PlannedCell>,
+    #[serde(serialize_with = "kernels_without_profile")]
     pub kernels: Vec<KernelNeed>,
     /// The configuration the provider's machines boot.
     pub kernel_profile: KernelProfile,
@@ -89,13 +97,15 @@ pub fn cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<Cell> {
                     for &volume in &spec.sizes {
                         for repetition in 1..=spec.repetitions {
                             out.push(Cell {
-                                provider: spec.provider.clone(),
-                                arch,
-                                source: source.clone(),
-                                hz,
-                                variant,
-                                volume,
-                                wait_mult: spec.wait_mult,
+                                provider: spec.provider.as_str().into(),
+                                axes: Axes {
+                                    arch,
+                                    source: source.clone(),
+                                    hz,
+                                    variant,
+                                    volume,
+                                    wait_mult: spec.wait_mult,
+                                },
                                 repetition,
                             });
                         }
@@ -190,7 +200,8 @@ pub fn plan<C: ProviderConfigs>(
     host_available_mib: u64,
 ) -> Plan {
     let planned = planned_cells(spec);
-    let kernels: BTreeSet<KernelNeed> = planned.iter().map(|p| KernelNeed::of(&p.cell)).collect();
+    let profile = provider.kernel_profile();
+    let kernels: BTreeSet<KernelNeed> = planned.iter().map(|p| p.cell.kernel(profile)).collect();
     let arches: BTreeSet<Arch> = planned.iter().map(|p| p.cell.arch).collect();
     let concurrency = match spec.concurrency {
         Concurrency::Fixed(n) => (n as usize).min(planned.len().max(1)),
@@ -204,7 +215,7 @@ pub fn plan<C: ProviderConfigs>(
     Plan {
         run_id: spec.run_id(),
         provider: provider.name().to_string(),
-        kernel_profile: provider.kernel_profile(),
+        kernel_profile: profile,
         storage_profile: spec.storage_profile,
         slowest_cell_s: durations.iter().cloned().fold(0.0, f64::max),
         serial_s: durations.iter().sum(),

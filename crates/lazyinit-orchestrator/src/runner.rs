@@ -14,6 +14,8 @@ use std::time::Duration;
 use lazyinit_core::events::{EventSink, Phase};
 use lazyinit_core::provider::Provider;
 use lazyinit_core::results::{ResultsError, ResultsWriter, Status};
+#[cfg(test)]
+use lazyinit_core::KernelProfile;
 use lazyinit_core::{exit, Arch, Cell, Hz, KernelSource, RunFolder, StorageProfile, Variant};
 use lazyinit_guest::Connect;
 
@@ -250,7 +252,7 @@ async fn prepare<C: ProviderConfigs>(
         let needs: Vec<KernelNeed> = plan
             .kernels
             .iter()
-            .filter(|n| todo.iter().any(|c| KernelNeed::of(c) == **n))
+            .filter(|n| todo.iter().any(|c| c.kernel(n.profile) == **n))
             .cloned()
             .collect();
         opts.artifacts
@@ -392,10 +394,10 @@ async fn recover(
         if !done.contains(&p.id) {
             let mut row = crate::cell::row_for(
                 &plan.run_id,
-                provider.name(),
+                crate::cell::unlaunched(provider.name(), plan.storage_profile),
                 &p.cell,
                 "",
-                plan.storage_profile,
+                plan.kernel_profile,
                 plan.concurrency as u32,
                 &Origin::of(plan),
             );
@@ -505,11 +507,8 @@ async fn build_artifacts(
     if opts.cancel.load(Ordering::SeqCst) {
         return Ok(None);
     }
-    let builds = futures::future::try_join_all(
-        trees
-            .into_iter()
-            .map(|needs| build_tree(needs, todo, plan, opts)),
-    );
+    let builds =
+        futures::future::try_join_all(trees.into_iter().map(|needs| build_tree(needs, todo, opts)));
     // The guest images (package downloads, cpio) build beside the kernels.
     let images = futures::future::try_join_all(
         todo.iter()
@@ -541,7 +540,7 @@ async fn build_artifacts(
 fn build_trees<'a>(kernels: &'a [KernelNeed], todo: &[Cell]) -> Vec<Vec<&'a KernelNeed>> {
     let mut trees: BTreeMap<(Arch, &KernelSource, Hz), Vec<&KernelNeed>> = BTreeMap::new();
     for need in kernels {
-        if todo.iter().any(|c| KernelNeed::of(c) == *need) {
+        if todo.iter().any(|c| c.kernel(need.profile) == *need) {
             trees
                 .entry((need.arch, &need.source, need.hz))
                 .or_default()
@@ -556,14 +555,13 @@ fn build_trees<'a>(kernels: &'a [KernelNeed], todo: &[Cell]) -> Vec<Vec<&'a Kern
 async fn build_tree(
     needs: Vec<&KernelNeed>,
     todo: &[Cell],
-    plan: &Plan,
     opts: &RunOptions,
 ) -> Result<Vec<(KernelNeed, Kernel)>, RunError> {
     let mut built = Vec::new();
     for need in needs {
         let waiting: Vec<String> = todo
             .iter()
-            .filter(|c| KernelNeed::of(c) == *need)
+            .filter(|c| c.kernel(need.profile) == *need)
             .map(|c| c.id())
             .collect();
         for id in &waiting {
@@ -574,7 +572,7 @@ async fn build_tree(
         let progress = Arc::new(move |step: String| events.note(&first, format!("kernel: {step}")));
         let kernel = opts
             .artifacts
-            .kernel(need, plan.kernel_profile, progress)
+            .kernel(need, need.profile, progress)
             .await
             .map_err(|e| RunError::Kernel(Box::new(need.clone()), e))?;
         built.push((need.clone(), kernel));
@@ -731,12 +729,14 @@ mod tests {
     fn cell(arch: Arch, hz: u32, variant: Variant) -> Cell {
         Cell {
             provider: "qemu".into(),
-            arch,
-            source: KernelSource::Debian61,
-            hz: Hz::new(hz).unwrap(),
-            variant,
-            volume: "64GiB".parse().unwrap(),
-            wait_mult: 10,
+            axes: lazyinit_core::Axes {
+                arch,
+                source: KernelSource::Debian61,
+                hz: Hz::new(hz).unwrap(),
+                variant,
+                volume: "64GiB".parse().unwrap(),
+                wait_mult: 10,
+            },
             repetition: 1,
         }
     }
@@ -750,9 +750,10 @@ mod tests {
             cell(Arch::Arm64, 100, Variant::NoFix),
             cell(Arch::Arm64, 250, Variant::Fix),
         ];
-        let mut needs: Vec<KernelNeed> = todo.iter().map(KernelNeed::of).collect();
+        let mut needs: Vec<KernelNeed> =
+            todo.iter().map(|c| c.kernel(KernelProfile::Qemu)).collect();
         // A kernel no cell left to run needs is not built.
-        needs.push(KernelNeed::of(&cell(Arch::X86_64, 1000, Variant::Fix)));
+        needs.push(cell(Arch::X86_64, 1000, Variant::Fix).kernel(KernelProfile::Qemu));
         let trees = build_trees(&needs, &todo);
         let shape: Vec<Vec<String>> = trees
             .iter()

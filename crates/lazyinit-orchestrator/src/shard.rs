@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
+use lazyinit_core::{KernelId, KernelSource};
 use serde::{Deserialize, Serialize};
 
 use crate::plan::{makespan, KernelNeed, Plan, PlannedCell};
@@ -215,10 +216,11 @@ pub fn split(cells: &[PlannedCell], count: u32) -> Vec<Vec<usize>> {
             .then_with(|| cells[a].id.cmp(&cells[b].id))
     });
     let mut load = vec![0u64; n];
-    let mut kernels: Vec<BTreeSet<KernelNeed>> = vec![BTreeSet::new(); n];
+    // One plan, one profile: a kernel here is its cells' axes.
+    let mut kernels: Vec<BTreeSet<KernelId<KernelSource, ()>>> = vec![BTreeSet::new(); n];
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
     for i in order {
-        let need = KernelNeed::of(&cells[i].cell);
+        let need = cells[i].cell.kernel(());
         let s = (0..n)
             .min_by_key(|&s| (load[s], !kernels[s].contains(&need), s))
             .unwrap_or(0);
@@ -239,7 +241,10 @@ impl Plan {
     pub fn shard(&self, shard: Shard) -> Plan {
         let mine = &split(&self.cells, shard.count())[shard.index() as usize - 1];
         let cells: Vec<PlannedCell> = mine.iter().map(|&i| self.cells[i].clone()).collect();
-        let kernels: BTreeSet<KernelNeed> = cells.iter().map(|p| KernelNeed::of(&p.cell)).collect();
+        let kernels: BTreeSet<KernelNeed> = cells
+            .iter()
+            .map(|p| p.cell.kernel(self.kernel_profile))
+            .collect();
         let arches: BTreeSet<_> = cells.iter().map(|p| p.cell.arch).collect();
         let concurrency = self.concurrency.min(cells.len()).max(1);
         let durations: Vec<f64> = cells.iter().map(|p| p.predicted_wall_s).collect();
@@ -472,7 +477,7 @@ mod tests {
         assert_eq!((a.kernels.len(), b.kernels.len()), (2, 2));
         for p in [&a, &b] {
             for c in &p.cells {
-                assert!(p.kernels.contains(&KernelNeed::of(&c.cell)));
+                assert!(p.kernels.contains(&c.cell.kernel(p.kernel_profile)));
             }
             assert!(p.parallel_s <= plan.parallel_s + 1e-9);
         }

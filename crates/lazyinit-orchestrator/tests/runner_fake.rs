@@ -71,18 +71,18 @@ async fn every_cell_gets_a_measured_row_and_its_files() {
     for r in &rows {
         assert_eq!((r.status, r.error.as_str()), (Status::Ok, ""));
         assert_eq!(
-            (r.provider.as_str(), r.machine.as_str()),
+            (r.testbed.provider.as_str(), r.testbed.machine.as_str()),
             ("fake", "fake-x86_64")
         );
         assert_eq!(
             r.kernel_release,
-            format!("6.1.0-lazyinit-hz250-{}", r.variant)
+            format!("6.1.0-lazyinit-hz250-{}", r.axes.variant)
         );
         assert_eq!(r.concurrency, 2);
         let m = &r.measured;
         assert_eq!((m.groups, m.traced_groups), (Some(8), Some(8)));
         // At HZ=250 a 3.4 ms zeroing sleeps L=10 without the fix, 8 with it.
-        let (l, cycle) = match r.variant {
+        let (l, cycle) = match r.axes.variant {
             lazyinit_core::Variant::NoFix => (10, 44.0),
             lazyinit_core::Variant::Fix => (8, 36.0),
         };
@@ -157,7 +157,7 @@ async fn failed_cells_beside_good_ones_then_a_rerun_runs_only_them() {
         (unlaunched.status, unlaunched.error.as_str()),
         (Status::Failed, "no capacity")
     );
-    assert_eq!(unlaunched.machine, "");
+    assert_eq!(unlaunched.testbed.machine, "");
     assert!(lab.live_machines().is_empty());
 
     // Rerun: only the two failed cells run, and no ok row is repeated.
@@ -313,7 +313,7 @@ async fn a_guest_that_never_answers_fails_its_cell() {
         row(&rows, FIX).error,
         "guest did not become reachable over SSH: SSH to the guest failed: connection reset (fake)"
     );
-    assert_eq!(row(&rows, FIX).machine, "fake-x86_64");
+    assert_eq!(row(&rows, FIX).testbed.machine, "fake-x86_64");
     assert!(lab.live_machines().is_empty());
 }
 

@@ -156,7 +156,7 @@ impl Machine for QemuMachine {
     fn info(&self) -> MachineInfo {
         MachineInfo {
             provider: "qemu".into(),
-            machine: format!("qemu-{}", self.arch.uname_machine()),
+            machine: format!("qemu-{}", self.arch.uname_machine()).into(),
             accel: self.accel.as_str().into(),
         }
     }

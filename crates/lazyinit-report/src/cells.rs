@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lazyinit_core::model::{self, ModelInputs, DEFAULT_ZEROING_S, MEAN_START_DELAY_S};
 use lazyinit_core::results::{ResultRow, Status};
-use lazyinit_core::{reported, Arch, ByteSize, Hz, Variant};
+use lazyinit_core::{reported, ByteSize, RowAxes, Testbed, Variant};
+#[cfg(test)]
+use lazyinit_core::{Arch, Hz};
 use serde::Serialize;
 
 use crate::stats::{summarize, Interval, Summary};
@@ -65,22 +67,69 @@ impl std::str::FromStr for Metric {
     }
 }
 
-/// The configuration that identifies a cell. Field order is sort order.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+/// The configuration that identifies a cell: the row's testbed and axes
+/// (the identity's types, `lazyinit_core::identity`), and whether it is
+/// an estimate. Cells sort as their text did when the key's fields were
+/// strings ([`CellKey::COLUMNS`] order, then `estimated`), and serialize
+/// flat under those names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CellKey {
-    pub provider: String,
-    pub machine: String,
-    pub accel: String,
-    pub arch: Arch,
-    pub kernel_source: String,
-    pub hz: Hz,
-    pub variant: Variant,
-    pub wait_mult: u32,
-    pub volume_bytes: u64,
-    pub storage_profile: String,
+    pub testbed: Testbed,
+    pub axes: RowAxes,
     /// Early-stop estimates are never pooled or compared with measurements
     /// unless asked (`compare --ignore estimated`).
     pub estimated: bool,
+}
+
+impl Ord for CellKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        fn order(k: &CellKey) -> impl Ord + '_ {
+            let (t, a) = (&k.testbed, &k.axes);
+            (
+                (&t.provider, &t.machine, &t.accel, a.arch, &a.source),
+                (
+                    a.hz,
+                    a.variant,
+                    a.wait_mult,
+                    a.volume,
+                    &t.storage,
+                    k.estimated,
+                ),
+            )
+        }
+        // Then the identity's own order: an axis the text order does not
+        // list still tells keys apart (Ord agrees with Eq).
+        order(self)
+            .cmp(&order(other))
+            .then_with(|| self.axes.cmp(&other.axes))
+            .then_with(|| self.testbed.cmp(&other.testbed))
+    }
+}
+
+impl PartialOrd for CellKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Serialize for CellKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let (t, a) = (&self.testbed, &self.axes);
+        let mut k = s.serialize_struct("CellKey", 11)?;
+        k.serialize_field("provider", &t.provider)?;
+        k.serialize_field("machine", &t.machine)?;
+        k.serialize_field("accel", &t.accel)?;
+        k.serialize_field("arch", &a.arch)?;
+        k.serialize_field("kernel_source", &a.source)?;
+        k.serialize_field("hz", &a.hz)?;
+        k.serialize_field("variant", &a.variant)?;
+        k.serialize_field("wait_mult", &a.wait_mult)?;
+        k.serialize_field("volume_bytes", &a.volume.0)?;
+        k.serialize_field("storage_profile", &t.storage)?;
+        k.serialize_field("estimated", &self.estimated)?;
+        k.end()
+    }
 }
 
 impl CellKey {
@@ -100,58 +149,45 @@ impl CellKey {
 
     /// The key's values as CSV outputs write them, in [`CellKey::COLUMNS`] order.
     pub fn values(&self) -> [String; 10] {
+        let (t, a) = (&self.testbed, &self.axes);
         [
-            self.provider.clone(),
-            self.machine.clone(),
-            self.accel.clone(),
-            self.arch.to_string(),
-            self.kernel_source.clone(),
-            self.hz.to_string(),
-            self.variant.to_string(),
-            self.wait_mult.to_string(),
-            self.volume_bytes.to_string(),
-            self.storage_profile.clone(),
+            t.provider.to_string(),
+            t.machine.to_string(),
+            t.accel.to_string(),
+            a.arch.to_string(),
+            a.source.to_string(),
+            a.hz.to_string(),
+            a.variant.to_string(),
+            a.wait_mult.to_string(),
+            a.volume.0.to_string(),
+            t.storage.to_string(),
         ]
     }
 
     pub fn of(row: &ResultRow) -> CellKey {
         CellKey {
-            provider: row.provider.clone(),
-            machine: row.machine.clone(),
-            accel: row.accel.clone(),
-            arch: row.arch,
-            kernel_source: row.kernel_source.clone(),
-            hz: row.hz,
-            variant: row.variant,
-            wait_mult: row.wait_mult,
-            volume_bytes: row.volume_bytes,
-            storage_profile: row.storage_profile.clone(),
+            testbed: row.testbed.clone(),
+            axes: row.axes.clone(),
             estimated: row.measured.estimated,
         }
     }
 
     pub fn volume(&self) -> ByteSize {
-        ByteSize(self.volume_bytes)
+        self.axes.volume
     }
 
     /// One line naming every field, for notes and compare output.
     pub fn label(&self) -> String {
+        let (t, a) = (&self.testbed, &self.axes);
         let mut s = format!(
             "{} {} {} {} {} HZ{} {} {}",
-            self.provider,
-            self.accel,
-            self.machine,
-            self.arch,
-            self.kernel_source,
-            self.hz,
-            self.variant,
-            self.volume()
+            t.provider, t.accel, t.machine, a.arch, a.source, a.hz, a.variant, a.volume
         );
-        if self.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
-            s.push_str(&format!(" w{}", self.wait_mult));
+        if a.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
+            s.push_str(&format!(" w{}", a.wait_mult));
         }
-        if self.storage_profile != "none" && !self.storage_profile.is_empty() {
-            s.push_str(&format!(" storage={}", self.storage_profile));
+        if !t.storage.is_none() {
+            s.push_str(&format!(" storage={}", t.storage));
         }
         if self.estimated {
             s.push_str(" (estimate)");
@@ -213,11 +249,11 @@ pub struct CellStats {
 /// [L, L+1) / (W * HZ) (take the middle); without it L = W * k for a first
 /// tick-crossing zeroing of k ticks (take half a tick under k).
 fn z1_for_sleep(key: &CellKey, l: u64) -> Option<f64> {
-    let (w, hz) = (key.wait_mult as u64, key.hz.get() as f64);
+    let (w, hz) = (key.axes.wait_mult as u64, key.axes.hz.get() as f64);
     if w == 0 {
         return None;
     }
-    match key.variant {
+    match key.axes.variant {
         Variant::Fix => Some((l as f64 + 0.5) / (w as f64 * hz)),
         Variant::NoFix if l > 0 && l.is_multiple_of(w) => Some(((l / w) as f64 - 0.5) / hz),
         Variant::NoFix => None,
@@ -246,9 +282,9 @@ pub fn model_for(
     let (pred, basis) = match measured {
         Some((l, z1_s)) => {
             let p = model::predict(ModelInputs {
-                hz: key.hz,
-                variant: key.variant,
-                wait_mult: key.wait_mult,
+                hz: key.axes.hz,
+                variant: key.axes.variant,
+                wait_mult: key.axes.wait_mult,
                 groups,
                 z1_s,
                 z_s: DEFAULT_ZEROING_S,
@@ -256,7 +292,12 @@ pub fn model_for(
             (p, format!("L={l} measured"))
         }
         None => {
-            let p = model::predict_cell(key.hz, key.variant, key.wait_mult, key.volume());
+            let p = model::predict_cell(
+                key.axes.hz,
+                key.axes.variant,
+                key.axes.wait_mult,
+                key.volume(),
+            );
             let z_ms = DEFAULT_ZEROING_S * 1000.0;
             (p, format!("L={} from z1={z_ms} ms", p.sleep_ticks))
         }
@@ -272,7 +313,7 @@ pub fn model_for(
     let crossed = crossed.filter(|_| measured.is_some());
     let (value, basis) = match crossed {
         Some(x) => (
-            in_metric(&model::with_crossings(pred, key.hz, groups, x)),
+            in_metric(&model::with_crossings(pred, key.axes.hz, groups, x)),
             format!("{basis}, +{x:.3} ticks crossed/cycle measured"),
         ),
         None => (ticks_only, basis),
@@ -288,7 +329,12 @@ pub fn model_for(
 
 /// The 2021 figure for a cell of the same arch, HZ, variant and volume.
 pub fn reported_for(key: &CellKey, metric: Metric, mean: Option<f64>) -> Option<ReportedValue> {
-    let r = reported::lookup(key.arch, key.hz, key.variant, key.volume_bytes)?;
+    let r = reported::lookup(
+        key.axes.arch,
+        key.axes.hz,
+        key.axes.variant,
+        key.axes.volume.0,
+    )?;
     let value = match metric {
         Metric::LazyinitS => r.seconds,
         Metric::MsPerGroup => r.seconds * 1000.0 / model::groups(key.volume()).max(1) as f64,
@@ -374,29 +420,34 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
 #[cfg(test)]
 pub(crate) mod tests_support {
     use lazyinit_core::results::{Measurement, ResultRow, Status};
-    use lazyinit_core::{Arch, Hz, Variant};
+    use lazyinit_core::{Arch, Axes, ByteSize, Hz, Testbed, Variant};
 
     pub fn row(kernel_source: &str, lazyinit_s: f64) -> ResultRow {
         ResultRow {
             run_id: "r".into(),
             cell_id: "qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1".into(),
-            provider: "qemu".into(),
-            machine: "qemu-x86_64".into(),
-            accel: "tcg".into(),
-            arch: Arch::X86_64,
+            testbed: Testbed {
+                provider: "qemu".into(),
+                machine: "qemu-x86_64".into(),
+                accel: "tcg".into(),
+                storage: "none".into(),
+            },
+            axes: Axes {
+                arch: Arch::X86_64,
+                source: kernel_source.into(),
+                hz: Hz::new(100).unwrap(),
+                variant: Variant::NoFix,
+                volume: ByteSize(64 << 30),
+                wait_mult: 10,
+            },
+            kernel_profile: None,
             kernel_release: "6.1.158".into(),
-            kernel_source: kernel_source.into(),
-            hz: Hz::new(100).unwrap(),
-            variant: Variant::NoFix,
-            wait_mult: 10,
-            volume_bytes: 64 << 30,
             repetition: 1,
             started_at: "2026-11-29T19:00:00Z".into(),
             harness_version: "0.1.0".into(),
             status: Status::Ok,
             error: String::new(),
             boot_s: Some(1.1),
-            storage_profile: "none".into(),
             concurrency: 1,
             estimate_after: None,
             shard: String::new(),
@@ -438,16 +489,20 @@ mod tests {
 
     fn key(arch: Arch, hz: u32, variant: Variant, volume_bytes: u64) -> CellKey {
         CellKey {
-            provider: "qemu".into(),
-            machine: format!("qemu-{}", arch.uname_machine()),
-            accel: "tcg".into(),
-            arch,
-            kernel_source: "debian-6.1".into(),
-            hz: Hz::new(hz).unwrap(),
-            variant,
-            wait_mult: 10,
-            volume_bytes,
-            storage_profile: "none".into(),
+            testbed: Testbed {
+                provider: "qemu".into(),
+                machine: format!("qemu-{}", arch.uname_machine()).into(),
+                accel: "tcg".into(),
+                storage: "none".into(),
+            },
+            axes: lazyinit_core::Axes {
+                arch,
+                source: "debian-6.1".into(),
+                hz: Hz::new(hz).unwrap(),
+                variant,
+                wait_mult: 10,
+                volume: ByteSize(volume_bytes),
+            },
             estimated: false,
         }
     }

@@ -66,25 +66,19 @@ pub const IGNORED: &str = "*";
 pub const IGNORED_TWIN: &str = "twin-*";
 
 fn matching_key(k: &CellKey, ignore: &[KeyField]) -> CellKey {
-    let twin = lazyinit_core::results::is_twin(&k.accel);
+    let twin = lazyinit_core::results::is_twin(&k.testbed.accel);
     let mut k = k.clone();
     for f in ignore {
-        let field = match f {
-            KeyField::Provider => &mut k.provider,
-            KeyField::Machine => &mut k.machine,
-            KeyField::Accel => &mut k.accel,
-            KeyField::KernelSource => &mut k.kernel_source,
-            KeyField::StorageProfile => &mut k.storage_profile,
-            KeyField::Estimated => {
-                k.estimated = false;
-                continue;
-            }
-        };
-        *field = if twin && matches!(f, KeyField::Accel) {
-            IGNORED_TWIN.into()
-        } else {
-            IGNORED.into()
-        };
+        let (t, a) = (&mut k.testbed, &mut k.axes);
+        match f {
+            KeyField::Provider => t.provider = IGNORED.into(),
+            KeyField::Machine => t.machine = IGNORED.into(),
+            KeyField::Accel if twin => t.accel = IGNORED_TWIN.into(),
+            KeyField::Accel => t.accel = IGNORED.into(),
+            KeyField::KernelSource => a.source = IGNORED.into(),
+            KeyField::StorageProfile => t.storage = IGNORED.into(),
+            KeyField::Estimated => k.estimated = false,
+        }
     }
     k
 }
@@ -266,7 +260,7 @@ fn sleep_note(b: &CellStats, c: &CellStats) -> Option<String> {
     if b.sleep_ticks == c.sleep_ticks {
         return None;
     }
-    let how = match b.key.variant {
+    let how = match b.key.axes.variant {
         Variant::Fix => "with the fix L is set by the first group's zeroing time z1 as the clocksource measures it",
         Variant::NoFix => "without the fix L = W x the ticks the first tick-crossing zeroing took",
     };
@@ -426,7 +420,7 @@ mod tests {
         let mut base = crate::cells::tests_support::row("debian-6.1", 60.0);
         base.run_id = "a".into();
         let mut cand = base.clone();
-        cand.kernel_source = "debian-6.12".into();
+        cand.axes.source = "debian-6.12".into();
         cand.measured.lazyinit_s = Some(60.1);
         let strict = compare(&[base.clone()], &[cand.clone()], &CompareOptions::default()).unwrap();
         assert_eq!((strict.cells.len(), strict.missing.len()), (0, 2));
@@ -436,7 +430,7 @@ mod tests {
         };
         let c = compare(&[base.clone()], &[cand.clone()], &o).unwrap();
         assert_eq!(c.cells.len(), 1);
-        assert_eq!(c.cells[0].key.kernel_source, IGNORED);
+        assert_eq!(c.cells[0].key.axes.source, IGNORED);
         // Two kernels on one side would be pooled by the ignore: refused.
         let err = compare(&[base.clone(), cand.clone()], &[cand], &o).unwrap_err();
         assert!(
@@ -501,11 +495,11 @@ mod tests {
     fn a_twin_never_matches_real_ec2_or_qemu() {
         let qemu = crate::cells::tests_support::row("debian-6.1", 60.0);
         let mut ec2 = qemu.clone();
-        ec2.provider = "ec2".into();
-        ec2.machine = "c5.2xlarge".into();
-        ec2.accel = "nitro".into();
+        ec2.testbed.provider = "ec2".into();
+        ec2.testbed.machine = "c5.2xlarge".into();
+        ec2.testbed.accel = "nitro".into();
         let mut twin = ec2.clone();
-        twin.accel = "twin-tcg".into();
+        twin.testbed.accel = "twin-tcg".into();
         let cells = crate::cells::aggregate(
             &[qemu.clone(), ec2.clone(), twin.clone()],
             Metric::LazyinitS,

@@ -77,7 +77,7 @@ impl LoadedRow {
         let Some(l) = m.sleep_ticks else { return };
         if let Ok(Some(g)) = self.groups() {
             let spans = lazyinit_core::ticks::spans(&g.t_s, &g.zero_s);
-            if let Some(c) = lazyinit_core::ticks::count(&spans, self.row.hz.get()) {
+            if let Some(c) = lazyinit_core::ticks::count(&spans, self.row.axes.hz.get()) {
                 // As the guest counts it, at the row's L.
                 self.row.measured.crossed_ticks = Some(c.crossed_at(l));
             }

@@ -39,37 +39,37 @@ impl RatioKind {
     /// Whether `num` / `den` is a ratio of this kind: they differ in the
     /// kind's axis and agree on everything else that matters.
     pub fn pairs(self, num: &CellKey, den: &CellKey) -> bool {
-        let env = num.provider == den.provider
-            && num.accel == den.accel
-            && num.kernel_source == den.kernel_source
-            && num.wait_mult == den.wait_mult
-            && num.volume_bytes == den.volume_bytes
-            && num.storage_profile == den.storage_profile
+        let env = num.testbed.provider == den.testbed.provider
+            && num.testbed.accel == den.testbed.accel
+            && num.axes.source == den.axes.source
+            && num.axes.wait_mult == den.axes.wait_mult
+            && num.axes.volume.0 == den.axes.volume.0
+            && num.testbed.storage == den.testbed.storage
             && num.estimated == den.estimated;
         if !env {
             return false;
         }
-        let (n, d) = (num.hz.get(), den.hz.get());
+        let (n, d) = (num.axes.hz.get(), den.axes.hz.get());
         match self {
             RatioKind::NofixOverFix => {
-                num.variant == Variant::NoFix
-                    && den.variant == Variant::Fix
-                    && num.arch == den.arch
-                    && num.machine == den.machine
+                num.axes.variant == Variant::NoFix
+                    && den.axes.variant == Variant::Fix
+                    && num.axes.arch == den.axes.arch
+                    && num.testbed.machine == den.testbed.machine
                     && n == d
             }
             RatioKind::Arm64OverX86_64 => {
-                num.arch == Arch::Arm64
-                    && den.arch == Arch::X86_64
-                    && num.variant == den.variant
+                num.axes.arch == Arch::Arm64
+                    && den.axes.arch == Arch::X86_64
+                    && num.axes.variant == den.axes.variant
                     && (n == d || (n == 100 && d == 250))
             }
             RatioKind::Hz100OverHz250 => {
                 n == 100
                     && d == 250
-                    && num.arch == den.arch
-                    && num.machine == den.machine
-                    && num.variant == den.variant
+                    && num.axes.arch == den.axes.arch
+                    && num.testbed.machine == den.testbed.machine
+                    && num.axes.variant == den.axes.variant
             }
         }
     }
@@ -97,14 +97,14 @@ pub struct RatioRow {
 
 fn reported_ratio(num: &CellKey, den: &CellKey) -> Vec<ReportedRatio> {
     let at = |v: u64| {
-        let a = reported::lookup(num.arch, num.hz, num.variant, v)?;
-        let b = reported::lookup(den.arch, den.hz, den.variant, v)?;
+        let a = reported::lookup(num.axes.arch, num.axes.hz, num.axes.variant, v)?;
+        let b = reported::lookup(den.axes.arch, den.axes.hz, den.axes.variant, v)?;
         Some(ReportedRatio {
             volume_bytes: v,
             value: a.seconds / b.seconds,
         })
     };
-    match at(num.volume_bytes) {
+    match at(num.axes.volume.0) {
         Some(r) => vec![r],
         None => [2 * TIB, 3 * TIB].into_iter().filter_map(at).collect(),
     }
@@ -141,16 +141,20 @@ mod tests {
 
     fn key(arch: Arch, hz: u32, variant: Variant) -> CellKey {
         CellKey {
-            provider: "qemu".into(),
-            machine: format!("qemu-{}", arch.uname_machine()),
-            accel: "tcg".into(),
-            arch,
-            kernel_source: "debian-6.1".into(),
-            hz: Hz::new(hz).unwrap(),
-            variant,
-            wait_mult: 10,
-            volume_bytes: 64 << 30,
-            storage_profile: "none".into(),
+            testbed: lazyinit_core::Testbed {
+                provider: "qemu".into(),
+                machine: format!("qemu-{}", arch.uname_machine()).into(),
+                accel: "tcg".into(),
+                storage: "none".into(),
+            },
+            axes: lazyinit_core::Axes {
+                arch,
+                source: "debian-6.1".into(),
+                hz: Hz::new(hz).unwrap(),
+                variant,
+                volume: lazyinit_core::ByteSize(64 << 30),
+                wait_mult: 10,
+            },
             estimated: false,
         }
     }
@@ -162,7 +166,7 @@ mod tests {
         assert!(RatioKind::NofixOverFix.pairs(&a, &f));
         assert!(!RatioKind::NofixOverFix.pairs(&f, &a));
         let mut kvm = f.clone();
-        kvm.accel = "kvm".into();
+        kvm.testbed.accel = "kvm".into();
         assert!(!RatioKind::NofixOverFix.pairs(&a, &kvm));
         // An estimate is never divided by a measurement.
         let mut est = f.clone();

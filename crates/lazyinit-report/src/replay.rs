@@ -146,7 +146,7 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
             continue;
         }
         let tr = Trace {
-            hz: r.hz,
+            hz: r.axes.hz,
             to_init: n,
             first_group_s,
             t_s: &g.t_s,
@@ -193,7 +193,7 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
             folder: folder_name(&l.results_dir),
             run_id: r.run_id.clone(),
             cell_id: r.cell_id.clone(),
-            hz: r.hz.get(),
+            hz: r.axes.hz.get(),
             groups: n,
             first_group_s,
             measured_s,

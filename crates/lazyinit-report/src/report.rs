@@ -56,7 +56,7 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
         ));
     }
     for c in &cells {
-        if c.key.variant == Variant::Fix && c.concurrency.len() > 1 {
+        if c.key.axes.variant == Variant::Fix && c.concurrency.len() > 1 {
             let cs: Vec<String> = c.concurrency.iter().map(u32::to_string).collect();
             notes.push(format!(
                 "{}: runs at different concurrency ({} guests at once) pooled; with the fix, \
@@ -75,8 +75,8 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
                 ls.join(", ")
             ));
         }
-        if let ([l], Variant::NoFix) = (c.sleep_ticks.as_slice(), c.key.variant) {
-            let w = c.key.wait_mult as u64;
+        if let ([l], Variant::NoFix) = (c.sleep_ticks.as_slice(), c.key.axes.variant) {
+            let w = c.key.axes.wait_mult as u64;
             if *l != w {
                 notes.push(format!(
                     "{}: runs slept L = {l} ticks between groups, not W = {w}: the first group \
@@ -127,7 +127,7 @@ mod tests {
     #[test]
     fn notes_flag_jiffies_and_mixed_concurrency() {
         let mut a = row("debian-6.1", 24.0);
-        a.variant = Variant::Fix;
+        a.axes.variant = Variant::Fix;
         let mut b = a.clone();
         b.run_id = "other".into();
         b.concurrency = 4;

@@ -48,7 +48,7 @@ fn fixed_kernel_behaving_unfixed_is_a_regression() {
         .filter(|x| x.verdict == Verdict::Regression)
         .collect();
     assert_eq!(reg.len(), 1);
-    assert_eq!(reg[0].key.hz.get(), 100);
+    assert_eq!(reg[0].key.axes.hz.get(), 100);
     assert!(reg[0].welch.unwrap().p < 0.001);
     assert!(reg[0]
         .notes

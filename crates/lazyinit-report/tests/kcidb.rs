@@ -60,8 +60,8 @@ fn kernels(rows: &[ResultRow]) -> BTreeMap<lazyinit_report::kcidb::BuildKey, Ker
         .into_keys()
         .map(|k| {
             let profile = Some(if k.provider == "ec2" { "cloud" } else { "qemu" }.to_string());
-            let debian = (k.kernel_source == "debian-6.1").then(|| "linux-source-6.1".to_string());
-            let m = match (k.arch, k.variant, k.kernel_source.as_str(), k.hz.get()) {
+            let debian = (k.kernel.source == "debian-6.1").then(|| "linux-source-6.1".to_string());
+            let m = match (k.kernel.arch, k.kernel.variant, k.kernel.source.to_string().as_str(), k.kernel.hz.get()) {
                 (Arch::X86_64, Variant::NoFix, "debian-6.1", 250) => Some(manifest(
                     "debian-6.1-x86_64-hz250-nofix-qemu-cccc",
                     "bzImage",

@@ -19,8 +19,8 @@ fn full_runs(dir: &Path) {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reported/results.csv");
     let mut w = ResultsWriter::open(dir.join("results.csv")).unwrap();
     for (i, mut row) in read_rows(template).unwrap().into_iter().enumerate() {
-        let hz = row.hz.get();
-        let l = match (row.variant, hz) {
+        let hz = row.axes.hz.get();
+        let l = match (row.axes.variant, hz) {
             (Variant::NoFix, _) => 10,
             (Variant::Fix, 100) => 3,
             (Variant::Fix, _) => 8,
@@ -28,7 +28,11 @@ fn full_runs(dir: &Path) {
         let spec = Run {
             // Without the fix, groups run back to back until a zeroing
             // crosses a tick.
-            back_to_back: if row.variant == Variant::NoFix { 20 } else { 0 },
+            back_to_back: if row.axes.variant == Variant::NoFix {
+                20
+            } else {
+                0
+            },
             start_s: 0.5 + i as f64 * 0.6,
             // One cell stalls for a minute a third of the way in.
             stalls: if i == 5 {

@@ -68,9 +68,9 @@ fn reported_cells_sit_beside_the_2021_figures() {
         .cells
         .iter()
         .find(|c| {
-            c.key.arch == lazyinit_core::Arch::Arm64
-                && c.key.variant == lazyinit_core::Variant::NoFix
-                && c.key.volume_bytes == 2 << 40
+            c.key.axes.arch == lazyinit_core::Arch::Arm64
+                && c.key.axes.variant == lazyinit_core::Variant::NoFix
+                && c.key.axes.volume.0 == 2 << 40
         })
         .unwrap();
     assert_eq!(arm.reported.as_ref().unwrap().value, 1842.0);
@@ -104,9 +104,9 @@ fn different_accel_or_provider_is_never_pooled() {
         r.run_id = "kvm-run".into();
         // Half on KVM, half on another machine type.
         if i % 2 == 0 {
-            r.accel = "kvm".into();
+            r.testbed.accel = "kvm".into();
         } else {
-            r.machine = "qemu-x86_64-q35".into();
+            r.testbed.machine = "qemu-x86_64-q35".into();
         }
     }
     rs.extend(extra);
@@ -115,11 +115,12 @@ fn different_accel_or_provider_is_never_pooled() {
     assert_eq!(r.cells.len(), 12, "6 original cells plus 6 new ones");
     for c in &r.cells {
         let n = c.summary.as_ref().unwrap().n;
-        let others = c.key.accel == "kvm" || c.key.machine.ends_with("q35");
+        let others =
+            c.key.testbed.accel == "kvm" || c.key.testbed.machine.as_str().ends_with("q35");
         assert_eq!(n, if others { 1 } else { 3 }, "{}", c.key.label());
     }
     for x in &r.ratios {
-        assert_eq!(x.numerator.accel, x.denominator.accel);
+        assert_eq!(x.numerator.testbed.accel, x.denominator.testbed.accel);
     }
 }
 

@@ -36,20 +36,20 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
     assert_eq!(o.rows.len(), 1, "{:?}", o.rows);
     let row = &o.rows[0];
     assert_eq!(row.status, Status::Ok, "{}\n{consoles}", row.error);
-    assert_eq!(row.provider, "ec2");
-    assert_eq!(row.machine, instance_type);
-    assert_eq!(row.accel, "twin-tcg");
-    assert!(is_twin(&row.accel));
-    assert_eq!(row.arch, arch);
-    assert_eq!(row.hz.get(), hz);
-    assert_eq!(row.variant, variant);
+    assert_eq!(row.testbed.provider, "ec2");
+    assert_eq!(row.testbed.machine, instance_type);
+    assert_eq!(row.testbed.accel, "twin-tcg");
+    assert!(is_twin(&row.testbed.accel));
+    assert_eq!(row.axes.arch, arch);
+    assert_eq!(row.axes.hz.get(), hz);
+    assert_eq!(row.axes.variant, variant);
     assert!(
         row.kernel_release
             .ends_with(&format!("-lazyinit-hz{hz}-{variant}")),
         "{}",
         row.kernel_release
     );
-    assert_eq!(row.volume_bytes, 64 << 30);
+    assert_eq!(row.axes.volume.0, 64 << 30);
     assert_eq!(row.measured.groups, Some(512));
     assert_eq!(row.measured.traced_groups, Some(512));
     assert!(row.measured.lazyinit_s.unwrap() > 0.0);
@@ -131,7 +131,7 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
     );
     println!(
         "row: status={} machine={} accel={} kernel={} hz={} variant={} groups={:?} lazyinit_s={:?} ms_per_group={:?} sleep_ticks={:?} z1_ms={:?} mkfs_s={:?} boot_s={:?} clocksource={} mkfs_cmd={}",
-        row.status, row.machine, row.accel, row.kernel_release, row.hz, row.variant, row.measured.groups,
+        row.status, row.testbed.machine, row.testbed.accel, row.kernel_release, row.axes.hz, row.axes.variant, row.measured.groups,
         row.measured.lazyinit_s, row.measured.ms_per_group, row.measured.sleep_ticks, row.measured.z1_ms, row.measured.mkfs_s, row.boot_s,
         row.measured.clocksource, row.measured.mkfs_cmd
     );

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use lazyinit_core::CellFolder;
+use lazyinit_core::{CellFolder, KernelProfile, SourceId};
 use lazyinit_kernel::cache::{self, Manifest};
 use lazyinit_report::input::LoadedRow;
 use lazyinit_report::kcidb::types::ManifestMisc;
@@ -90,44 +90,55 @@ fn cached_builds(cache_dir: &Path) -> Vec<(Manifest, PathBuf)> {
 }
 
 /// The build a key names: same source, release, arch, HZ, variant and
-/// profile, the newest made before the first run on it started.
+/// profile (`profile`: the key's), the newest made before the first run on
+/// it started.
 fn find<'a>(
     builds: &'a [(Manifest, PathBuf)],
     key: &BuildKey,
+    profile: Option<KernelProfile>,
     first_start: &str,
 ) -> Option<&'a (Manifest, PathBuf)> {
     // started_at is cut to whole seconds; a kernel built in that second counts.
     let before =
         chrono::DateTime::parse_from_rfc3339(first_start).ok()? + chrono::Duration::seconds(1);
+    let k = &key.kernel;
     builds
         .iter()
         .filter(|(m, _)| {
-            m.source.to_string() == key.kernel_source
+            k.source == SourceId::from(m.source.clone())
                 && m.kernel_release == key.kernel_release
-                && m.arch == key.arch
-                && m.hz == key.hz
-                && m.variant == key.variant
-                && Some(m.profile) == super::providers::kernel_profile(&key.provider)
+                && m.arch == k.arch
+                && m.hz == k.hz
+                && m.variant == k.variant
+                && Some(m.profile) == profile
                 && m.built_at < before
         })
         .max_by_key(|(m, _)| m.built_at)
 }
 
-/// What the cache says about each kernel the rows ran.
+/// What the cache says about each kernel the rows ran. The profile is the
+/// rows' (`kernel_profile`); rows written before that column take their
+/// provider's, asked once per kernel.
 pub fn kernel_facts(rows: &[LoadedRow], cache_dir: &Path) -> BTreeMap<BuildKey, KernelFacts> {
     let plain: Vec<_> = rows.iter().map(|l| l.row.clone()).collect();
     let builds = cached_builds(cache_dir);
     kcidb::build_keys(&plain)
         .into_iter()
         .map(|(key, first_start)| {
-            let source: Option<lazyinit_core::KernelSource> = key.kernel_source.parse().ok();
+            let profile = key
+                .kernel
+                .profile
+                .or_else(|| super::providers::kernel_profile(key.provider.as_str()));
             let facts = KernelFacts {
-                profile: super::providers::kernel_profile(&key.provider).map(|p| p.to_string()),
-                debian_package: source
-                    .as_ref()
+                profile: profile.map(|p| p.to_string()),
+                debian_package: key
+                    .kernel
+                    .source
+                    .kernel_source()
                     .and_then(lazyinit_kernel::debian::package_for)
                     .map(|pkg| pkg.name.to_string()),
-                manifest: find(&builds, &key, &first_start).map(|(m, d)| manifest_facts(m, d)),
+                manifest: find(&builds, &key, profile, &first_start)
+                    .map(|(m, d)| manifest_facts(m, d)),
             };
             (key, facts)
         })

@@ -243,7 +243,7 @@ fn latest(rows: &[StoredRow], metric: Metric, links: &Links) -> Option<site::Lat
             .or_insert_with(|| (r.run_started_at.clone(), BTreeSet::new()));
         e.1.insert(format!(
             "{} {} {}",
-            r.row.arch, r.row.variant, r.row.volume_bytes
+            r.row.axes.arch, r.row.axes.variant, r.row.axes.volume.0
         ));
     }
     let (key, (date, _)) = runs
@@ -255,14 +255,14 @@ fn latest(rows: &[StoredRow], metric: Metric, links: &Links) -> Option<site::Lat
     let lab = Labeller::new(report.cells.iter().map(|c| &c.key));
     // The reported table's row order: by volume, no fix first.
     let mut sorted: Vec<_> = report.cells.iter().collect();
-    sorted.sort_by_key(|c| (c.key.volume_bytes, c.key.variant == Variant::Fix));
+    sorted.sort_by_key(|c| (c.key.axes.volume.0, c.key.axes.variant == Variant::Fix));
     let cells = sorted
         .into_iter()
         .filter_map(|c| {
             let s = c.summary.as_ref()?;
             Some(site::LatestCell {
-                volume: ByteSize(c.key.volume_bytes).to_string(),
-                variant: if c.key.variant == Variant::Fix {
+                volume: ByteSize(c.key.axes.volume.0).to_string(),
+                variant: if c.key.axes.variant == Variant::Fix {
                     "with fix"
                 } else {
                     "without fix"

@@ -130,12 +130,14 @@ pub fn keys() -> GuestKeys {
 pub fn cell(arch: Arch, hz: u32, variant: Variant, size: &str) -> Cell {
     Cell {
         provider: "ec2".into(),
-        arch,
-        source: KernelSource::Debian61,
-        hz: Hz::new(hz).unwrap(),
-        variant,
-        volume: size.parse().unwrap(),
-        wait_mult: 10,
+        axes: lazyinit_core::Axes {
+            arch,
+            source: KernelSource::Debian61,
+            hz: Hz::new(hz).unwrap(),
+            variant,
+            volume: size.parse().unwrap(),
+            wait_mult: 10,
+        },
         repetition: 1,
     }
 }

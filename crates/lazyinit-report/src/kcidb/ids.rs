@@ -56,7 +56,7 @@ pub fn source_version(row: &ResultRow, release: &str) -> Option<String> {
     if release.is_empty() {
         return None;
     }
-    let local = format!("-lazyinit-hz{}-{}", row.hz, row.variant);
+    let local = format!("-lazyinit-hz{}-{}", row.axes.hz, row.axes.variant);
     Some(release.strip_suffix(&local).unwrap_or(release).to_string())
 }
 
@@ -68,7 +68,7 @@ pub fn checkout_id(origin: &str, row: &ResultRow, release: &str) -> String {
         .unwrap_or_default();
     one_line(&format!(
         "{origin}:{}{version}+{}",
-        row.kernel_source, row.variant
+        row.axes.source, row.axes.variant
     ))
 }
 
@@ -79,9 +79,9 @@ pub fn build_id(origin: &str, row: &ResultRow, release: &str) -> String {
     format!(
         "{}/{}/hz{}/{}",
         checkout_id(origin, row, release),
-        row.arch,
-        row.hz,
-        one_line(&row.provider)
+        row.axes.arch,
+        row.axes.hz,
+        one_line(row.testbed.provider.as_str())
     )
 }
 
@@ -100,9 +100,9 @@ pub fn test_id(origin: &str, row: &ResultRow, metric: &str) -> String {
 /// and so is an early-stop estimate, a series of its own beside the
 /// measurements: `ext4.lazyinit.2TiB-estimate.lazyinit_s`.
 pub fn test_path(row: &ResultRow, metric: &str) -> String {
-    let mut size = path_part(&ByteSize(row.volume_bytes).to_string());
-    if row.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
-        size.push_str(&format!("-init_itable-{}", row.wait_mult));
+    let mut size = path_part(&ByteSize(row.axes.volume.0).to_string());
+    if row.axes.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
+        size.push_str(&format!("-init_itable-{}", row.axes.wait_mult));
     }
     if row.measured.estimated {
         size.push_str("-estimate");
@@ -181,14 +181,14 @@ mod tests {
             test_path(&r, "ms_per_group"),
             "ext4.lazyinit.64GiB.ms_per_group"
         );
-        r.wait_mult = 20;
-        r.volume_bytes = 2 << 40;
+        r.axes.wait_mult = 20;
+        r.axes.volume.0 = 2 << 40;
         assert_eq!(
             test_path(&r, "lazyinit_s"),
             "ext4.lazyinit.2TiB-init_itable-20.lazyinit_s"
         );
-        r.wait_mult = 10;
-        r.volume_bytes = 1000;
+        r.axes.wait_mult = 10;
+        r.axes.volume.0 = 1000;
         assert_eq!(test_path(&r, "a.b"), "ext4.lazyinit.1000.a_b");
     }
 

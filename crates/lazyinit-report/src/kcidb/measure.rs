@@ -64,17 +64,25 @@ impl TestMetric {
 /// The report's figure in this metric's unit. For the sleep, the L its
 /// per-group time implies (cycle = L + 1 ticks).
 fn reported(row: &ResultRow, m: TestMetric, measured: Option<f64>) -> Option<Reported2021> {
-    let r = lazyinit_core::reported::lookup(row.arch, row.hz, row.variant, row.volume_bytes)?;
-    let groups = model::groups(ByteSize(row.volume_bytes)).max(1);
+    let r = lazyinit_core::reported::lookup(
+        row.axes.arch,
+        row.axes.hz,
+        row.axes.variant,
+        row.axes.volume.0,
+    )?;
+    let groups = model::groups(ByteSize(row.axes.volume.0)).max(1);
     let ms = r.seconds * 1000.0 / groups as f64;
     let (value, basis) = match m {
         TestMetric::LazyinitS => (r.seconds, None),
         TestMetric::MsPerGroup => (ms, Some(format!("{} s over {groups} groups", r.seconds))),
         TestMetric::SleepTicks => {
-            let l = model::infer_sleep_ticks(row.hz, ms)?;
+            let l = model::infer_sleep_ticks(row.axes.hz, ms)?;
             (
                 l as f64,
-                Some(format!("implied by {ms:.1} ms per group at HZ={}", row.hz)),
+                Some(format!(
+                    "implied by {ms:.1} ms per group at HZ={}",
+                    row.axes.hz
+                )),
             )
         }
     };
@@ -133,13 +141,17 @@ fn environment(row: &ResultRow) -> Environment {
     Environment {
         comment: format!(
             "{} {} ({}), storage {}, {} guest(s) at once",
-            row.provider, row.machine, row.accel, row.storage_profile, row.concurrency
+            row.testbed.provider,
+            row.testbed.machine,
+            row.testbed.accel,
+            row.testbed.storage,
+            row.concurrency
         ),
         misc: EnvironmentMisc {
-            provider: row.provider.clone(),
-            machine: row.machine.clone(),
-            accel: row.accel.clone(),
-            storage_profile: row.storage_profile.clone(),
+            provider: row.testbed.provider.to_string(),
+            machine: row.testbed.machine.to_string(),
+            accel: row.testbed.accel.to_string(),
+            storage_profile: row.testbed.storage.to_string(),
             concurrency: row.concurrency,
             clocksource: row.measured.clocksource.clone(),
         },
@@ -201,7 +213,7 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                 (Status::Failed, _) => ("ERROR", "the cell run failed".to_string()),
                 (Status::Interrupted, _) => ("MISS", "the run was interrupted".to_string()),
             };
-            let size = ByteSize(row.volume_bytes);
+            let size = ByteSize(row.axes.volume.0);
             Test {
                 id: ids::test_id(origin, row, m.name()),
                 origin: origin.to_string(),
@@ -217,9 +229,9 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                 comment: format!(
                     "{}, {} HZ={} {} {} r{}: {note}",
                     m.what(),
-                    row.arch,
-                    row.hz,
-                    row.variant,
+                    row.axes.arch,
+                    row.axes.hz,
+                    row.axes.variant,
                     size,
                     row.repetition
                 ),
@@ -234,11 +246,11 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                     cell_id: row.cell_id.clone(),
                     repetition: row.repetition,
                     row_status: row.status.to_string(),
-                    arch: row.arch.to_string(),
-                    hz: row.hz.get(),
-                    variant: row.variant.to_string(),
-                    wait_mult: row.wait_mult,
-                    volume_bytes: row.volume_bytes,
+                    arch: row.axes.arch.to_string(),
+                    hz: row.axes.hz.get(),
+                    variant: row.axes.variant.to_string(),
+                    wait_mult: row.axes.wait_mult,
+                    volume_bytes: row.axes.volume.0,
                     groups: row.measured.groups,
                     traced_groups: row.measured.traced_groups,
                     mkfs_cmd: row.measured.mkfs_cmd.clone(),
@@ -260,8 +272,8 @@ mod tests {
 
     fn reported_cell() -> ResultRow {
         let mut r = row("debian-6.1", 726.8);
-        r.hz = Hz::new(250).unwrap();
-        r.volume_bytes = 2 << 40;
+        r.axes.hz = Hz::new(250).unwrap();
+        r.axes.volume.0 = 2 << 40;
         r.measured.ms_per_group = Some(44.04);
         r
     }
@@ -331,8 +343,8 @@ mod tests {
     #[test]
     fn an_ok_row_without_a_metric_is_an_error_not_a_zero() {
         let mut r = row("debian-6.1", 60.0);
-        r.arch = Arch::Arm64;
-        r.variant = Variant::Fix;
+        r.axes.arch = Arch::Arm64;
+        r.axes.variant = Variant::Fix;
         r.measured.ms_per_group = None;
         r.measured.lazyinit_s = Some(f64::INFINITY);
         let t = tests_of("o", "o:b", &r, &[]);

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use lazyinit_core::results::ResultRow;
-use lazyinit_core::{Arch, Hz, Variant};
+use lazyinit_core::{ProviderName, RowKernel, Variant};
 
 pub mod ids;
 pub mod measure;
@@ -35,16 +35,15 @@ pub enum KcidbError {
     Origin(String),
 }
 
-/// What identifies a kernel from the CSV: the harness builds one kernel per
-/// source, release (version, HZ, variant), arch and provider (profile).
+/// What identifies a kernel from the CSV: the kernel a row ran (arch,
+/// source, HZ, variant and profile: the identity's `KernelId`), its
+/// release, and the provider (the build's id names it; it stands for the
+/// profile in rows written before the `kernel_profile` column).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BuildKey {
-    pub kernel_source: String,
+    pub kernel: RowKernel,
     pub kernel_release: String,
-    pub arch: Arch,
-    pub hz: Hz,
-    pub variant: Variant,
-    pub provider: String,
+    pub provider: ProviderName,
 }
 
 /// What is known about a kernel beyond the CSV (see [`BuildKey`]).
@@ -101,17 +100,10 @@ pub struct Inputs<'a> {
 }
 
 /// The kernel a row ran, as far as one run is concerned.
-type RunKernel<'a> = (&'a str, &'a str, Arch, Hz, Variant, &'a str);
+type RunKernel<'a> = (&'a str, RowKernel, &'a ProviderName);
 
 fn run_kernel(r: &ResultRow) -> RunKernel<'_> {
-    (
-        &r.run_id,
-        &r.kernel_source,
-        r.arch,
-        r.hz,
-        r.variant,
-        &r.provider,
-    )
+    (&r.run_id, r.kernel(|_| None), &r.testbed.provider)
 }
 
 /// A row's kernel release; a row that has none (a run that failed before
@@ -161,12 +153,9 @@ pub fn build_keys(rows: &[ResultRow]) -> BTreeMap<BuildKey, String> {
 
 fn build_key(r: &ResultRow, kernel_release: String) -> BuildKey {
     BuildKey {
-        kernel_source: r.kernel_source.clone(),
+        kernel: r.kernel(|_| None),
         kernel_release,
-        arch: r.arch,
-        hz: r.hz,
-        variant: r.variant,
-        provider: r.provider.clone(),
+        provider: r.testbed.provider.clone(),
     }
 }
 
@@ -182,7 +171,8 @@ fn checkout(origin: &str, r: &ResultRow, release: &str, facts: &KernelFacts) -> 
     let m = facts.manifest.as_ref();
     // The patch set is known only from a manifest: "" when none applied.
     let patch = m.map(|m| m.patch.as_ref());
-    let name = facts.debian_package.as_deref().unwrap_or(&r.kernel_source);
+    let source = r.axes.source.to_string();
+    let name = facts.debian_package.as_deref().unwrap_or(&source);
     let named = match &version {
         Some(v) if v != name => format!("{name} {v}"),
         Some(_) => name.to_string(),
@@ -191,8 +181,8 @@ fn checkout(origin: &str, r: &ResultRow, release: &str, facts: &KernelFacts) -> 
     Checkout {
         id: ids::checkout_id(origin, r, release),
         origin: origin.to_string(),
-        tree_name: r.kernel_source.clone(),
-        comment: format!("{named}, {}", variant_text(r.variant)),
+        tree_name: r.axes.source.to_string(),
+        comment: format!("{named}, {}", variant_text(r.axes.variant)),
         // A patch whose file was not found keeps its hash but lists no file.
         patchset_files: patch.and_then(|p| match p {
             Some(p) => p.url.clone().map(|url| {
@@ -209,8 +199,8 @@ fn checkout(origin: &str, r: &ResultRow, release: &str, facts: &KernelFacts) -> 
         }),
         valid: true,
         misc: CheckoutMisc {
-            kernel_source: r.kernel_source.clone(),
-            variant: r.variant.to_string(),
+            kernel_source: r.axes.source.to_string(),
+            variant: r.axes.variant.to_string(),
             source_version: m.map(|m| m.source_version.clone()).or(version),
             debian_package: facts.debian_package.clone(),
             source_identity: m.map(|m| m.source_identity.clone()),
@@ -230,11 +220,11 @@ fn build(origin: &str, r: &ResultRow, release: &str, facts: &KernelFacts) -> Bui
         id: ids::build_id(origin, r, release),
         origin: origin.to_string(),
         checkout_id: ids::checkout_id(origin, r, release),
-        architecture: r.arch.to_string(),
+        architecture: r.axes.arch.to_string(),
         compiler: m.map(|m| m.compiler.clone()),
         config_name: match &profile {
-            Some(p) => format!("lazyinit-{p}-hz{}", r.hz),
-            None => format!("lazyinit-hz{}", r.hz),
+            Some(p) => format!("lazyinit-{p}-hz{}", r.axes.hz),
+            None => format!("lazyinit-hz{}", r.axes.hz),
         },
         config_url: m.and_then(|m| m.config.as_ref()).map(|c| c.url.clone()),
         log_url: output_files
@@ -246,9 +236,9 @@ fn build(origin: &str, r: &ResultRow, release: &str, facts: &KernelFacts) -> Bui
         status: "PASS",
         comment: format!(
             "{} HZ={} {} kernel {}",
-            r.arch,
-            r.hz,
-            profile.as_deref().unwrap_or(&r.provider),
+            r.axes.arch,
+            r.axes.hz,
+            profile.as_deref().unwrap_or(r.testbed.provider.as_str()),
             if release.is_empty() {
                 "(release unknown)"
             } else {
@@ -257,7 +247,7 @@ fn build(origin: &str, r: &ResultRow, release: &str, facts: &KernelFacts) -> Bui
         ),
         misc: BuildMisc {
             kernel_release: release.to_string(),
-            hz: r.hz.get(),
+            hz: r.axes.hz.get(),
             profile,
             manifest: m.map(|m| m.misc.clone()),
         },

@@ -41,11 +41,10 @@ pub(crate) struct Group {
 
 /// A cell's key without volume and variant: its column.
 fn column_of(k: &CellKey) -> CellKey {
-    CellKey {
-        variant: Variant::NoFix,
-        volume_bytes: 0,
-        ..k.clone()
-    }
+    let mut k = k.clone();
+    k.axes.variant = Variant::NoFix;
+    k.axes.volume = lazyinit_core::ByteSize(0);
+    k
 }
 
 /// Slots and groups in the table's order (by volume, no fix first; the
@@ -54,15 +53,15 @@ pub(crate) fn layout(cells: &[CellStats]) -> (Vec<Slot>, Vec<Group>, f64) {
     let columns: BTreeSet<CellKey> = cells.iter().map(|c| column_of(&c.key)).collect();
     let rows: BTreeSet<(u64, bool)> = cells
         .iter()
-        .map(|c| (c.key.volume_bytes, c.key.variant == Variant::Fix))
+        .map(|c| (c.key.axes.volume.0, c.key.axes.variant == Variant::Fix))
         .collect();
     let (mut slots, mut groups, mut x) = (Vec::new(), Vec::new(), 0.0);
     for (vol, fix) in rows {
         let from = x;
         for col in &columns {
             let found = cells.iter().position(|c| {
-                c.key.volume_bytes == vol
-                    && (c.key.variant == Variant::Fix) == fix
+                c.key.axes.volume.0 == vol
+                    && (c.key.axes.variant == Variant::Fix) == fix
                     && column_of(&c.key) == *col
             });
             if let Some(cell) = found {
@@ -301,7 +300,7 @@ mod tests {
             (Variant::NoFix, 3 << 40, "debian-6.1"),
         ] {
             let mut r = row(src, 100.0);
-            (r.variant, r.volume_bytes) = (variant, vol);
+            (r.axes.variant, r.axes.volume.0) = (variant, vol);
             rows.push(r);
         }
         let cells = crate::cells::aggregate(&rows, Metric::LazyinitS);
@@ -318,7 +317,7 @@ mod tests {
         assert!((extent - (4.0 + 2.0 * GAP)).abs() < 1e-9);
         let first = &cells[slots[0].cell].key;
         assert_eq!(
-            (first.kernel_source.as_str(), first.variant),
+            (first.axes.source.to_string().as_str(), first.axes.variant),
             ("debian-5.10", Variant::NoFix)
         );
     }

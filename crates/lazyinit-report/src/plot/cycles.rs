@@ -26,24 +26,22 @@ const LEGEND_H: u32 = 64;
 
 /// A panel's key: the cell without its kernel (kernels are overlaid).
 fn panel_key(k: &CellKey) -> CellKey {
-    CellKey {
-        kernel_source: String::new(),
-        ..k.clone()
-    }
+    let mut k = k.clone();
+    k.axes.source = "".into();
+    k
 }
 
 /// Columns in the reported table's row order: by volume, no fix first.
 fn column_of(k: &CellKey) -> (u64, bool) {
-    (k.volume_bytes, k.variant == Variant::Fix)
+    (k.axes.volume.0, k.axes.variant == Variant::Fix)
 }
 
 /// Rows: the panel key without volume and variant.
 fn row_of(k: &CellKey) -> CellKey {
-    CellKey {
-        volume_bytes: 0,
-        variant: Variant::NoFix,
-        ..panel_key(k)
-    }
+    let mut k = panel_key(k);
+    k.axes.volume = lazyinit_core::ByteSize(0);
+    k.axes.variant = Variant::NoFix;
+    k
 }
 
 /// The small-multiples SVG of every run's cycles.
@@ -52,7 +50,7 @@ pub fn cycles_svg(series: &[Cycles]) -> Result<String, PlotError> {
     let rows: BTreeSet<CellKey> = series.iter().map(|s| row_of(&s.key)).collect();
     let kernels: Vec<String> = series
         .iter()
-        .map(|s| s.key.kernel_source.clone())
+        .map(|s| s.key.axes.source.to_string())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -124,7 +122,7 @@ fn draw_legend(area: &DrawingArea<SVGBackend, Shift>, kernels: &[String]) -> Res
 fn references(runs: &[&Cycles]) -> Vec<(f64, String, bool)> {
     let ls: BTreeSet<(u64, u32)> = runs
         .iter()
-        .filter_map(|r| Some((r.sleep_ticks?, r.key.hz.get())))
+        .filter_map(|r| Some((r.sleep_ticks?, r.key.axes.hz.get())))
         .collect();
     ls.into_iter()
         .flat_map(|(l, hz)| {
@@ -143,7 +141,13 @@ fn references(runs: &[&Cycles]) -> Vec<(f64, String, bool)> {
 
 fn panel_title(runs: &[&Cycles], above: usize, top: f64) -> String {
     let k = &runs[0].key;
-    let mut t = format!("{} HZ{} {} {}", k.arch, k.hz, k.variant, k.volume());
+    let mut t = format!(
+        "{} HZ{} {} {}",
+        k.axes.arch,
+        k.axes.hz,
+        k.axes.variant,
+        k.volume()
+    );
     if k.estimated {
         t.push_str(" estimate");
     }
@@ -215,7 +219,7 @@ fn draw_panel(
         );
     }
     for ((run, marks), line) in runs.iter().zip(&spiky).zip(lines) {
-        let c = kernel_colour(kernels, &run.key.kernel_source);
+        let c = kernel_colour(kernels, &run.key.axes.source.to_string());
         tryp!(
             chart.draw_series(LineSeries::new(line, c.stroke_width(1))),
             WHAT

@@ -33,7 +33,7 @@ pub fn esc(s: &str) -> String {
 
 /// Groups a CI's test tree by arch and HZ; the name is the whole cell.
 fn classname(k: &CellKey) -> String {
-    format!("lazyinit.{}.hz{}", k.arch, k.hz)
+    format!("lazyinit.{}.hz{}", k.axes.arch, k.axes.hz)
 }
 
 fn side(s: Option<&Summary>, unit: &str, estimated: bool) -> String {

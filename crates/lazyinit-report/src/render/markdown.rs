@@ -21,11 +21,10 @@ fn variant_name(v: Variant) -> &'static str {
 
 /// A cell's key without volume and variant: one column of the table.
 fn column_of(k: &CellKey) -> CellKey {
-    CellKey {
-        variant: Variant::NoFix,
-        volume_bytes: 0,
-        ..k.clone()
-    }
+    let mut k = k.clone();
+    k.axes.variant = Variant::NoFix;
+    k.axes.volume = lazyinit_core::ByteSize(0);
+    k
 }
 
 fn measured(c: &CellStats) -> String {
@@ -51,7 +50,7 @@ fn table(out: &mut String, r: &Report, lab: &Labeller) {
     let mut rows: Vec<(u64, Variant)> = r
         .cells
         .iter()
-        .map(|c| (c.key.volume_bytes, c.key.variant))
+        .map(|c| (c.key.axes.volume.0, c.key.axes.variant))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -67,7 +66,7 @@ fn table(out: &mut String, r: &Report, lab: &Labeller) {
         write!(out, "| {} | {} |", ByteSize(vol), variant_name(var)).unwrap();
         for col in &columns {
             let cell = r.cells.iter().find(|c| {
-                c.key.volume_bytes == vol && c.key.variant == var && column_of(&c.key) == *col
+                c.key.axes.volume.0 == vol && c.key.axes.variant == var && column_of(&c.key) == *col
             });
             match cell {
                 None => out.push_str(" – | – | – | – |"),
@@ -153,7 +152,7 @@ fn ratio_line(out: &mut String, x: &RatioRow, lab: &Labeller) {
         .reported
         .iter()
         .map(|r| {
-            if r.volume_bytes == x.numerator.volume_bytes {
+            if r.volume_bytes == x.numerator.axes.volume.0 {
                 format!("{:.2}", r.value)
             } else {
                 format!("{:.2} ({})", r.value, ByteSize(r.volume_bytes))

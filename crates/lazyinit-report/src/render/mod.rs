@@ -92,17 +92,17 @@ impl Labeller {
         let mut machines: BTreeMap<_, BTreeSet<&str>> = BTreeMap::new();
         for k in &keys {
             machines
-                .entry(k.arch)
+                .entry(k.axes.arch)
                 .or_default()
-                .insert(k.machine.as_str());
+                .insert(k.testbed.machine.as_str());
         }
         Labeller {
-            provider: varies(&|k| k.provider.clone()),
-            accel: varies(&|k| k.accel.clone()),
+            provider: varies(&|k| k.testbed.provider.to_string()),
+            accel: varies(&|k| k.testbed.accel.to_string()),
             machine: machines.values().any(|m| m.len() > 1),
-            source: varies(&|k| k.kernel_source.clone()),
-            wait_mult: varies(&|k| k.wait_mult.to_string()),
-            storage: varies(&|k| k.storage_profile.clone()),
+            source: varies(&|k| k.axes.source.to_string()),
+            wait_mult: varies(&|k| k.axes.wait_mult.to_string()),
+            storage: varies(&|k| k.testbed.storage.to_string()),
         }
     }
 
@@ -110,22 +110,22 @@ impl Labeller {
     pub fn env(&self, k: &CellKey) -> String {
         let mut parts = Vec::new();
         if self.provider {
-            parts.push(k.provider.clone());
+            parts.push(k.testbed.provider.to_string());
         }
         if self.accel {
-            parts.push(k.accel.clone());
+            parts.push(k.testbed.accel.to_string());
         }
         if self.machine {
-            parts.push(k.machine.clone());
+            parts.push(k.testbed.machine.to_string());
         }
         if self.source {
-            parts.push(k.kernel_source.clone());
+            parts.push(k.axes.source.to_string());
         }
         if self.wait_mult {
-            parts.push(format!("w{}", k.wait_mult));
+            parts.push(format!("w{}", k.axes.wait_mult));
         }
         if self.storage {
-            parts.push(format!("storage={}", k.storage_profile));
+            parts.push(format!("storage={}", k.testbed.storage));
         }
         parts.join(" ")
     }
@@ -134,7 +134,7 @@ impl Labeller {
     /// [, estimate]. Estimates are always named, in every table.
     pub fn column(&self, k: &CellKey) -> String {
         let env = self.env(k);
-        let mut s = format!("{}, HZ {}", k.arch, k.hz);
+        let mut s = format!("{}, HZ {}", k.axes.arch, k.axes.hz);
         if !env.is_empty() {
             s.push_str(&format!(", {env}"));
         }
@@ -146,6 +146,6 @@ impl Labeller {
 
     /// A whole cell in one short line.
     pub fn cell(&self, k: &CellKey) -> String {
-        format!("{} {} {}", self.column(k), k.variant, k.volume())
+        format!("{} {} {}", self.column(k), k.axes.variant, k.volume())
     }
 }

@@ -13,7 +13,9 @@ use lazyinit_bisect::git::Worktree;
 use lazyinit_bisect::log::Step;
 use lazyinit_bisect::{Decision, Sample, Sprt};
 use lazyinit_core::results::{ResultRow, Status};
-use lazyinit_core::{Arch, ByteSize, Hz, KernelSource, RunFolder, StorageProfile, Variant};
+use lazyinit_core::{
+    Arch, ByteSize, Hz, KernelSource, RunFolder, SourceId, StorageProfile, Variant,
+};
 use lazyinit_kernel::{KernelError, KernelSpec};
 
 use crate::cmd::providers::{self, Spec};
@@ -324,7 +326,7 @@ impl Session {
             }
         };
         let mut kept = row.clone();
-        kept.kernel_source = format!("git:{commit}");
+        kept.axes.source = SourceId::Commit(commit.to_string());
         self.rows.push(kept);
         if row.status != Status::Ok {
             return Ok(Err(format!("does not measure: {}", row.error)));

@@ -1,0 +1,457 @@
+//! The identity of a cell, in one place: the axes a cell is measured at
+//! ([`Axes`]), the kernel it boots ([`KernelId`]) and what it runs on
+//! ([`Testbed`]). The plan's cells and kernels, the result row, the
+//! report's and the history's cell key and KCIDB's build key are made of
+//! these types, so a new axis is one field here and one column at the CSV
+//! edge.
+//!
+//! Text only at the edges: every type here reads and writes the text the
+//! CSV and JSON files have always held (a value that does not parse as a
+//! known one is kept as its text, so every committed file reads and writes
+//! back unchanged). Where a value's set is closed it is an enum; where it
+//! is open (a provider is a seam anyone implements, an instance type is the
+//! cloud's) it is a newtype.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::cell::{Arch, Hz, KernelSource, Variant};
+use crate::provider::KernelProfile;
+use crate::size::ByteSize;
+use crate::storage::StorageProfile;
+
+/// Serde, `From<&str>`/`From<String>` and comparison with text, for a type
+/// that parses from any text (`From<&str>`) and writes it back unchanged
+/// (`Display`).
+macro_rules! text_value {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                Ok(<$t>::from(String::deserialize(d)?.as_str()))
+            }
+        }
+        impl From<String> for $t {
+            fn from(s: String) -> Self {
+                <$t>::from(s.as_str())
+            }
+        }
+        impl PartialEq<str> for $t {
+            // Compared as the text it writes (an enum has no text to borrow).
+            #[allow(clippy::cmp_owned)]
+            fn eq(&self, other: &str) -> bool {
+                self.to_string() == other
+            }
+        }
+        impl PartialEq<String> for $t {
+            // Compared as the text it writes (an enum has no text to borrow).
+            #[allow(clippy::cmp_owned)]
+            fn eq(&self, other: &String) -> bool {
+                self.to_string() == *other
+            }
+        }
+        impl PartialEq<&str> for $t {
+            // Compared as the text it writes (an enum has no text to borrow).
+            #[allow(clippy::cmp_owned)]
+            fn eq(&self, other: &&str) -> bool {
+                self.to_string() == *other
+            }
+        }
+    };
+}
+
+/// Orders and hashes a type by its text: the order cell keys had when
+/// their fields were strings (reports list cells in it).
+macro_rules! text_order {
+    ($t:ty) => {
+        impl PartialOrd for $t {
+            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl Ord for $t {
+            fn cmp(&self, other: &Self) -> Ordering {
+                self.to_string().cmp(&other.to_string())
+            }
+        }
+        impl Hash for $t {
+            fn hash<H: Hasher>(&self, h: &mut H) {
+                self.to_string().hash(h)
+            }
+        }
+    };
+}
+
+/// Which provider ran a cell (`qemu`, `ec2`, ...): open, every
+/// implementation of [`crate::provider::Provider`] names itself.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ProviderName(pub String);
+
+impl ProviderName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+impl fmt::Display for ProviderName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl From<&str> for ProviderName {
+    fn from(s: &str) -> Self {
+        ProviderName(s.to_string())
+    }
+}
+text_value!(ProviderName);
+
+/// What ran the guest: `qemu-x86_64`, `qemu-aarch64`, or an instance type
+/// (`c6g.2xlarge`): open, the cloud's names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct MachineName(pub String);
+
+impl MachineName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+impl fmt::Display for MachineName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl From<&str> for MachineName {
+    fn from(s: &str) -> Self {
+        MachineName(s.to_string())
+    }
+}
+text_value!(MachineName);
+
+/// How the guest's CPU ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accel {
+    /// QEMU with KVM.
+    Kvm,
+    /// QEMU's emulator.
+    Tcg,
+    /// An EC2 instance on Nitro.
+    Nitro,
+    /// A local twin of a cloud machine (the cloud provider's code path
+    /// with a QEMU guest playing the instance), written `twin-<accel>`:
+    /// never taken, or pooled, for a real instance's row.
+    Twin(Box<Accel>),
+    /// Any other text (a platform a cloud reports, `none` of a fake).
+    Other(String),
+}
+
+impl Accel {
+    /// How the text marks a twin's accel.
+    pub const TWIN_PREFIX: &'static str = "twin-";
+
+    pub fn is_twin(&self) -> bool {
+        matches!(self, Accel::Twin(_))
+    }
+}
+
+impl fmt::Display for Accel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Accel::Kvm => f.write_str("kvm"),
+            Accel::Tcg => f.write_str("tcg"),
+            Accel::Nitro => f.write_str("nitro"),
+            Accel::Twin(a) => write!(f, "{}{a}", Accel::TWIN_PREFIX),
+            Accel::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<&str> for Accel {
+    fn from(s: &str) -> Self {
+        match s {
+            "kvm" => Accel::Kvm,
+            "tcg" => Accel::Tcg,
+            "nitro" => Accel::Nitro,
+            _ => match s.strip_prefix(Accel::TWIN_PREFIX) {
+                Some(inner) => Accel::Twin(Box::new(Accel::from(inner))),
+                None => Accel::Other(s.to_string()),
+            },
+        }
+    }
+}
+text_value!(Accel);
+text_order!(Accel);
+
+/// The kernel source a row names: a [`KernelSource`] the harness builds,
+/// a commit of a git tree (`git:<sha>`, a bisect's step), or any other
+/// text (kept as it is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceId {
+    Source(KernelSource),
+    Commit(String),
+    Other(String),
+}
+
+impl SourceId {
+    const COMMIT_PREFIX: &'static str = "git:";
+
+    /// The source to build, when the text names one.
+    pub fn kernel_source(&self) -> Option<&KernelSource> {
+        match self {
+            SourceId::Source(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceId::Source(s) => s.fmt(f),
+            SourceId::Commit(c) => write!(f, "{}{c}", SourceId::COMMIT_PREFIX),
+            SourceId::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<&str> for SourceId {
+    fn from(s: &str) -> Self {
+        if let Some(c) = s.strip_prefix(SourceId::COMMIT_PREFIX) {
+            return SourceId::Commit(c.to_string());
+        }
+        // Only the canonical text is a source: `debian` (an alias of
+        // debian-6.1) stays the text it was.
+        match KernelSource::from_str(s) {
+            Ok(k) if k.to_string() == s => SourceId::Source(k),
+            _ => SourceId::Other(s.to_string()),
+        }
+    }
+}
+
+impl From<KernelSource> for SourceId {
+    fn from(s: KernelSource) -> Self {
+        SourceId::from(s.to_string().as_str())
+    }
+}
+text_value!(SourceId);
+text_order!(SourceId);
+
+/// The storage profile a row names: a [`StorageProfile`], or any other
+/// text (kept as it is; empty in rows that had none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageId {
+    Profile(StorageProfile),
+    Other(String),
+}
+
+impl StorageId {
+    /// `none`, or no profile at all (empty).
+    pub fn is_none(&self) -> bool {
+        matches!(self, StorageId::Profile(StorageProfile::None))
+            || matches!(self, StorageId::Other(s) if s.is_empty())
+    }
+}
+
+impl fmt::Display for StorageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageId::Profile(p) => p.fmt(f),
+            StorageId::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<&str> for StorageId {
+    fn from(s: &str) -> Self {
+        match StorageProfile::from_str(s) {
+            Ok(p) if p.to_string() == s => StorageId::Profile(p),
+            _ => StorageId::Other(s.to_string()),
+        }
+    }
+}
+
+impl From<StorageProfile> for StorageId {
+    fn from(p: StorageProfile) -> Self {
+        StorageId::Profile(p)
+    }
+}
+text_value!(StorageId);
+text_order!(StorageId);
+
+/// The axes a cell is measured at: what its kernel is and what the guest
+/// protocol does. `S` is how the kernel source is known: a
+/// [`KernelSource`] in a plan, a [`SourceId`] in a row.
+///
+/// Field order is the plan's JSON order (a cell's fields, flattened).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Axes<S = KernelSource> {
+    pub arch: Arch,
+    pub source: S,
+    pub hz: Hz,
+    pub variant: Variant,
+    pub volume: ByteSize,
+    pub wait_mult: u32,
+}
+
+/// A planned cell's axes.
+pub type CellAxes = Axes<KernelSource>;
+/// A row's axes: the source as the CSV names it.
+pub type RowAxes = Axes<SourceId>;
+
+impl<S: Clone> Axes<S> {
+    /// The kernel these axes boot, built with `profile`.
+    pub fn kernel<P>(&self, profile: P) -> KernelId<S, P> {
+        KernelId {
+            arch: self.arch,
+            source: self.source.clone(),
+            hz: self.hz,
+            variant: self.variant,
+            profile,
+        }
+    }
+}
+
+impl From<CellAxes> for RowAxes {
+    fn from(a: CellAxes) -> RowAxes {
+        Axes {
+            arch: a.arch,
+            source: a.source.into(),
+            hz: a.hz,
+            variant: a.variant,
+            volume: a.volume,
+            wait_mult: a.wait_mult,
+        }
+    }
+}
+
+/// One kernel build: the arch, source, HZ and variant of the cells that
+/// boot it, and the configuration (`profile`) its provider's machines
+/// need. `P` is `Option<KernelProfile>` where it may be unknown (rows
+/// written before the `kernel_profile` column).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct KernelId<S = KernelSource, P = KernelProfile> {
+    pub arch: Arch,
+    pub source: S,
+    pub hz: Hz,
+    pub variant: Variant,
+    pub profile: P,
+}
+
+/// The kernel a row ran.
+pub type RowKernel = KernelId<SourceId, Option<KernelProfile>>;
+
+/// What a cell ran on: the provider, its machine and accel, and what a
+/// zeroing costs on the volume.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Testbed {
+    pub provider: ProviderName,
+    pub machine: MachineName,
+    pub accel: Accel,
+    pub storage: StorageId,
+}
+
+impl Default for Accel {
+    fn default() -> Self {
+        Accel::Other(String::new())
+    }
+}
+
+impl Default for StorageId {
+    fn default() -> Self {
+        StorageId::Profile(StorageProfile::None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every text reads and writes back unchanged; known ones are typed.
+    #[test]
+    fn text_round_trips_and_known_values_are_typed() {
+        for s in [
+            "kvm", "tcg", "nitro", "twin-tcg", "twin-kvm", "none", "", "xen",
+        ] {
+            assert_eq!(Accel::from(s).to_string(), s);
+        }
+        assert_eq!(Accel::from("twin-tcg"), Accel::Twin(Box::new(Accel::Tcg)));
+        assert!(Accel::from("twin-tcg").is_twin());
+        assert!(!Accel::from("tcg").is_twin());
+        assert_eq!(Accel::from("xen"), Accel::Other("xen".into()));
+        for s in [
+            "debian-6.1",
+            "debian-5.10",
+            "5.10.79",
+            "/work/distro/linux-source-6.1",
+            "git:116c914995f624ae685e0b59d43b1b39fb456e70",
+            "debian",
+            " debian-6.1",
+            "",
+        ] {
+            assert_eq!(SourceId::from(s).to_string(), s);
+        }
+        assert_eq!(
+            SourceId::from("debian-6.1"),
+            SourceId::Source(KernelSource::Debian61)
+        );
+        assert_eq!(SourceId::from("git:abc"), SourceId::Commit("abc".into()));
+        assert_eq!(SourceId::from("debian"), SourceId::Other("debian".into()));
+        for s in [
+            "ebs",
+            "ebs:3.8ms",
+            "none",
+            "latency:2.2ms",
+            "",
+            "latency:2.20ms",
+        ] {
+            assert_eq!(StorageId::from(s).to_string(), s);
+        }
+        assert_eq!(
+            StorageId::from("ebs"),
+            StorageId::Profile(StorageProfile::Ebs { z1: None })
+        );
+        assert!(StorageId::from("").is_none() && StorageId::from("none").is_none());
+        assert!(!StorageId::from("ebs").is_none());
+    }
+
+    /// Keys sort as their text did (reports list cells in that order).
+    #[test]
+    fn typed_values_sort_by_their_text() {
+        let mut a: Vec<SourceId> = ["debian-6.1", "/src/linux", "5.10.79", "debian-5.10"]
+            .map(SourceId::from)
+            .to_vec();
+        a.sort();
+        let text: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+        assert_eq!(text, ["/src/linux", "5.10.79", "debian-5.10", "debian-6.1"]);
+        let (nitro, tcg, twin) = (Accel::Nitro, Accel::Tcg, Accel::from("twin-tcg"));
+        assert!(nitro < tcg && tcg < twin);
+        let (ebs, ebs38) = (StorageId::from("ebs"), StorageId::from("ebs:3.8ms"));
+        assert!(ebs < ebs38);
+    }
+
+    #[test]
+    fn a_cells_axes_name_its_kernel() {
+        let axes = CellAxes {
+            arch: Arch::Arm64,
+            source: KernelSource::Debian510,
+            hz: Hz::new(100).unwrap(),
+            variant: Variant::Fix,
+            volume: ByteSize(1 << 40),
+            wait_mult: 10,
+        };
+        let k = axes.kernel(KernelProfile::Cloud);
+        assert_eq!(
+            (k.arch, k.hz, k.variant),
+            (Arch::Arm64, axes.hz, Variant::Fix)
+        );
+        assert_eq!(k.profile, KernelProfile::Cloud);
+        let row: RowAxes = axes.into();
+        assert_eq!(row.source, SourceId::Source(KernelSource::Debian510));
+    }
+}
