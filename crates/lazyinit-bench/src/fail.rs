@@ -97,6 +97,7 @@ mod tests {
                 hz: lazyinit_core::Hz::new(250).unwrap(),
                 variant: lazyinit_core::Variant::Fix,
                 source: lazyinit_core::KernelSource::default(),
+                profile: lazyinit_core::KernelProfile::Qemu,
             }),
             lazyinit_kernel::KernelError::Step("make failed".into()),
         );
