@@ -25,6 +25,7 @@ if command -v cc >/dev/null 2>&1 && command -v pkg-config >/dev/null 2>&1 \
   fi
   setup=
   cat "$log"
+  rm -f "$log"
 else
   bash scripts/setup-host.sh
 fi
