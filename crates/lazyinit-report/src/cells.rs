@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lazyinit_core::model::{self, ModelInputs, DEFAULT_ZEROING_S, MEAN_START_DELAY_S};
 use lazyinit_core::results::{ResultRow, Status};
-use lazyinit_core::{reported, ByteSize, RowAxes, Testbed, Variant};
 #[cfg(test)]
-use lazyinit_core::{Arch, Hz};
+use lazyinit_core::Arch;
+use lazyinit_core::{reported, ByteSize, RowAxes, Testbed, Variant};
 use serde::Serialize;
 
 use crate::stats::{summarize, Interval, Summary};
@@ -422,6 +422,29 @@ pub(crate) mod tests_support {
     use lazyinit_core::results::{Measurement, ResultRow, Status};
     use lazyinit_core::{Arch, Axes, ByteSize, Hz, Testbed, Variant};
 
+    use super::CellKey;
+
+    /// A cell key on the default testbed (qemu, tcg, Debian 6.1, w10).
+    pub(crate) fn key(arch: Arch, hz: u32, variant: Variant, volume_bytes: u64) -> CellKey {
+        CellKey {
+            testbed: Testbed {
+                provider: "qemu".into(),
+                machine: format!("qemu-{}", arch.uname_machine()).into(),
+                accel: "tcg".into(),
+                storage: "none".into(),
+            },
+            axes: lazyinit_core::Axes {
+                arch,
+                source: "debian-6.1".into(),
+                hz: Hz::new(hz).unwrap(),
+                variant,
+                wait_mult: 10,
+                volume: ByteSize(volume_bytes),
+            },
+            estimated: false,
+        }
+    }
+
     pub fn row(kernel_source: &str, lazyinit_s: f64) -> ResultRow {
         ResultRow {
             run_id: "r".into(),
@@ -484,28 +507,9 @@ pub(crate) mod tests_support {
 
 #[cfg(test)]
 mod tests {
+    use super::tests_support::key;
     use super::*;
     use lazyinit_core::size::{GIB, TIB};
-
-    fn key(arch: Arch, hz: u32, variant: Variant, volume_bytes: u64) -> CellKey {
-        CellKey {
-            testbed: Testbed {
-                provider: "qemu".into(),
-                machine: format!("qemu-{}", arch.uname_machine()).into(),
-                accel: "tcg".into(),
-                storage: "none".into(),
-            },
-            axes: lazyinit_core::Axes {
-                arch,
-                source: "debian-6.1".into(),
-                hz: Hz::new(hz).unwrap(),
-                variant,
-                wait_mult: 10,
-                volume: ByteSize(volume_bytes),
-            },
-            estimated: false,
-        }
-    }
 
     #[test]
     fn nofix_model_follows_the_measured_multiple_of_w() {

@@ -137,26 +137,10 @@ pub fn ratios(cells: &[CellStats]) -> Vec<RatioRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lazyinit_core::Hz;
 
+    /// A 64 GiB cell key on the default testbed.
     fn key(arch: Arch, hz: u32, variant: Variant) -> CellKey {
-        CellKey {
-            testbed: lazyinit_core::Testbed {
-                provider: "qemu".into(),
-                machine: format!("qemu-{}", arch.uname_machine()).into(),
-                accel: "tcg".into(),
-                storage: "none".into(),
-            },
-            axes: lazyinit_core::Axes {
-                arch,
-                source: "debian-6.1".into(),
-                hz: Hz::new(hz).unwrap(),
-                variant,
-                volume: lazyinit_core::ByteSize(64 << 30),
-                wait_mult: 10,
-            },
-            estimated: false,
-        }
+        crate::cells::tests_support::key(arch, hz, variant, 64 << 30)
     }
 
     #[test]
