@@ -90,49 +90,42 @@ macro_rules! text_order {
     };
 }
 
+/// An open set of names (a newtype over its text): `as_str`, `Display`,
+/// `From<&str>` and the text edges of [`text_value!`].
+macro_rules! open_name {
+    ($t:ident) => {
+        impl $t {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl From<&str> for $t {
+            fn from(s: &str) -> Self {
+                $t(s.to_string())
+            }
+        }
+        text_value!($t);
+    };
+}
+
 /// Which provider ran a cell (`qemu`, `ec2`, ...): open, every
 /// implementation of [`crate::provider::Provider`] names itself.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ProviderName(pub String);
 
-impl ProviderName {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-impl fmt::Display for ProviderName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl From<&str> for ProviderName {
-    fn from(s: &str) -> Self {
-        ProviderName(s.to_string())
-    }
-}
-text_value!(ProviderName);
+open_name!(ProviderName);
 
 /// What ran the guest: `qemu-x86_64`, `qemu-aarch64`, or an instance type
 /// (`c6g.2xlarge`): open, the cloud's names.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct MachineName(pub String);
 
-impl MachineName {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-impl fmt::Display for MachineName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl From<&str> for MachineName {
-    fn from(s: &str) -> Self {
-        MachineName(s.to_string())
-    }
-}
-text_value!(MachineName);
+open_name!(MachineName);
 
 /// How the guest's CPU ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
