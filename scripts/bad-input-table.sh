@@ -15,7 +15,7 @@ io="$(mktemp -d)"
 trap 'rm -rf "$w" "$io"' EXIT
 bin="${1:-}"
 if [ -z "$bin" ]; then
-  cargo build -q -p lazyinit-bench
+  cargo build -q -p lazyinit-bench --features ec2
   # A private copy at once: a shared target folder's binary may be
   # rebuilt from another checkout while the cases run.
   cp "${CARGO_TARGET_DIR:-$repo/target}/debug/lazyinit-bench" "$io/lazyinit-bench"

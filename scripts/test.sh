@@ -46,4 +46,6 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-15}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" bash scri
 LAZYINIT_TEST_POSTGRES="$(bash scripts/history-postgres.sh)"
 export LAZYINIT_TEST_POSTGRES
 # Debug builds: the AWS SDK takes ~4 min in debug and ~11 in release.
-exec cargo nextest run --workspace --no-fail-fast "$@"
+# The harness's EC2 provider is a feature (off for the local default); the
+# tests build it, and its tests fail without it rather than skip.
+exec cargo nextest run --workspace --features lazyinit-bench/ec2 --no-fail-fast "$@"

@@ -215,7 +215,7 @@ fn ec2(configs: &Configs, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> 
 #[cfg(not(feature = "ec2"))]
 fn ec2(_configs: &Configs, _keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
     Err(bad_input(
-        "this lazyinit-bench was built without the `ec2` feature: rebuild with default features",
+        "this lazyinit-bench was built without the EC2 provider: build it with `cargo build --release -p lazyinit-bench --features ec2`",
     )
     .into())
 }
@@ -298,7 +298,7 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
 #[cfg(not(feature = "ec2"))]
 pub async fn cleanup(_a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     Err(lazyinit_core::exit::bad_input(
-        "this lazyinit-bench was built without the `ec2` feature: rebuild with default features to use cleanup",
+        "this lazyinit-bench was built without the EC2 provider, which cleanup sweeps: build it with `cargo build --release -p lazyinit-bench --features ec2`",
     )
     .into())
 }
