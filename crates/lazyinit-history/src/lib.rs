@@ -50,9 +50,25 @@ pub use url::DbUrl;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
-    /// The database refused or could not be reached.
-    #[error("{0}")]
-    Db(String),
+    /// The database refused or could not be reached: what was being done
+    /// (`sqlite`, `postgres`, `cannot open PATH`), and what the database or
+    /// the file system said, kept as its own error.
+    #[error("{context}")]
+    Db {
+        context: String,
+        #[source]
+        source: DbError,
+    },
+    /// The history was migrated by a newer harness.
+    #[error("the history has schema version {have}, newer than this harness knows ({known}): use a newer lazyinit-bench")]
+    NewerSchema { have: i64, known: i64 },
+    /// A migration's SQL failed; nothing of it was applied.
+    #[error("migration {name}")]
+    Migration {
+        name: String,
+        #[source]
+        source: Box<HistoryError>,
+    },
     /// A run folder that cannot go into the history as it is.
     #[error("{folder}: {message}")]
     Refused { folder: String, message: String },
@@ -63,7 +79,34 @@ pub enum HistoryError {
     NoAlert(String),
 }
 
+/// What a backend said, as the backend's own error type: a caller can
+/// match on it (PostgreSQL's SQLSTATE, SQLite's error code).
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{0}")]
+    Sqlite(rusqlite::Error),
+    /// The server's own severity and message when it sent one.
+    #[error("{}", postgres_text(.0))]
+    Postgres(::postgres::Error),
+    #[error("{0}")]
+    Io(std::io::Error),
+}
+
+fn postgres_text(e: &::postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => e.to_string(),
+    }
+}
+
 impl HistoryError {
+    pub(crate) fn db(context: impl Into<String>, source: DbError) -> Self {
+        HistoryError::Db {
+            context: context.into(),
+            source,
+        }
+    }
+
     /// Whether the input (a folder, an id) is at fault rather than the
     /// database: exit 2, not 3.
     pub fn is_bad_input(&self) -> bool {

@@ -49,18 +49,20 @@ pub fn migrate(db: &mut dyn Backend) -> Result<Vec<i64>, HistoryError> {
             .filter_map(|r| r.int(0))
             .collect();
         if let Some(v) = have.iter().find(|v| **v > latest()) {
-            return Err(HistoryError::Db(format!(
-                "the history has schema version {v}, newer than this harness knows ({}): use a newer lazyinit-bench",
-                latest()
-            )));
+            return Err(HistoryError::NewerSchema {
+                have: *v,
+                known: latest(),
+            });
         }
         let mut applied = Vec::new();
         for (version, name, up) in MIGRATIONS {
             if have.contains(version) {
                 continue;
             }
-            db.batch(up)
-                .map_err(|e| HistoryError::Db(format!("migration {name}: {e}")))?;
+            db.batch(up).map_err(|e| HistoryError::Migration {
+                name: name.to_string(),
+                source: Box::new(e),
+            })?;
             db.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
                 &[
@@ -78,6 +80,62 @@ pub fn migrate(db: &mut dyn Backend) -> Result<Vec<i64>, HistoryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::error::Error;
+
+    fn fresh() -> (tempfile::TempDir, crate::sqlite::Sqlite) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::sqlite::Sqlite::open(&dir.path().join("h.sqlite")).unwrap();
+        (dir, db)
+    }
+
+    /// A history a newer harness migrated is refused with both versions,
+    /// as its own variant (not a database failure's text).
+    #[test]
+    fn a_newer_schema_is_refused_with_both_versions() {
+        let (_dir, mut db) = fresh();
+        migrate(&mut db).unwrap();
+        let newer = latest() + 1;
+        db.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            &[
+                Value::from(newer),
+                Value::from("9999_future"),
+                Value::from("now"),
+            ],
+        )
+        .unwrap();
+        match migrate(&mut db) {
+            Err(HistoryError::NewerSchema { have, known }) => {
+                assert_eq!((have, known), (newer, latest()))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A migration whose SQL fails names itself, and the database's error
+    /// is its source, two levels down: the chain reads
+    /// `migration NAME: sqlite: ...`.
+    #[test]
+    fn a_failing_migration_keeps_the_databases_error() {
+        let (_dir, mut db) = fresh();
+        // The first migration's table is already there, with other columns.
+        db.batch("CREATE TABLE runs (x INTEGER)").unwrap();
+        let e = migrate(&mut db).unwrap_err();
+        let HistoryError::Migration { name, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(name, MIGRATIONS[0].1);
+        let db_err = e
+            .source()
+            .and_then(|s| s.source())
+            .and_then(|s| s.downcast_ref::<crate::DbError>());
+        assert!(matches!(db_err, Some(crate::DbError::Sqlite(_))), "{e:?}");
+        let text = lazyinit_core::exit::chain_text(&e);
+        assert!(
+            text.starts_with(&format!("migration {name}: sqlite: ")),
+            "{text}"
+        );
+    }
 
     /// Every folder under migrations/ is listed, in order, and nothing
     /// listed is missing: a new folder cannot be forgotten.

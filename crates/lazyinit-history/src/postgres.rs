@@ -3,7 +3,7 @@
 use postgres::types::{ToSql, Type};
 
 use crate::backend::{Backend, Cell, Row, Value};
-use crate::HistoryError;
+use crate::{DbError, HistoryError};
 
 pub struct Postgres {
     client: postgres::Client,
@@ -11,11 +11,7 @@ pub struct Postgres {
 
 fn err(e: postgres::Error) -> HistoryError {
     // The server's own message (with its detail) says what went wrong.
-    let text = match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => e.to_string(),
-    };
-    HistoryError::Db(format!("postgres: {text}"))
+    HistoryError::db("postgres", DbError::Postgres(e))
 }
 
 /// An arbitrary constant: the advisory lock every writer of the history
@@ -25,10 +21,10 @@ const WRITE_LOCK: i64 = 0x1a2e_0028;
 impl Postgres {
     pub fn connect(url: &str) -> Result<Self, HistoryError> {
         let client = postgres::Client::connect(url, postgres::NoTls).map_err(|e| {
-            HistoryError::Db(format!(
-                "cannot connect to {}: {e}",
-                crate::url::redact(url)
-            ))
+            HistoryError::db(
+                format!("cannot connect to {}", crate::url::redact(url)),
+                DbError::Postgres(e),
+            )
         })?;
         let mut pg = Self { client };
         // Keep the server's notices ("relation exists, skipping") quiet.

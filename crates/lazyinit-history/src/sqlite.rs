@@ -6,24 +6,29 @@ use std::time::Duration;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 
 use crate::backend::{Backend, Cell, Row, Value};
-use crate::HistoryError;
+use crate::{DbError, HistoryError};
 
 pub struct Sqlite {
     conn: rusqlite::Connection,
 }
 
 fn err(e: rusqlite::Error) -> HistoryError {
-    HistoryError::Db(format!("sqlite: {e}"))
+    HistoryError::db("sqlite", DbError::Sqlite(e))
 }
 
 impl Sqlite {
     pub fn open(path: &Path) -> Result<Self, HistoryError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| HistoryError::Db(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                HistoryError::db(format!("cannot create {}", dir.display()), DbError::Io(e))
+            })?;
         }
-        let conn = rusqlite::Connection::open(path)
-            .map_err(|e| HistoryError::Db(format!("cannot open {}: {e}", path.display())))?;
+        let conn = rusqlite::Connection::open(path).map_err(|e| {
+            HistoryError::db(
+                format!("cannot open {}", path.display()),
+                DbError::Sqlite(e),
+            )
+        })?;
         // A nightly's live import and a person's `history show` may meet:
         // wait for the other's write instead of failing.
         conn.busy_timeout(Duration::from_secs(30)).map_err(err)?;
@@ -97,6 +102,37 @@ impl Backend for Sqlite {
 
 #[cfg(test)]
 mod tests {
+    use crate::{DbError, HistoryError};
+    use std::error::Error;
+
+    /// A database that cannot be opened says which file, and the SQLite
+    /// error stays an SQLite error under it (a caller can read its code).
+    #[test]
+    fn an_unopenable_file_keeps_sqlites_error_as_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the database file should be.
+        let path = dir.path().join("history.sqlite");
+        std::fs::create_dir(&path).unwrap();
+        let e = match super::Sqlite::open(&path) {
+            Err(e) => e,
+            Ok(_) => panic!("a directory opened as a database"),
+        };
+        assert!(
+            matches!(&e, HistoryError::Db { context, .. } if context == &format!("cannot open {}", path.display())),
+            "{e:?}"
+        );
+        let source = e.source().and_then(|s| s.downcast_ref::<DbError>());
+        let Some(DbError::Sqlite(sqlite)) = source else {
+            panic!("source is not SQLite's error: {e:?}")
+        };
+        assert!(sqlite.sqlite_error_code().is_some(), "{sqlite:?}");
+        let text = lazyinit_core::exit::chain_text(&e);
+        assert!(
+            text.starts_with(&format!("cannot open {}: ", path.display())),
+            "{text}"
+        );
+    }
+
     #[test]
     fn placeholders_keep_their_numbers() {
         assert_eq!(
