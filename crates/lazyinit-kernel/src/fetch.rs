@@ -28,6 +28,12 @@ pub struct FetchOptions {
     pub attempts: u32,
     /// Pause before the second attempt, doubled after each failure.
     pub backoff: Duration,
+    /// A stalled mirror: an attempt ends when nothing comes for this long
+    /// (no connection, no response, no byte), or when less than
+    /// `stall_bytes` arrive in any window of this length (a trickle that
+    /// would keep a plain read timeout from ever firing).
+    pub stall: Duration,
+    pub stall_bytes: u64,
     pub progress: Option<ProgressFn>,
 }
 
@@ -38,6 +44,10 @@ impl Default for FetchOptions {
                 .unwrap_or_else(|_| DEFAULT_MIRROR.into()),
             attempts: 4,
             backoff: Duration::from_secs(2),
+            // kernel.org's tarballs are 100-200 MB: 64 KiB a minute is a
+            // mirror that will never finish, not a slow one.
+            stall: Duration::from_secs(60),
+            stall_bytes: 64 * 1024,
             progress: None,
         }
     }
@@ -89,10 +99,12 @@ enum Attempt {
     Again(String),
 }
 
-fn client() -> Result<reqwest::Client, KernelError> {
+fn client(opts: &FetchOptions) -> Result<reqwest::Client, KernelError> {
     reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(20))
-        .read_timeout(Duration::from_secs(60))
+        .connect_timeout(opts.stall.min(Duration::from_secs(20)))
+        // A backstop: the stall checks in `send` and `next_chunk` end an
+        // attempt first, saying which stall it was.
+        .read_timeout(opts.stall * 2)
         .build()
         .map_err(|e| KernelError::Step(format!("cannot build an HTTP client: {e}")))
 }
@@ -149,17 +161,96 @@ async fn get_text(
     opts: &FetchOptions,
 ) -> Result<String, KernelError> {
     with_retries(url, opts, || async {
-        let r = client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| Attempt::Again(e.to_string()))?;
+        let mut r = send(client.get(url), opts).await?;
         if !r.status().is_success() {
             return Err(status_error(url, r.status()));
         }
-        r.text().await.map_err(|e| Attempt::Again(e.to_string()))
+        let mut body = Vec::new();
+        let mut watch = Watch::new(opts);
+        while let Some(chunk) = next_chunk(&mut r, &mut watch).await? {
+            body.extend_from_slice(&chunk);
+        }
+        String::from_utf8(body).map_err(|_| {
+            Attempt::Final(KernelError::Download {
+                url: url.to_string(),
+                mirror: String::new(),
+                detail: "the checksum file is not text".into(),
+            })
+        })
     })
     .await
+}
+
+/// The response's head, within `stall` of asking.
+async fn send(
+    req: reqwest::RequestBuilder,
+    opts: &FetchOptions,
+) -> Result<reqwest::Response, Attempt> {
+    match tokio::time::timeout(opts.stall, req.send()).await {
+        Ok(r) => r.map_err(|e| Attempt::Again(lazyinit_core::exit::chain_text(&e))),
+        Err(_) => Err(Attempt::Again(format!(
+            "no response within {} s",
+            opts.stall.as_secs_f64()
+        ))),
+    }
+}
+
+/// Bytes received in the current window of `stall`.
+struct Watch {
+    stall: Duration,
+    least: u64,
+    since: tokio::time::Instant,
+    got: u64,
+}
+
+impl Watch {
+    fn new(opts: &FetchOptions) -> Self {
+        Watch {
+            stall: opts.stall,
+            least: opts.stall_bytes,
+            since: tokio::time::Instant::now(),
+            got: 0,
+        }
+    }
+
+    /// Count `n` bytes; an error when a whole window brought too few.
+    fn add(&mut self, n: u64) -> Result<(), Attempt> {
+        self.got += n;
+        if self.since.elapsed() >= self.stall {
+            if self.got < self.least {
+                return Err(Attempt::Again(format!(
+                    "the mirror is stalling: {} bytes in {:.0} s (at least {} expected)",
+                    self.got,
+                    self.since.elapsed().as_secs_f64(),
+                    self.least
+                )));
+            }
+            self.since = tokio::time::Instant::now();
+            self.got = 0;
+        }
+        Ok(())
+    }
+}
+
+/// The next piece of the body: nothing for `stall` is a stall, and so is
+/// a trickle under `stall_bytes` a window.
+async fn next_chunk(
+    r: &mut reqwest::Response,
+    watch: &mut Watch,
+) -> Result<Option<Vec<u8>>, Attempt> {
+    let left = watch.stall.saturating_sub(watch.since.elapsed());
+    let chunk = match tokio::time::timeout(left.max(Duration::from_millis(1)), r.chunk()).await {
+        Ok(c) => c.map_err(|e| Attempt::Again(lazyinit_core::exit::chain_text(&e)))?,
+        // The window ran out while waiting: judge it on what it brought.
+        Err(_) => {
+            watch.add(0)?;
+            return Box::pin(next_chunk(r, watch)).await;
+        }
+    };
+    if let Some(c) = &chunk {
+        watch.add(c.len() as u64)?;
+    }
+    Ok(chunk.map(|c| c.to_vec()))
 }
 
 /// Download `url` into `partial`, resuming from what is already there.
@@ -178,10 +269,7 @@ async fn download(
         if have > 0 {
             req = req.header(reqwest::header::RANGE, format!("bytes={have}-"));
         }
-        let mut r = req
-            .send()
-            .await
-            .map_err(|e| Attempt::Again(e.to_string()))?;
+        let mut r = send(req, opts).await?;
         let resumed = r.status() == reqwest::StatusCode::PARTIAL_CONTENT;
         if !r.status().is_success() {
             return Err(status_error(url, r.status()));
@@ -196,7 +284,8 @@ async fn download(
             .map_err(|e| Attempt::Final(KernelError::io(partial, e)))?;
         let mut done = if resumed { have } else { 0 };
         let total = r.content_length().map(|n| n + done);
-        while let Some(chunk) = r.chunk().await.map_err(|e| Attempt::Again(e.to_string()))? {
+        let mut watch = Watch::new(opts);
+        while let Some(chunk) = next_chunk(&mut r, &mut watch).await? {
             f.write_all(&chunk)
                 .await
                 .map_err(|e| Attempt::Final(KernelError::io(partial, e)))?;
@@ -245,7 +334,7 @@ pub async fn fetch_version(
     let (dir_url, file) = release_location(&opts.mirror, version);
     let sums_url = format!("{dir_url}/sha256sums.asc");
     let url = format!("{dir_url}/{file}");
-    let client = client()?;
+    let client = client(opts)?;
     if let Some(p) = &opts.progress {
         p(BuildEvent::Step(format!("fetch {url}")));
     }

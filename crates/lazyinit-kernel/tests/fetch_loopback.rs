@@ -21,6 +21,10 @@ enum Fault {
     DropOnce,
     /// Every response stops halfway.
     DropAlways,
+    /// The request is read and nothing is ever sent back.
+    Silent,
+    /// The head, then one byte every 100 ms: a read timeout never fires.
+    Trickle,
 }
 
 #[derive(Default)]
@@ -80,11 +84,32 @@ async fn serve(state: Arc<Mutex<Server>>) -> String {
                         }
                     }
                 };
+                let fault = state
+                    .lock()
+                    .unwrap()
+                    .files
+                    .get(&path)
+                    .map(|f| f.1)
+                    .unwrap_or(Fault::None);
+                if fault == Fault::Silent {
+                    // Hold the connection open until the client gives up.
+                    let _ = s.read(&mut tmp).await;
+                    return;
+                }
                 let hdr = format!(
                     "{reply}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     body.len()
                 );
                 let _ = s.write_all(hdr.as_bytes()).await;
+                if fault == Fault::Trickle {
+                    for b in &body {
+                        if s.write_all(&[*b]).await.is_err() {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    return;
+                }
                 let send = if cut {
                     &body[..body.len() / 2]
                 } else {
@@ -151,7 +176,88 @@ fn opts(mirror: &str) -> FetchOptions {
         mirror: mirror.into(),
         attempts: 3,
         backoff: Duration::from_millis(50),
+        stall: Duration::from_secs(60),
+        stall_bytes: 64 * 1024,
         progress: None,
+    }
+}
+
+/// A mirror that accepts and never answers, and one that trickles a byte
+/// every 100 ms, each end every attempt within the stall window: the
+/// download fails with the URL, the mirror and why, and leaves nothing in
+/// the cache. (The 120 s bound only catches a hang; the stall here is 1 s.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silent_or_trickling_mirror_fails_instead_of_hanging() {
+    let work = tempfile::tempdir().unwrap();
+    let tarball = small_kernel_tarball(work.path(), "5.10.79");
+    let state = Arc::new(Mutex::new(Server::default()));
+    {
+        let mut st = state.lock().unwrap();
+        let listed = sums(&[
+            (&sha256(&tarball), "linux-5.10.79.tar.xz"),
+            (&sha256(&tarball), "linux-5.10.78.tar.xz"),
+        ]);
+        st.files.insert(
+            "/pub/linux/kernel/v5.x/sha256sums.asc".into(),
+            (listed, Fault::None),
+        );
+        st.files.insert(
+            "/pub/linux/kernel/v5.x/linux-5.10.79.tar.xz".into(),
+            (tarball.clone(), Fault::Silent),
+        );
+        st.files.insert(
+            "/pub/linux/kernel/v5.x/linux-5.10.78.tar.xz".into(),
+            (tarball.clone(), Fault::Trickle),
+        );
+        st.files.insert(
+            "/pub/linux/kernel/v6.x/sha256sums.asc".into(),
+            (b"x".to_vec(), Fault::Silent),
+        );
+    }
+    let mirror = serve(state.clone()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path();
+    let fast = FetchOptions {
+        attempts: 2,
+        stall: Duration::from_secs(1),
+        stall_bytes: 100,
+        ..opts(&mirror)
+    };
+    let bounded = |f| tokio::time::timeout(Duration::from_secs(120), f);
+
+    let e = bounded(fetch_version("5.10.79", c, &fast))
+        .await
+        .expect("hung on a silent mirror")
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, KernelError::Download { .. }), "{msg}");
+    assert!(
+        msg.contains("linux-5.10.79.tar.xz") && msg.contains(&mirror),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("no response within 1 s") && msg.contains("2 attempts"),
+        "{msg}"
+    );
+
+    let e = bounded(fetch_version("5.10.78", c, &fast))
+        .await
+        .expect("hung on a trickle")
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, KernelError::Download { .. }), "{msg}");
+    assert!(msg.contains("the mirror is stalling"), "{msg}");
+    assert_eq!(e.exit_code(), lazyinit_core::exit::INFRASTRUCTURE);
+
+    // The checksum file too.
+    let e = bounded(fetch_version("6.1.1", c, &fast))
+        .await
+        .expect("hung on a silent checksum file")
+        .unwrap_err();
+    assert!(e.to_string().contains("no response within 1 s"), "{e}");
+
+    for v in ["5.10.79", "5.10.78", "6.1.1"] {
+        assert!(cached_tarball(c, v).is_none(), "{v} cached");
     }
 }
 
