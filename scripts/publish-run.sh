@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes a finished results folder publishable in the repository: keeps what
+# Makes a finished results folder publishable in the repository (and stages
+# it: results/*/ is ignored otherwise): keeps what
 # lets someone check every figure, compresses the per-group data, drops
 # what is large and redundant, and writes the report beside it.
 #
@@ -32,3 +33,9 @@ done
 rm -f "$dir/.lock"
 "$bin" report "$dir/results.csv" --out "$dir/report.md" --svg "$dir/report.svg"
 du -sh "$dir"
+# results/*/ is ignored (scratch runs stay out of git); a published folder
+# is added by name, so the commit that cites it carries it.
+if git -C "$(dirname "$0")/.." rev-parse --git-dir >/dev/null 2>&1; then
+  git add -f -- "$dir"
+  echo "staged $dir (git add -f): commit it with its NOTES.md"
+fi
