@@ -30,6 +30,15 @@ pub enum ExitError {
     /// The input was wrong; the sentence says how to fix it.
     #[error("{0}")]
     BadInput(String),
+    /// The input was wrong, as a typed error says (a spec that does not
+    /// parse, an `--out` that is an input): its text is the message, and
+    /// it stays reachable as the source for a caller that matches on it.
+    #[error("{}", in_context(.context, .source))]
+    BadInputFrom {
+        context: Option<String>,
+        #[source]
+        source: BoxedError,
+    },
     /// A missing host tool, with the command that installs it.
     #[error("{tool} is missing: install it with `{install}` (or run scripts/setup-host.sh)")]
     MissingTool { tool: String, install: String },
@@ -38,10 +47,21 @@ pub enum ExitError {
     Interrupted { during: &'static str },
 }
 
+type BoxedError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The wrapper's own line: the context, or the source's text when there is
+/// none (the printer then skips the source as already said).
+fn in_context(context: &Option<String>, source: &BoxedError) -> String {
+    match context {
+        Some(c) => c.clone(),
+        None => source.to_string(),
+    }
+}
+
 impl ExitCode for ExitError {
     fn exit_code(&self) -> u8 {
         match self {
-            ExitError::BadInput(_) => BAD_INPUT,
+            ExitError::BadInput(_) | ExitError::BadInputFrom { .. } => BAD_INPUT,
             ExitError::MissingTool { .. } => MISSING_TOOL,
             ExitError::Interrupted { .. } => INTERRUPTED,
         }
@@ -50,6 +70,27 @@ impl ExitCode for ExitError {
 
 pub fn bad_input(message: impl Into<String>) -> ExitError {
     ExitError::BadInput(message.into())
+}
+
+/// Bad input that a typed error describes: exit 2, the error kept as the
+/// source (its text is the message).
+pub fn refused(e: impl std::error::Error + Send + Sync + 'static) -> ExitError {
+    ExitError::BadInputFrom {
+        context: None,
+        source: Box::new(e),
+    }
+}
+
+/// [`refused`] under a context (`--shards`, `[provider-config.ec2]`): the
+/// line reads `context: the error`.
+pub fn refused_in(
+    context: impl Into<String>,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> ExitError {
+    ExitError::BadInputFrom {
+        context: Some(context.into()),
+        source: Box::new(e),
+    }
 }
 
 /// A missing host tool, with the command that installs it.
@@ -101,6 +142,22 @@ pub fn one_line_text(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A typed error refused as bad input reads as before (its own text,
+    /// or `context: text`), exits 2, and is still there for a caller.
+    #[test]
+    fn a_refused_error_keeps_its_type_and_its_text() {
+        let size = "2TB".parse::<crate::ByteSize>().unwrap_err();
+        let text = size.to_string();
+        let e = refused(size);
+        assert_eq!(e.exit_code(), BAD_INPUT);
+        assert_eq!(chain_text(&e), text);
+        let inner =
+            std::error::Error::source(&e).and_then(|s| s.downcast_ref::<crate::size::SizeError>());
+        assert!(inner.is_some(), "{e:?}");
+        let e = refused_in("--size", "2TB".parse::<crate::ByteSize>().unwrap_err());
+        assert_eq!(chain_text(&e), format!("--size: {text}"));
+    }
 
     #[test]
     fn each_kind_says_its_code() {

@@ -429,11 +429,10 @@ pub const COLUMNS: &[&str] = &[
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
-    #[error("cannot open results file {path}: {}", open_reason(.source))]
-    Open {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The line says why in words (`no such file`, `a folder; pass the
+    /// results.csv in it`), so the io error is kept but not chained below it.
+    #[error("cannot open results file {path}: {}", open_reason(.io))]
+    Open { path: PathBuf, io: std::io::Error },
     #[error("cannot write results file {path}")]
     Write {
         path: PathBuf,
@@ -458,9 +457,9 @@ pub struct ResultsWriter {
 impl ResultsWriter {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ResultsError> {
         let path = path.as_ref().to_path_buf();
-        let open_err = |source| ResultsError::Open {
+        let open_err = |io| ResultsError::Open {
             path: path.clone(),
-            source,
+            io,
         };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(open_err)?;
@@ -562,9 +561,9 @@ fn whole_lines(bytes: &[u8]) -> usize {
 /// what a resume may count before it has the folder's lock to repair it.
 pub fn read_whole_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| ResultsError::Open {
+    let bytes = std::fs::read(path).map_err(|io| ResultsError::Open {
         path: path.into(),
-        source,
+        io,
     })?;
     read_rows_from(&bytes[..whole_lines(&bytes)], path)
 }
@@ -573,9 +572,9 @@ pub fn read_whole_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, Results
 pub fn read_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
     let path = path.as_ref();
     // Read whole: a folder opens, and only reading says what it is.
-    let bytes = std::fs::read(path).map_err(|source| ResultsError::Open {
+    let bytes = std::fs::read(path).map_err(|io| ResultsError::Open {
         path: path.into(),
-        source,
+        io,
     })?;
     read_rows_from(&bytes[..], path)
 }

@@ -195,7 +195,7 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
     let run_id = match &spec.kernel_config {
         Some(c) if !c.is_file() => {
             let rows = lazyinit_core::results::read_rows(folder.join("results.csv"))
-                .map_err(|e| bad_input(e.to_string()))?;
+                .map_err(lazyinit_core::exit::refused)?;
             let id = rows.first().map(|r| r.run_id.clone()).unwrap_or_default();
             if !id.starts_with(&format!("{}-", spec.name)) {
                 return Err(bad_input(format!(

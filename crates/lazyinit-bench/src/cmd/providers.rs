@@ -227,9 +227,9 @@ fn ec2_config(configs: &Configs) -> anyhow::Result<lazyinit_ec2::Ec2Config> {
         .ec2
         .clone()
         .unwrap_or_else(|| toml::Value::Table(Default::default()));
-    let cfg: lazyinit_ec2::Ec2Config = table
-        .try_into()
-        .map_err(|e: toml::de::Error| bad_input(format!("[provider-config.ec2]: {e}")))?;
+    let cfg: lazyinit_ec2::Ec2Config = table.try_into().map_err(|e: toml::de::Error| {
+        lazyinit_core::exit::refused_in("[provider-config.ec2]", e)
+    })?;
     cfg.validate()?;
     Ok(cfg)
 }
@@ -267,7 +267,7 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
     let counter = client::ApiCounter::default();
     let c = client::build_checked(&cfg, None, counter.clone())
         .await
-        .map_err(|e| exit::bad_input(e.to_string()))?;
+        .map_err(exit::refused)?;
     let budget = client::ApiBudget::of(&cfg);
     let owner = match a.all_owners {
         true => None,

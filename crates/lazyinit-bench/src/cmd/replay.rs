@@ -49,7 +49,7 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<u8> {
         return Err(bad_input("replay writes markdown, csv or json").into());
     }
     let out = super::report::Output::open(&a.out, &a.csv.iter().collect::<Vec<_>>())?;
-    let rows = load(&a.csv).map_err(|e| bad_input(e.to_string()))?;
+    let rows = load(&a.csv).map_err(lazyinit_core::exit::refused)?;
     let r = lazyinit_report::replay::replay(&rows, &a.after, a.tolerance);
     let text = match format {
         Format::Csv => render::replay::csv(&r),

@@ -110,7 +110,7 @@ pub(crate) fn open_file(
     inputs: &[&PathBuf],
 ) -> anyhow::Result<OutputFile> {
     let inputs: Vec<&Path> = inputs.iter().map(|p| p.as_path()).collect();
-    output::open(flag, dest, &inputs).map_err(|e| bad_input(e.to_string()).into())
+    output::open(flag, dest, &inputs).map_err(|e| lazyinit_core::exit::refused(e).into())
 }
 
 fn format_of(format: Option<Format>, out: &Option<PathBuf>) -> Format {
@@ -120,7 +120,7 @@ fn format_of(format: Option<Format>, out: &Option<PathBuf>) -> Format {
 }
 
 fn load_all(paths: &[PathBuf]) -> anyhow::Result<Vec<lazyinit_report::input::LoadedRow>> {
-    load(paths).map_err(|e| bad_input(e.to_string()).into())
+    load(paths).map_err(|e| lazyinit_core::exit::refused(e).into())
 }
 
 /// `x.svg` -> `x-cycles.svg`.

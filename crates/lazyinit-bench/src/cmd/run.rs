@@ -138,17 +138,17 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
                 );
             };
             let spec = Spec::parse(&one_cell_toml(arch, hz, variant, size, a), "command line")
-                .map_err(|e| bad_input(e.to_string()))?;
+                .map_err(lazyinit_core::exit::refused)?;
             (spec, "command line".to_string())
         }
         (spec_arg, false) => {
             let name = spec_arg.as_deref().unwrap_or("quick");
             if let Some(text) = spec::preset(name) {
-                let spec = Spec::parse(text, name).map_err(|e| bad_input(e.to_string()))?;
+                let spec = Spec::parse(text, name).map_err(lazyinit_core::exit::refused)?;
                 (spec, name.to_string())
             } else if std::path::Path::new(name).exists() {
                 let spec =
-                    Spec::load(std::path::Path::new(name)).map_err(|e| bad_input(e.to_string()))?;
+                    Spec::load(std::path::Path::new(name)).map_err(lazyinit_core::exit::refused)?;
                 (spec, name.to_string())
             } else {
                 return Err(bad_input(format!(
@@ -234,7 +234,7 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
     // missing from the config is then the error).
     if let Some(n) = a.shards {
         let shards = lazyinit_orchestrator::shard::shard_plans(&p, n)
-            .map_err(|e| bad_input(format!("--shards: {e}")))?;
+            .map_err(|e| lazyinit_core::exit::refused_in("--shards", e))?;
         if a.json {
             let json = serde_json::json!({ "plan": p, "shards": shards });
             println!("{}", serde_json::to_string_pretty(&json)?);
@@ -250,7 +250,7 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
     } else {
         print!("{}", lazyinit_orchestrator::plan::render(shown));
     }
-    priced.map_err(|e| bad_input(e.to_string()))?;
+    priced.map_err(lazyinit_core::exit::refused)?;
     Ok(exit::OK)
 }
 
@@ -303,7 +303,7 @@ fn resolve_shard(
         Some(ShardArg::Fixed(s)) => Ok(Some((s, format!("--shard {s}")))),
         Some(ShardArg::Auto) => lazyinit_orchestrator::shard::from_env(|k| std::env::var(k).ok())
             .map(|(s, how)| Some((s, format!("--shard auto: {how}"))))
-            .map_err(|e| bad_input(format!("--shard auto: {e}")).into()),
+            .map_err(|e| lazyinit_core::exit::refused_in("--shard auto", e).into()),
     }
 }
 
@@ -314,7 +314,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     // Bad input before any key, folder or banner: a file, a device, /proc
     // or a read-only place is not a results folder.
     if let Some(out) = &a.out {
-        lazyinit_core::output::check_folder("out", out).map_err(|e| bad_input(e.to_string()))?;
+        lazyinit_core::output::check_folder("out", out).map_err(lazyinit_core::exit::refused)?;
     }
     if a.boot_timeout == 0 || a.boot_timeout > MAX_BOOT_TIMEOUT_S {
         return Err(bad_input(format!(
@@ -360,7 +360,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             .unwrap_or_default();
         out.set_file_name(format!("{name}-alone"));
     }
-    lazyinit_core::output::check_folder("out", &out).map_err(|e| bad_input(e.to_string()))?;
+    lazyinit_core::output::check_folder("out", &out).map_err(lazyinit_core::exit::refused)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone(), keys.own_dir().map(PathBuf::from));
 
