@@ -168,15 +168,11 @@ async fn get_text(
         let mut body = Vec::new();
         let mut watch = Watch::new(opts);
         while let Some(chunk) = next_chunk(&mut r, &mut watch).await? {
-            body.extend_from_slice(&chunk);
+            body.extend_from_slice(chunk.as_ref());
         }
-        String::from_utf8(body).map_err(|_| {
-            Attempt::Final(KernelError::Download {
-                url: url.to_string(),
-                mirror: String::new(),
-                detail: "the checksum file is not text".into(),
-            })
-        })
+        // Lossy, as reqwest's `text()` was: a line that is not UTF-8
+        // only fails to name the tarball.
+        Ok(String::from_utf8_lossy(&body).into_owned())
     })
     .await
 }
@@ -237,20 +233,22 @@ impl Watch {
 async fn next_chunk(
     r: &mut reqwest::Response,
     watch: &mut Watch,
-) -> Result<Option<Vec<u8>>, Attempt> {
-    let left = watch.stall.saturating_sub(watch.since.elapsed());
-    let chunk = match tokio::time::timeout(left.max(Duration::from_millis(1)), r.chunk()).await {
-        Ok(c) => c.map_err(|e| Attempt::Again(lazyinit_core::exit::chain_text(&e)))?,
-        // The window ran out while waiting: judge it on what it brought.
-        Err(_) => {
-            watch.add(0)?;
-            return Box::pin(next_chunk(r, watch)).await;
+) -> Result<Option<impl AsRef<[u8]>>, Attempt> {
+    loop {
+        let left = watch.stall.saturating_sub(watch.since.elapsed());
+        match tokio::time::timeout(left.max(Duration::from_millis(1)), r.chunk()).await {
+            Ok(chunk) => {
+                let chunk =
+                    chunk.map_err(|e| Attempt::Again(lazyinit_core::exit::chain_text(&e)))?;
+                if let Some(c) = &chunk {
+                    watch.add(c.len() as u64)?;
+                }
+                return Ok(chunk);
+            }
+            // The window ran out while waiting: judge it on what it brought.
+            Err(_) => watch.add(0)?,
         }
-    };
-    if let Some(c) = &chunk {
-        watch.add(c.len() as u64)?;
     }
-    Ok(chunk.map(|c| c.to_vec()))
 }
 
 /// Download `url` into `partial`, resuming from what is already there.
@@ -286,7 +284,8 @@ async fn download(
         let total = r.content_length().map(|n| n + done);
         let mut watch = Watch::new(opts);
         while let Some(chunk) = next_chunk(&mut r, &mut watch).await? {
-            f.write_all(&chunk)
+            let chunk = chunk.as_ref();
+            f.write_all(chunk)
                 .await
                 .map_err(|e| Attempt::Final(KernelError::io(partial, e)))?;
             done += chunk.len() as u64;

@@ -58,12 +58,17 @@ async fn serve(state: Arc<Mutex<Server>>) -> String {
                     .lines()
                     .find(|l| l.to_ascii_lowercase().starts_with("range:"))
                     .map(|l| l[6..].trim().to_string());
-                let (reply, body, cut) = {
+                let (reply, body, cut, fault) = {
                     let mut st = state.lock().unwrap();
                     st.log.push((path.clone(), range.clone()));
                     let found = st.files.get(&path).cloned();
                     match found {
-                        None => ("HTTP/1.1 404 Not Found".to_string(), Vec::new(), false),
+                        None => (
+                            "HTTP/1.1 404 Not Found".to_string(),
+                            Vec::new(),
+                            false,
+                            Fault::None,
+                        ),
                         Some((data, fault)) => {
                             let start = range
                                 .as_deref()
@@ -80,17 +85,10 @@ async fn serve(state: Arc<Mutex<Server>>) -> String {
                             } else {
                                 "HTTP/1.1 200 OK"
                             };
-                            (status.to_string(), data[start..].to_vec(), cut)
+                            (status.to_string(), data[start..].to_vec(), cut, fault)
                         }
                     }
                 };
-                let fault = state
-                    .lock()
-                    .unwrap()
-                    .files
-                    .get(&path)
-                    .map(|f| f.1)
-                    .unwrap_or(Fault::None);
                 if fault == Fault::Silent {
                     // Hold the connection open until the client gives up.
                     let _ = s.read(&mut tmp).await;
