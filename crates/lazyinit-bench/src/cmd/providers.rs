@@ -212,11 +212,15 @@ fn ec2(configs: &Configs, keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> 
     Ok(Arc::new(p))
 }
 
+/// What a binary built without the `ec2` feature tells a user who asks for it.
+#[cfg(not(feature = "ec2"))]
+const BUILD_EC2: &str = "build it with `cargo build --release -p lazyinit-bench --features ec2`";
+
 #[cfg(not(feature = "ec2"))]
 fn ec2(_configs: &Configs, _keys_dir: &Path) -> anyhow::Result<Arc<dyn Provider>> {
-    Err(bad_input(
-        "this lazyinit-bench was built without the EC2 provider: build it with `cargo build --release -p lazyinit-bench --features ec2`",
-    )
+    Err(bad_input(format!(
+        "this lazyinit-bench was built without the EC2 provider: {BUILD_EC2}"
+    ))
     .into())
 }
 
@@ -297,9 +301,9 @@ pub async fn cleanup(a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
 
 #[cfg(not(feature = "ec2"))]
 pub async fn cleanup(_a: &super::cleanup::CleanupArgs) -> anyhow::Result<u8> {
-    Err(lazyinit_core::exit::bad_input(
-        "this lazyinit-bench was built without the EC2 provider, which cleanup sweeps: build it with `cargo build --release -p lazyinit-bench --features ec2`",
-    )
+    Err(lazyinit_core::exit::bad_input(format!(
+        "this lazyinit-bench was built without the EC2 provider, which cleanup sweeps: {BUILD_EC2}"
+    ))
     .into())
 }
 
