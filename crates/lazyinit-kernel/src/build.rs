@@ -468,6 +468,9 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
         if sync_git_tree(ctx, root, &tree, identity).await? {
             return Ok(tree);
         }
+        if seed_git_tree(ctx, plan, slot, root).await? {
+            return Ok(tree);
+        }
     }
     ctx.step(format!("unpack {}", plan.resolved.source));
     let tmp = slot.join("linux.tmp");
@@ -496,10 +499,90 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
     if let source::SourceKind::GitTree(root) = &plan.resolved.kind {
         write_git_dirty(&tmp, &crate::gittree::dirty_names(root)?)?;
     }
+    if let source::SourceKind::Tarball(_) = &plan.resolved.kind {
+        // Before anything is built in it: what a git tree seeded from this
+        // slot must not keep unless its commit has it.
+        crate::seed::record_files(&tmp)?;
+    }
     std::fs::write(tmp.join(SOURCE_MARKER), format!("{identity}\n"))
         .map_err(|e| KernelError::io(&tmp, e))?;
     std::fs::rename(&tmp, &tree).map_err(|e| KernelError::io(&tree, e))?;
     Ok(tree)
+}
+
+// Long: one seed in the order it must happen (find, copy under the seed's lock, the private index, the writes, the removals, the markers), each a few lines.
+/// A git tree's first build in its slot, seeded from a built tarball slot
+/// of the same arch and HZ (crate::seed): the tarball's tree and objects
+/// copied, then every file brought to the commit's content by git, so make
+/// rebuilds only what the commit changed. False when there is no seed.
+async fn seed_git_tree(
+    ctx: &Ctx<'_>,
+    plan: &Plan,
+    slot: &Path,
+    root: &Path,
+) -> Result<bool, KernelError> {
+    let identity = plan.resolved.facts.identity.clone();
+    let Some(commit) = crate::gittree::identity_commit(&identity).map(str::to_string) else {
+        return Ok(false);
+    };
+    let Some(from) = crate::seed::find(slot, ctx.spec.arch, ctx.spec.hz, root) else {
+        return Ok(false);
+    };
+    let tree = slot.join("linux");
+    let tmp = slot.join("linux.tmp");
+    for d in [&tree, &tmp] {
+        if d.exists() {
+            std::fs::remove_dir_all(d).map_err(|e| KernelError::io(d, e))?;
+        }
+    }
+    ctx.step(format!(
+        "seed the build tree from {} (its objects kept), then bring it to {commit} by content (incremental)",
+        from.display()
+    ));
+    {
+        // The seed's own builder may be at work: copy between its builds.
+        let from_c = from.clone();
+        let _seed_lock = tokio::task::spawn_blocking(move || lock_slot(&from_c))
+            .await
+            .map_err(|e| KernelError::Step(format!("locking the seed slot: {e}")))??;
+        ctx.run(
+            "seed (copy the built tree)",
+            slot,
+            &[
+                "cp".to_string(),
+                "-a".into(),
+                "--reflink=auto".into(),
+                from.join("linux").display().to_string(),
+                tmp.display().to_string(),
+            ],
+        )
+        .await?;
+    }
+    let (root_c, tmp_c, index) = (root.to_path_buf(), tmp.clone(), slot.join("seed.index"));
+    let (written, removed) = tokio::task::spawn_blocking(move || {
+        crate::seed::to_commit(&root_c, &tmp_c, &index, &commit)
+    })
+    .await
+    .map_err(|e| KernelError::Step(format!("seeding: {e}")))??;
+    ctx.step(format!(
+        "seeded: {written} files written from the commit, {removed} of the tarball's removed"
+    ));
+    for m in [crate::seed::FILES_MARKER, PATCH_MARKER] {
+        let _ = std::fs::remove_file(tmp.join(m));
+    }
+    write_git_dirty(&tmp, &[])?;
+    let clean = format!(
+        "git:{}",
+        crate::gittree::identity_commit(&identity).unwrap_or_default()
+    );
+    std::fs::write(tmp.join(SOURCE_MARKER), format!("{clean}\n"))
+        .map_err(|e| KernelError::io(&tmp, e))?;
+    std::fs::rename(&tmp, &tree).map_err(|e| KernelError::io(&tree, e))?;
+    if clean != identity {
+        // The work tree's own changes on top, as any later step copies them.
+        sync_git_tree(ctx, root, &tree, &identity).await?;
+    }
+    Ok(true)
 }
 
 fn write_git_dirty(tree: &Path, names: &[String]) -> Result<(), KernelError> {

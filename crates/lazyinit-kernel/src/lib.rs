@@ -30,6 +30,7 @@ pub mod error;
 pub mod fetch;
 pub mod fragments;
 pub mod gittree;
+pub mod seed;
 pub mod source;
 pub mod tools;
 pub mod userconfig;

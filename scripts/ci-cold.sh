@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A cold CI run, measured: `bash .ci/run` on a fresh clone of HEAD with an
+# empty kernel/image cache and an empty cargo target (cargo's registry and
+# the host's packages kept), under /usr/bin/time -v, with the phases'
+# times (scripts/test.sh's `+N s` lines) and every test's time:
+#   scripts/ci-cold.sh OUT_DIR        # e.g. results/ci-cold
+#   CI_WARM=1 scripts/ci-cold.sh OUT  # the same, with the cache and target of
+#                                     # the last cold run kept (a warm run)
+# Writes OUT_DIR/run.txt (everything the run printed, then time's report),
+# OUT_DIR/tests.tsv (seconds, test; slowest first), OUT_DIR/summary.txt.
+# Run it on a quiet machine: the figures are the machine's.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=$(realpath -m "${1:?usage: scripts/ci-cold.sh OUT_DIR}")
+base="${CI_COLD_BASE:-${XDG_CACHE_HOME:-$HOME/.cache}/lazyinit-ci-cold}"
+mkdir -p "$out" "$base"
+clone="$base/clone"
+cache="$base/cache"
+target="$base/target"
+if [ -z "${CI_WARM:-}" ]; then
+  rm -rf "$clone" "$cache" "$target"
+else
+  rm -rf "$clone"
+fi
+mkdir -p "$cache" "$target"
+git clone -q "$here" "$clone"
+commit=$(git -C "$clone" rev-parse HEAD)
+kind=cold
+[ -z "${CI_WARM:-}" ] || kind=warm
+{
+  echo "# bash .ci/run ($kind) on a clone of $commit, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  echo "# LAZYINIT_CACHE_DIR=$cache CARGO_TARGET_DIR=$target ($( [ "$kind" = cold ] && echo empty || echo 'kept from the last run'))"
+} >"$out/run.txt"
+start=$(date +%s)
+rc=0
+(cd "$clone" && LAZYINIT_CACHE_DIR="$cache" CARGO_TARGET_DIR="$target" \
+  /usr/bin/time -v bash .ci/run) >>"$out/run.txt" 2>&1 || rc=$?
+wall=$(( $(date +%s) - start ))
+echo "rc=$rc wall=${wall}s" >>"$out/run.txt"
+# Every test's time, slowest first.
+grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|TIMEOUT|LEAK)[A-Z-]* \[' "$out/run.txt" \
+  | sed -E 's/^ +([A-Z-]+) \[ *([0-9.]+)s\] \( *[0-9]+\/[0-9]+\) (.*)$/\2\t\1\t\3/' \
+  | sort -rn >"$out/tests.tsv" || true
+user=$(awk -F': ' '/User time \(seconds\)/ {print $2}' "$out/run.txt")
+sys=$(awk -F': ' '/System time \(seconds\)/ {print $2}' "$out/run.txt")
+cores=$(nproc)
+{
+  echo "commit $commit ($kind)"
+  echo "exit $rc, wall $wall s ($((wall / 60)) min $((wall % 60)) s)"
+  awk -v u="$user" -v s="$sys" -v c="$cores" -v w="$wall" 'BEGIN {
+    printf "cpu: user %.0f s + sys %.0f s = %.0f s on %d cores\n", u, s, u + s, c
+    printf "wall / (cpu / cores) = %.2f\n", w / ((u + s) / c) }' 
+  echo "phases (scripts/test.sh):"
+  grep -E '^test\.sh: \+' "$out/run.txt" | sed 's/^/  /'
+  echo "kernels (scripts/ci-kernels.sh):"
+  grep -E '^ci-kernels: ' "$out/run.txt" | sed 's/^/  /'
+  grep -E '^ +Summary \[' "$out/run.txt" | sed 's/^ */nextest: /'
+  echo "slowest tests:"
+  head -n 15 "$out/tests.tsv" | sed 's/^/  /'
+} >"$out/summary.txt"
+cat "$out/summary.txt"
+exit "$rc"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The kernels the test suite boots, built into the content-keyed cache
+# before the tests start, while cargo builds the tests (scripts/test.sh):
+#   scripts/ci-kernels.sh BIN LOG_DIR
+# BIN is a lazyinit-bench binary (a copy: cargo may replace its own while
+# this runs). One build tree per arch (Debian's 6.1: x86_64 at HZ=250,
+# arm64 at HZ=100), the two trees side by side; in each, the QEMU profile
+# without the fix, then with it (the released source, so the tree that the
+# bisect test's git-tree slot is seeded from, crates/lazyinit-kernel/src/
+# seed.rs, needs no variant switch). The cloud profile (the EC2 twin's
+# kernels) is a delta on the same trees that the twin tests build while
+# other guest tests wait on their guests (.config/nextest.toml). A warm
+# cache makes each line a cache hit of a second or less.
+# Prints one line per kernel with its wall time; on a failure, the failing
+# build's output, exit 3.
+set -euo pipefail
+bin=$1 logs=$2
+mkdir -p "$logs"
+tree() {
+  local arch=$1 hz=$2 log="$logs/kernels-$1.log"
+  : >"$log"
+  for pv in "qemu nofix" "qemu fix"; do
+    set -- $pv
+    local t0=$SECONDS
+    if ! "$bin" kernel build --arch "$arch" --hz "$hz" --profile "$1" --variant "$2" >>"$log" 2>&1; then
+      echo "error: building the $arch HZ=$hz $1 $2 kernel failed (log: $log):" >&2
+      tail -n 40 "$log" >&2
+      return 3
+    fi
+    echo "ci-kernels: $arch HZ=$hz $1 $2: $((SECONDS - t0)) s"
+  done
+}
+tree x86_64 250 &
+x=$!
+tree arm64 100 &
+a=$!
+rc=0
+wait "$x" || rc=$?
+wait "$a" || rc=$?
+exit "$rc"
