@@ -84,6 +84,10 @@ const ELSEWHERE: &[(&str, &str)] = &[
         "kernel sources in the cache",
     ),
     (
+        "crates/lazyinit-kernel/src/seed.rs",
+        "a kernel tree's file list in the cache's build slot",
+    ),
+    (
         "crates/lazyinit-orchestrator/src/fake.rs",
         "the fake lab's kernel placeholders",
     ),
