@@ -56,6 +56,9 @@ pub enum AlertState {
     Acknowledged,
     /// Not a real change (a broken host, a bad run): no longer fails.
     Invalid,
+    /// Closed by `history changes`: no change point supports it any
+    /// longer (its note says why). No longer fails.
+    Closed,
 }
 
 impl AlertState {
@@ -64,6 +67,7 @@ impl AlertState {
             AlertState::New => "new",
             AlertState::Acknowledged => "acknowledged",
             AlertState::Invalid => "invalid",
+            AlertState::Closed => "closed",
         }
     }
     /// Whether the gate still fails on it.
@@ -79,8 +83,9 @@ impl std::str::FromStr for AlertState {
             "new" => Ok(AlertState::New),
             "acknowledged" | "ack" => Ok(AlertState::Acknowledged),
             "invalid" => Ok(AlertState::Invalid),
+            "closed" => Ok(AlertState::Closed),
             _ => Err(format!(
-                "alert state `{s}`: use new, acknowledged or invalid"
+                "alert state `{s}`: use new, acknowledged, invalid or closed"
             )),
         }
     }
@@ -340,4 +345,100 @@ pub fn of_series(series: &Series, opts: &ChangeOptions) -> Vec<Change> {
 /// The change points of every series, series by series.
 pub fn find(series: &[Series], opts: &ChangeOptions) -> Vec<Change> {
     series.iter().flat_map(|s| of_series(s, opts)).collect()
+}
+
+/// An open alert no change point supports any longer, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Closing {
+    pub alert_id: String,
+    pub series: String,
+    pub run_key: String,
+    pub reason: String,
+}
+
+/// The open (`new`) alerts of `series` that the change points `found`
+/// (of the same series, over the whole history) no longer support:
+///
+/// - a `change` alert is supported while a change point has its id (the
+///   same series, metric and first run after);
+/// - a `new-run` alert is supported by a change point at its run or at
+///   most `min_size - 1` runs before it (the runs after a change that
+///   the gate failed before the change point could show): otherwise,
+///   once `min_size` runs follow it (enough for a change point there to
+///   be found), it was a run off its level alone, as a loaded night is.
+///
+/// Alerts a person triaged, and alerts of other series or metrics, are
+/// left alone; a `new-run` alert with too few runs after it stays open.
+pub fn unsupported(
+    series: &[Series],
+    found: &[Change],
+    alerts: &[Alert],
+    opts: &ChangeOptions,
+) -> Vec<Closing> {
+    let min_size = opts.edivisive.min_size.max(1);
+    let mut out = Vec::new();
+    for a in alerts.iter().filter(|a| a.state.is_open()) {
+        let Some(s) = series
+            .iter()
+            .find(|s| s.id == a.series && s.metric == a.metric)
+        else {
+            continue;
+        };
+        if found.iter().any(|c| c.alert_id == a.alert_id) {
+            continue;
+        }
+        let here: Vec<&Change> = found.iter().filter(|c| c.series == s.id).collect();
+        let Some(at) = s.points.iter().position(|p| p.run_key == a.run_key) else {
+            continue;
+        };
+        let nearest = here
+            .iter()
+            .min_by_key(|c| c.index.abs_diff(at))
+            .map(|c| {
+                format!(
+                    "; the nearest change point is [{}] at {} ({:+.2}%)",
+                    c.alert_id, c.first_run.run_key, c.change_pct
+                )
+            })
+            .unwrap_or_else(|| "; the series has no change point".to_string());
+        let reason = if a.kind == ChangeKind::NewRun.as_str() {
+            if here.iter().any(|c| c.index <= at && at < c.index + min_size) {
+                continue;
+            }
+            let after = s.points.len() - at - 1;
+            if after < min_size {
+                continue;
+            }
+            format!(
+                "a run off its level alone: {after} run(s) since, and no change point at it \
+                 or up to {} run(s) before it{nearest}",
+                min_size - 1
+            )
+        } else {
+            format!(
+                "its change point is no longer found over the {} runs of the series{nearest}",
+                s.points.len()
+            )
+        };
+        out.push(Closing {
+            alert_id: a.alert_id.clone(),
+            series: a.series.clone(),
+            run_key: a.run_key.clone(),
+            reason,
+        });
+    }
+    out
+}
+
+/// The closings as `history changes` prints them, one line each.
+pub fn closings_text(closed: &[Closing]) -> String {
+    closed
+        .iter()
+        .map(|c| {
+            format!(
+                "closed [{}] {} at {}: {}\n",
+                c.alert_id, c.series, c.run_key, c.reason
+            )
+        })
+        .collect()
 }

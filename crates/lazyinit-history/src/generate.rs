@@ -5,6 +5,21 @@
 //! a reader sees what one looks like: from run 60% on, x86_64 HZ250 fix
 //! 2 TiB sleeps L = 7 instead of 8 (an L change), and from run 80% on
 //! arm64 no fix 3 TiB cycles 2% slower.
+//!
+//! [`Noise::HeavyTailed`] adds loaded stretches as the five one-core
+//! nights of results/l-stability-timer are (+0.2% to +8% there): a stretch
+//! of 1-5 nights starts on 1% of nights, and in it each cell's cycle is
+//! `1 + 0.002 + 0.1 u²` slower (u uniform): mostly a little, sometimes a
+//! lot. Its runs are no change: a detector must not report them.
+
+/// The host noise of a generated history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Noise {
+    /// Up to 8% of a tick, uniform (the `history generate` default).
+    Uniform,
+    /// Uniform, plus loaded stretches (see the module's doc).
+    HeavyTailed,
+}
 
 use lazyinit_core::cell::DEFAULT_WAIT_MULT;
 use lazyinit_core::model::groups;
@@ -27,6 +42,11 @@ const CELLS: [(Arch, u32, Variant, u64); 4] = [
 // Long: one synthetic night's eight rows, field by field as a results CSV holds them.
 /// Run `i` of `runs` (0-based), eight rows.
 pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
+    run_loaded(i, runs, rng, false)
+}
+
+/// Run `i` as [`run`], on a loaded night when `loaded`.
+pub fn run_loaded(i: usize, runs: usize, rng: &mut impl Rng, loaded: bool) -> RunImport {
     let day = chrono::DateTime::parse_from_rfc3339("2024-01-01T02:00:00Z")
         .expect("a date")
         .with_timezone(&chrono::Utc)
@@ -54,6 +74,10 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
                 && i >= runs * 8 / 10
             {
                 ms *= 1.02;
+            }
+            if loaded {
+                let u: f64 = rng.gen();
+                ms *= 1.0 + 0.002 + 0.1 * u * u;
             }
             let g = groups(ByteSize(size));
             let from_first = g as f64 * ms / 1000.0;
@@ -116,8 +140,42 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
 
 /// Every run of a generated history, oldest first.
 pub fn history(runs: usize, seed: u64) -> Vec<RunImport> {
+    history_with(runs, seed, Noise::Uniform)
+}
+
+/// Every run of a generated history with `noise`, oldest first. The
+/// uniform history is the one [`history`] gives for the seed.
+pub fn history_with(runs: usize, seed: u64, noise: Noise) -> Vec<RunImport> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..runs).map(|i| run(i, runs, &mut rng)).collect()
+    let mut load = rand::rngs::StdRng::seed_from_u64(seed ^ 0x10ad);
+    let mut stretch = 0usize;
+    (0..runs)
+        .map(|i| {
+            if noise == Noise::HeavyTailed && stretch == 0 && load.gen_bool(0.01) {
+                stretch = load.gen_range(1..=5);
+            }
+            let loaded = stretch > 0;
+            stretch = stretch.saturating_sub(1);
+            run_loaded(i, runs, &mut rng, loaded)
+        })
+        .collect()
+}
+
+/// The runs (0-based) of a generated history that are loaded.
+pub fn loaded_runs(runs: usize, seed: u64, noise: Noise) -> Vec<usize> {
+    let mut load = rand::rngs::StdRng::seed_from_u64(seed ^ 0x10ad);
+    let mut stretch = 0usize;
+    let mut out = Vec::new();
+    for i in 0..runs {
+        if noise == Noise::HeavyTailed && stretch == 0 && load.gen_bool(0.01) {
+            stretch = load.gen_range(1..=5);
+        }
+        if stretch > 0 {
+            out.push(i);
+        }
+        stretch = stretch.saturating_sub(1);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! HZ, variant, wait-mult, volume, storage profile, estimated or
 //! measured): rows that differ in any of them are never pooled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use lazyinit_core::results::{ResultRow, Status};
 use lazyinit_report::cells::{CellKey, Metric};
@@ -118,20 +118,26 @@ impl SeriesFilter {
 /// order, each with one point per run in the order of the runs.
 pub fn build(rows: &[StoredRow], metric: Metric, filter: Option<&SeriesFilter>) -> Vec<Series> {
     // Per key: run key -> its rows, runs in first-seen (= date) order.
-    let mut by_key: BTreeMap<CellKey, Vec<(String, Vec<&StoredRow>)>> = BTreeMap::new();
+    // A run's place is found by a map (run key -> index), not a search
+    // of the runs so far: O(rows), not O(rows x runs).
+    type Runs<'a> = (Vec<(String, Vec<&'a StoredRow>)>, HashMap<&'a str, usize>);
+    let mut by_key: BTreeMap<CellKey, Runs> = BTreeMap::new();
     for s in rows {
         if s.row.status != Status::Ok || metric.of(&s.row).is_none() {
             continue;
         }
-        let runs = by_key.entry(CellKey::of(&s.row)).or_default();
-        match runs.iter_mut().find(|(k, _)| *k == s.run_key) {
-            Some((_, v)) => v.push(s),
-            None => runs.push((s.run_key.clone(), vec![s])),
+        let (runs, at) = by_key.entry(CellKey::of(&s.row)).or_default();
+        match at.get(s.run_key.as_str()) {
+            Some(&i) => runs[i].1.push(s),
+            None => {
+                at.insert(s.run_key.as_str(), runs.len());
+                runs.push((s.run_key.clone(), vec![s]));
+            }
         }
     }
     by_key
         .into_iter()
-        .map(|(key, runs)| Series {
+        .map(|(key, (runs, _))| Series {
             id: series_id(&key),
             label: key.label(),
             metric: metric.name(),

@@ -302,6 +302,22 @@ impl History {
             .collect())
     }
 
+    /// Closes each open alert of `series` that the change points `found`
+    /// (over the same series) no longer support ([`changes::unsupported`]),
+    /// state `closed` with the reason as its note. Returns the closings.
+    pub fn close_unsupported(
+        &mut self,
+        series: &[Series],
+        found: &[Change],
+        opts: &ChangeOptions,
+    ) -> Result<Vec<changes::Closing>, HistoryError> {
+        let closed = changes::unsupported(series, found, &self.alerts()?, opts);
+        for c in &closed {
+            self.set_alert_state(&c.alert_id, AlertState::Closed, &c.reason)?;
+        }
+        Ok(closed)
+    }
+
     /// `history ack`: sets an alert's state and note.
     pub fn set_alert_state(
         &mut self,
