@@ -18,9 +18,10 @@
 //!    series spans ([`Options::level`]: a Bonferroni correction for the
 //!    many places a long history offers a cut; a series of up to one
 //!    window keeps `max_p`), (b) its step is at least
-//!    [`Options::min_effect`] times the series' own noise (the pooled
-//!    robust standard deviation, 1.4826 x MAD, of its two sides: a step
-//!    smaller than the night-to-night scatter is not resolved), and
+//!    [`Options::min_effect`] times the series' own noise (the step of
+//!    the two sides' medians over their pooled robust standard
+//!    deviation, 1.4826 x MAD: a step smaller than the night-to-night
+//!    scatter is not resolved, and loaded nights move neither), and
 //!    (c) it is not one end of an excursion: two change points at most
 //!    [`Options::max_excursion`] runs apart whose outer sides do not
 //!    differ (the series left its level and came back, as the five
@@ -50,8 +51,9 @@ pub struct Options {
     /// Fewest points on either side of a change (Otava: 1). One night
     /// off its level is an outlier, not a change: lkp-tests asks for 3.
     pub min_size: usize,
-    /// Smallest step kept, in units of the series' robust noise (pooled
-    /// 1.4826 x MAD of the two sides). 0 keeps any significant step.
+    /// Smallest step kept (of the two sides' medians), in units of the
+    /// series' robust noise (pooled 1.4826 x MAD of the two sides). 0
+    /// keeps any significant step.
     pub min_effect: f64,
     /// Longest excursion (runs between two change points whose outer
     /// sides do not differ) dropped as a loaded stretch, not a change.
@@ -134,33 +136,35 @@ fn mean_sd(x: &[f64]) -> (f64, f64) {
     (mean, sd)
 }
 
-/// 1.4826 x the median absolute deviation: the standard deviation of
-/// normal noise, unmoved by a few loaded nights.
-fn robust_sd(x: &[f64]) -> f64 {
-    fn median(v: &mut [f64]) -> f64 {
-        v.sort_unstable_by(f64::total_cmp);
-        let n = v.len();
-        if n == 0 {
-            0.0
-        } else if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        }
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_unstable_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// The median and 1.4826 x the median absolute deviation (the standard
+/// deviation of normal noise), neither moved by a few loaded nights.
+fn robust(x: &[f64]) -> (f64, f64) {
     let mut v = x.to_vec();
     let m = median(&mut v);
     let mut dev: Vec<f64> = x.iter().map(|a| (a - m).abs()).collect();
-    1.4826 * median(&mut dev)
+    (m, 1.4826 * median(&mut dev))
 }
 
-/// The step between `left` and `right` in units of their pooled robust
-/// noise (infinite when neither side has any).
-pub fn effect(left: &[f64], right: &[f64], t: &TTest) -> f64 {
-    let (a, b) = (robust_sd(left), robust_sd(right));
+/// The step between `left` and `right` (of their medians) in units of
+/// their pooled robust noise (infinite when neither side has any): a
+/// stretch of loaded nights moves neither.
+pub fn effect(left: &[f64], right: &[f64]) -> f64 {
+    let ((m1, a), (m2, b)) = (robust(left), robust(right));
     let (n1, n2) = (left.len() as f64, right.len() as f64);
     let noise = ((n1 * a * a + n2 * b * b) / (n1 + n2)).sqrt();
-    let step = (t.mean_after - t.mean_before).abs();
+    let step = (m2 - m1).abs();
     if noise > 0.0 {
         step / noise
     } else if step > 0.0 {
@@ -397,7 +401,7 @@ fn unresolved(x: &[f64], splits: &[Split], min_effect: f64) -> Option<usize> {
     splits
         .iter()
         .enumerate()
-        .map(|(k, s)| (s.index, effect(&x[b[k]..s.index], &x[s.index..b[k + 2]], &s.stats)))
+        .map(|(k, s)| (s.index, effect(&x[b[k]..s.index], &x[s.index..b[k + 2]])))
         .filter(|(_, e)| *e < min_effect)
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(i, _)| i)
@@ -418,7 +422,7 @@ fn excursion(x: &[f64], cuts: &[usize], opts: &Options, level: f64) -> Option<(u
         }
         let (left, right) = (&x[b[k]..a], &x[c..b[k + 3]]);
         let t = ttest(left, right);
-        let differ = t.p < level && effect(left, right, &t) >= opts.min_effect;
+        let differ = t.p < level && effect(left, right) >= opts.min_effect;
         (!differ).then_some((a, c))
     })
 }
@@ -467,6 +471,110 @@ mod tests {
         assert_eq!(change_points(&x, &Options::default()), vec![]);
         assert_eq!(change_points(&[], &Options::default()), vec![]);
         assert_eq!(change_points(&[1.0], &Options::default()), vec![]);
+    }
+
+    /// A long history of noise alone: no change point (before the level
+    /// was corrected for the history's length and a step had to exceed
+    /// the noise, 10,000 points gave false ones).
+    #[test]
+    fn a_long_history_of_noise_has_no_change() {
+        for seed in [4, 5] {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let x = noise(&mut rng, 10_000, 40.0, 0.2);
+            let cps = change_points(&x, &Options::default());
+            assert_eq!(cps, vec![], "seed {seed}");
+        }
+    }
+
+    /// Heavy tails: 2% of points 1-10% high, at random. No change.
+    #[test]
+    fn loaded_points_in_a_long_history_are_no_change() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let x: Vec<f64> = noise(&mut rng, 10_000, 40.0, 0.2)
+            .into_iter()
+            .map(|v| {
+                if rng.gen_bool(0.02) {
+                    v * (1.01 + 0.09 * rng.gen::<f64>())
+                } else {
+                    v
+                }
+            })
+            .collect();
+        assert_eq!(change_points(&x, &Options::default()), vec![]);
+    }
+
+    /// A step of 0.8 of the noise over 4,000 points is significant (t
+    /// near 25) but not resolved: not a change at the defaults, one with
+    /// `min_effect` 0.
+    #[test]
+    fn a_step_under_the_noise_is_not_a_change() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut x = noise(&mut rng, 2000, 100.0, 1.0);
+        x.extend(noise(&mut rng, 2000, 100.8, 1.0));
+        assert_eq!(change_points(&x, &Options::default()), vec![]);
+        let any = Options {
+            min_effect: 0.0,
+            ..Options::default()
+        };
+        let idx: Vec<usize> = change_points(&x, &any).iter().map(|c| c.index).collect();
+        assert_eq!(idx.len(), 1, "{idx:?}");
+        // Near the step: a step this small is placed within a few windows.
+        assert!(idx[0].abs_diff(2000) < 150, "{idx:?}");
+    }
+
+    /// Five nights 2-8% high between two stretches at one level (the
+    /// one-core nights of results/l-stability-timer): an excursion, no
+    /// change; kept with `max_excursion` 0.
+    #[test]
+    fn an_excursion_is_not_a_change() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+        let mut x = noise(&mut rng, 40, 20.5, 0.01);
+        x.extend([20.9, 21.0, 20.9, 22.2, 20.7]);
+        x.extend(noise(&mut rng, 40, 20.5, 0.01));
+        assert_eq!(change_points(&x, &Options::default()), vec![]);
+        let keep = Options {
+            max_excursion: 0,
+            ..Options::default()
+        };
+        let idx: Vec<usize> = change_points(&x, &keep).iter().map(|c| c.index).collect();
+        assert_eq!((idx.len(), idx[0]), (2, 40), "{idx:?}");
+    }
+
+    /// A step that stays is still found after a short excursion.
+    #[test]
+    fn a_step_after_an_excursion_is_found() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let mut x = noise(&mut rng, 40, 20.5, 0.01);
+        x.extend([20.9, 21.0, 20.9, 22.2, 20.7]);
+        x.extend(noise(&mut rng, 20, 20.5, 0.01));
+        x.extend(noise(&mut rng, 20, 18.5, 0.01));
+        let idx: Vec<usize> = change_points(&x, &Options::default())
+            .iter()
+            .map(|c| c.index)
+            .collect();
+        assert_eq!(idx, vec![65]);
+    }
+
+    #[test]
+    fn the_level_is_corrected_for_the_length_of_the_history() {
+        let o = Options::default();
+        assert_eq!(o.level(20), 0.001);
+        assert_eq!(o.level(50), 0.001);
+        assert!((o.level(10_000) - 0.001 / 200.0).abs() < 1e-12);
+    }
+
+    /// 20,000 points with a step: the relocation searches a window, not
+    /// the segment (a 20,000² matrix would be 3.2 GB).
+    #[test]
+    fn a_very_long_series_costs_no_square_matrix() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(10);
+        let mut x = noise(&mut rng, 15_000, 50.0, 0.5);
+        x.extend(noise(&mut rng, 5_000, 52.0, 0.5));
+        let idx: Vec<usize> = change_points(&x, &Options::default())
+            .iter()
+            .map(|c| c.index)
+            .collect();
+        assert_eq!(idx, vec![15_000]);
     }
 
     #[test]

@@ -184,12 +184,8 @@ mod tests {
     use crate::series::{build, StoredRow};
     use lazyinit_report::cells::Metric;
 
-    /// The two planted changes are found at the run they were planted,
-    /// the L change named as one.
-    #[test]
-    fn the_planted_changes_are_found_where_planted() {
-        let rows: Vec<StoredRow> = history(200, 28)
-            .into_iter()
+    fn stored(runs: Vec<RunImport>) -> Vec<StoredRow> {
+        runs.into_iter()
             .flat_map(|r| {
                 let key = crate::import::run_key(&r.rows).unwrap();
                 r.rows.into_iter().map(move |row| StoredRow {
@@ -201,7 +197,45 @@ mod tests {
                     folder: String::new(),
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// 10,000 runs x 8 cells, uniform and heavy-tailed noise, seeds other
+    /// than the 28 below: the two planted changes at their runs and
+    /// nothing else (before the level was corrected for the length and a
+    /// step had to exceed the noise, 10,000 runs gave 32 false ones).
+    #[test]
+    fn long_histories_have_only_the_planted_changes() {
+        for (noise, seed) in [(Noise::Uniform, 11), (Noise::HeavyTailed, 12)] {
+            let series = build(&stored(history_with(10_000, seed, noise)), Metric::FromFirstGroupS, None);
+            assert_eq!(series.len(), 8);
+            let found: Vec<(String, usize)> = crate::changes::find(&series, &Default::default())
+                .into_iter()
+                .map(|c| (c.series, c.index))
+                .collect();
+            let want = vec![
+                ("qemu/qemu-aarch64/tcg/arm64/debian-6.1/hz100/nofix/3TiB/w10/ebs/measured".to_string(), 8000),
+                ("qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/2TiB/w10/ebs/measured".to_string(), 6000),
+            ];
+            assert_eq!(found, want, "{noise:?} seed {seed}");
+        }
+    }
+
+    /// The heavy-tailed history has loaded stretches of 1-5 runs.
+    #[test]
+    fn heavy_tails_load_some_runs() {
+        let loaded = loaded_runs(10_000, 12, Noise::HeavyTailed);
+        assert!((50..=600).contains(&loaded.len()), "{}", loaded.len());
+        assert_eq!(loaded_runs(10_000, 12, Noise::Uniform), Vec::<usize>::new());
+        // The uniform history is the one `history` gives.
+        assert_eq!(history(30, 3)[29].rows, history_with(30, 3, Noise::Uniform)[29].rows);
+    }
+
+    /// The two planted changes are found at the run they were planted,
+    /// the L change named as one.
+    #[test]
+    fn the_planted_changes_are_found_where_planted() {
+        let rows = stored(history(200, 28));
         let series = build(&rows, Metric::FromFirstGroupS, None);
         assert_eq!(series.len(), 8);
         let found = crate::changes::find(&series, &Default::default());
