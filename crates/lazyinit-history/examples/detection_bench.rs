@@ -79,13 +79,22 @@ fn main() {
             let false_ones: Vec<String> = found
                 .iter()
                 .filter(|c| !is_planted(c))
-                .map(|c| format!("{} at {} ({:+.2}%, p={:.1e})", c.series, c.index, c.change_pct, c.p))
+                .map(|c| {
+                    format!(
+                        "{} at {} ({:+.2}%, p={:.1e})",
+                        c.series, c.index, c.change_pct, c.p
+                    )
+                })
                 .collect();
             total_false += false_ones.len();
             println!(
                 "\n== {noise:?} seed {seed}: {loaded} loaded runs; series built in {built:.2} s, changes in {detect:.2} s"
             );
-            println!("change points: {}, false: {}", found.len(), false_ones.len());
+            println!(
+                "change points: {}, false: {}",
+                found.len(),
+                false_ones.len()
+            );
             for f in &false_ones {
                 println!("  false: {f}");
             }
@@ -121,7 +130,11 @@ fn main() {
                         break;
                     }
                 }
-                let show = |d: Option<usize>| d.map_or("not within 21 runs".to_string(), |k| format!("at run {} of the new level", k + 1));
+                let show = |d: Option<usize>| {
+                    d.map_or("not within 21 runs".to_string(), |k| {
+                        format!("at run {} of the new level", k + 1)
+                    })
+                };
                 println!(
                     "planted {id} at run {at}: {hit}; gate fails {}, `changes` reports it {}",
                     show(gate),

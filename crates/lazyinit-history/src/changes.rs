@@ -402,7 +402,10 @@ pub fn unsupported(
             })
             .unwrap_or_else(|| "; the series has no change point".to_string());
         let reason = if a.kind == ChangeKind::NewRun.as_str() {
-            if here.iter().any(|c| c.index <= at && at < c.index + min_size) {
+            if here
+                .iter()
+                .any(|c| c.index <= at && at < c.index + min_size)
+            {
                 continue;
             }
             let after = s.points.len() - at - 1;

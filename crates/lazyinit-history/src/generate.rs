@@ -207,15 +207,27 @@ mod tests {
     #[test]
     fn long_histories_have_only_the_planted_changes() {
         for (noise, seed) in [(Noise::Uniform, 11), (Noise::HeavyTailed, 12)] {
-            let series = build(&stored(history_with(10_000, seed, noise)), Metric::FromFirstGroupS, None);
+            let series = build(
+                &stored(history_with(10_000, seed, noise)),
+                Metric::FromFirstGroupS,
+                None,
+            );
             assert_eq!(series.len(), 8);
             let found: Vec<(String, usize)> = crate::changes::find(&series, &Default::default())
                 .into_iter()
                 .map(|c| (c.series, c.index))
                 .collect();
             let want = vec![
-                ("qemu/qemu-aarch64/tcg/arm64/debian-6.1/hz100/nofix/3TiB/w10/ebs/measured".to_string(), 8000),
-                ("qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/2TiB/w10/ebs/measured".to_string(), 6000),
+                (
+                    "qemu/qemu-aarch64/tcg/arm64/debian-6.1/hz100/nofix/3TiB/w10/ebs/measured"
+                        .to_string(),
+                    8000,
+                ),
+                (
+                    "qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/2TiB/w10/ebs/measured"
+                        .to_string(),
+                    6000,
+                ),
             ];
             assert_eq!(found, want, "{noise:?} seed {seed}");
         }
@@ -228,7 +240,10 @@ mod tests {
         assert!((50..=600).contains(&loaded.len()), "{}", loaded.len());
         assert_eq!(loaded_runs(10_000, 12, Noise::Uniform), Vec::<usize>::new());
         // The uniform history is the one `history` gives.
-        assert_eq!(history(30, 3)[29].rows, history_with(30, 3, Noise::Uniform)[29].rows);
+        assert_eq!(
+            history(30, 3)[29].rows,
+            history_with(30, 3, Noise::Uniform)[29].rows
+        );
     }
 
     /// The two planted changes are found at the run they were planted,

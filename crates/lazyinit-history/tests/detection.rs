@@ -271,7 +271,11 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
         assert!(!raised.is_empty());
         let series = h.series(Metric::FromFirstGroupS, None).unwrap();
         let found = changes::find(&series, &opts);
-        assert_eq!(found, vec![], "{url}: no change point in the committed nights");
+        assert_eq!(
+            found,
+            vec![],
+            "{url}: no change point in the committed nights"
+        );
         h.raise(&found).unwrap();
         h.close_unsupported(&series, &found, &opts).unwrap();
         let after = h.alerts().unwrap();
@@ -281,8 +285,7 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
             assert_eq!(a.state, lazyinit_history::AlertState::Closed, "{a:?}");
             let note = a.note.as_deref().unwrap_or("");
             assert!(
-                note.contains("a run off its level alone")
-                    || note.contains("is no longer found"),
+                note.contains("a run off its level alone") || note.contains("is no longer found"),
                 "{note}"
             );
         }
@@ -292,7 +295,11 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
         println!(
             "{url}: the gate failed nights {failed_nights:?}, {} alert(s); all closed: {}",
             after.len(),
-            after.iter().map(|a| format!("[{}] {}", a.alert_id, a.note.clone().unwrap_or_default())).collect::<Vec<_>>().join(" | ")
+            after
+                .iter()
+                .map(|a| format!("[{}] {}", a.alert_id, a.note.clone().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
     }
 }
@@ -321,7 +328,10 @@ fn a_supported_alert_stays_open() {
         .into_iter()
         .filter(|a| a.state.is_open())
         .collect();
-    assert!(open.iter().any(|a| a.alert_id == found[0].alert_id), "{open:?}");
+    assert!(
+        open.iter().any(|a| a.alert_id == found[0].alert_id),
+        "{open:?}"
+    );
     for a in &open {
         assert!(a.series.contains("x86_64/debian-6.1/hz250/fix"), "{a:?}");
         // The change's own alert, or a night the gate failed right after it.
