@@ -27,11 +27,13 @@ timed() {
   /usr/bin/time -v -o "$WORK/time" "$@" >"$WORK/out"
   echo "$(grep 'Elapsed (wall clock)' "$WORK/time" | sed 's/.*: //') wall, $(grep 'Maximum resident set size' "$WORK/time" | sed 's/.*: //') KB peak RSS, exit $(grep 'Exit status' "$WORK/time" | sed 's/.*: //'): $(head -1 "$WORK/out")"
 }
-mapfile -t RUNS_DIRS < <(find results -name results.csv -printf '%h\n' | sort)
+# Run folders: results.csv beside spec.toml (import refuses a folder
+# without its spec, e.g. results/bisect-ci-17's, a bisect's own output).
+mapfile -t RUNS_DIRS < <(find results -name results.csv -printf '%h\n' | sort | while read -r d; do [ -f "$d/spec.toml" ] && echo "$d"; done)
 echo "\$ scripts/history-bench.sh $*   (RUNS=$RUNS, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' + uncommitted changes'))"
 echo "binary: $BIN ($("$BIN" --version 2>/dev/null || echo unknown))"
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "results/ run folders: ${#RUNS_DIRS[@]}"
+echo "results/ run folders: ${#RUNS_DIRS[@]} (with a spec.toml; $(find results -name results.csv | wc -l) results.csv in all)"
 for backend in sqlite postgres; do
   if [ $backend = sqlite ]; then
     ALL="sqlite:$WORK/all.sqlite"; GEN="sqlite:$WORK/gen.sqlite"

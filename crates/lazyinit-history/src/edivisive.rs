@@ -79,7 +79,7 @@ impl Default for Options {
             min_magnitude: 0.0,
             min_size: 3,
             min_effect: 1.0,
-            max_excursion: 10,
+            max_excursion: 25,
         }
     }
 }
