@@ -445,3 +445,114 @@ pub fn closings_text(closed: &[Closing]) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::series::{build, StoredRow};
+    use lazyinit_report::cells::Metric;
+
+    fn alert(s: &Series, at: usize, kind: ChangeKind, state: AlertState) -> Alert {
+        let run_key = s.points[at].run_key.clone();
+        Alert {
+            alert_id: alert_id(&s.id, s.metric, &run_key),
+            series: s.id.clone(),
+            metric: s.metric.to_string(),
+            run_key,
+            kind: kind.as_str().to_string(),
+            state,
+            note: None,
+            detail: String::new(),
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    /// Which open alerts `changes` closes, over a generated history of
+    /// 100 runs (the L change planted at run 60 of x86_64 fix 2 TiB, the
+    /// 2% at run 80 of arm64 no fix 3 TiB).
+    #[test]
+    fn unsupported_alerts_are_the_open_ones_no_change_point_backs() {
+        let rows: Vec<StoredRow> = crate::generate::history(100, 5)
+            .into_iter()
+            .flat_map(|r| {
+                let key = crate::import::run_key(&r.rows).unwrap();
+                r.rows.into_iter().map(move |row| StoredRow {
+                    run_started_at: row.started_at.clone(),
+                    row,
+                    kernel_build: None,
+                    kernel_source_identity: None,
+                    run_key: key.clone(),
+                    folder: String::new(),
+                })
+            })
+            .collect();
+        let series = build(&rows, Metric::FromFirstGroupS, None);
+        let opts = ChangeOptions::default();
+        let found = find(&series, &opts);
+        let l = series
+            .iter()
+            .find(|s| s.id.contains("x86_64/debian-6.1/hz250/fix/2TiB"))
+            .unwrap();
+        let at: Vec<(&str, usize)> = found.iter().map(|c| (c.series.as_str(), c.index)).collect();
+        assert!(at.contains(&(l.id.as_str(), 60)), "{at:?}");
+        assert_eq!(at.len(), 2, "the two planted changes: {at:?}");
+        let quiet = series
+            .iter()
+            .find(|s| s.id.contains("arm64/debian-6.1/hz100/fix/2TiB"))
+            .unwrap();
+        let alerts = vec![
+            // Kept: the change's own alert; the gate's at the change and
+            // 2 runs after it; one triaged; one with 2 runs after it.
+            alert(l, 60, ChangeKind::Change, AlertState::New),
+            alert(l, 62, ChangeKind::NewRun, AlertState::New),
+            alert(quiet, 30, ChangeKind::Change, AlertState::Acknowledged),
+            alert(quiet, 97, ChangeKind::NewRun, AlertState::New),
+            // Closed: a change point no longer found; a run off its level
+            // alone; the gate 3 runs after the change (not its runs).
+            alert(quiet, 40, ChangeKind::Change, AlertState::New),
+            alert(quiet, 50, ChangeKind::NewRun, AlertState::New),
+            alert(l, 63, ChangeKind::NewRun, AlertState::New),
+        ];
+        let closed = unsupported(&series, &found, &alerts, &opts);
+        let ids: Vec<&str> = closed.iter().map(|c| c.alert_id.as_str()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                &alerts[4].alert_id,
+                &alerts[5].alert_id,
+                &alerts[6].alert_id
+            ]
+        );
+        assert!(
+            closed[0]
+                .reason
+                .starts_with("its change point is no longer found over the 100 runs"),
+            "{}",
+            closed[0].reason
+        );
+        assert!(
+            closed[0].reason.ends_with("the series has no change point"),
+            "{}",
+            closed[0].reason
+        );
+        assert!(
+            closed[1]
+                .reason
+                .starts_with("a run off its level alone: 49 run(s) since"),
+            "{}",
+            closed[1].reason
+        );
+        assert!(
+            closed[2].reason.contains("the nearest change point is ["),
+            "{}",
+            closed[2].reason
+        );
+        let text = closings_text(&closed);
+        assert_eq!(text.lines().count(), 3);
+        assert!(
+            text.starts_with(&format!("closed [{}] {} at ", alerts[4].alert_id, quiet.id)),
+            "{text}"
+        );
+    }
+}
