@@ -280,10 +280,17 @@ fn changes(a: ChangesArgs) -> anyhow::Result<u8> {
     for c in &mut found {
         c.attach(&alerts);
     }
+    // An open alert no change point supports any longer is closed, with
+    // the reason (docs/history.md, "Closing alerts").
+    let closed = h.close_unsupported(&series, &found, &opts)?;
+    let closed_text = lazyinit_history::changes::closings_text(&closed);
     let n = series.len();
     match a.format {
-        Format::Json => print!("{}", render::json(&found)),
-        _ => print!("{}", render::changes_text(&found, n)),
+        Format::Json => {
+            print!("{}", render::json(&found));
+            eprint!("{closed_text}");
+        }
+        _ => print!("{}{closed_text}", render::changes_text(&found, n)),
     }
     Ok(exit::OK)
 }
