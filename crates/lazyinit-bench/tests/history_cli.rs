@@ -294,3 +294,127 @@ fn check_fails_on_an_l_change_until_acknowledged() {
         assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown));
     }
 }
+
+/// The JUnit test cases of a check: (name, the kind of its child).
+fn junit_cases(xml: &str) -> Vec<(String, String)> {
+    let doc = roxmltree::Document::parse(xml).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .map(|c| {
+            let kind = c
+                .children()
+                .find(|n| n.is_element())
+                .map(|n| n.tag_name().name().to_string())
+                .unwrap_or_default();
+            (c.attribute("name").unwrap().to_string(), kind)
+        })
+        .collect()
+}
+
+/// A night whose x86_64 fix cell failed: the cell is an ERROR (exit 1, a
+/// JUnit `error`), the other three series judged as ever.
+#[test]
+fn a_failed_cell_of_the_plan_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let nights = nights();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut args = vec!["import", "--db", db.as_str()];
+    args.extend(nights[..13].iter().map(String::as_str));
+    assert!(history(&args).status.success());
+    let night = dir.path().join("night14");
+    copy_run(&nights[13], &night);
+    let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
+    let failed: String = csv
+        .lines()
+        .map(|l| {
+            if l.contains("x86_64-debian-6.1-hz250-fix") {
+                l.replace(",ok,", ",failed,")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(failed, csv.trim_end());
+    std::fs::write(night.join("results.csv"), failed + "\n").unwrap();
+    let junit = dir.path().join("check.xml");
+    let o = history(&[
+        "check",
+        "--db",
+        &db,
+        night.to_str().unwrap(),
+        "--format",
+        "junit",
+        "--out",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("ERROR"), "{}", text(&o));
+    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    assert_eq!(cases.len(), 4, "{cases:?}");
+    let errors: Vec<_> = cases.iter().filter(|(_, k)| k == "error").collect();
+    assert_eq!(errors.len(), 1, "{cases:?}");
+    assert!(
+        errors[0].0.contains("x86_64") && errors[0].0.contains("/fix/"),
+        "{cases:?}"
+    );
+    assert_eq!(cases.iter().filter(|(_, k)| k == "system-out").count(), 3);
+}
+
+/// A run with no history: UNKNOWN with its reason, a JUnit `skipped`,
+/// exit 0; `--require-history` makes it exit 1.
+#[test]
+fn a_run_without_history_is_unknown_and_can_be_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let nights = nights();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let junit = dir.path().join("check.xml");
+    let o = history(&[
+        "check",
+        "--db",
+        &db,
+        &nights[0],
+        "--format",
+        "junit",
+        "--out",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(text(&o).matches("UNKNOWN").count(), 4, "{}", text(&o));
+    assert!(text(&o).contains("at least 3 are needed"), "{}", text(&o));
+    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    assert_eq!(cases.len(), 4, "{cases:?}");
+    assert!(cases.iter().all(|(_, k)| k == "skipped"), "{cases:?}");
+    let o = history(&["check", "--db", &db, &nights[0], "--require-history"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+}
+
+/// The README's `history import results/*/`: every run under them, a
+/// line for each folder that is not a run and why; exit 0.
+#[test]
+fn import_of_every_results_folder_imports_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut folders: Vec<String> = std::fs::read_dir(repo().join("results"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| format!("{}/", p.strip_prefix(repo()).unwrap().display()))
+        .collect();
+    folders.sort();
+    let mut args = vec!["import", "--db", db.as_str()];
+    args.extend(folders.iter().map(String::as_str));
+    let o = history(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    let runs = out.lines().filter(|l| l.contains(" run (")).count();
+    assert_eq!(runs, committed_runs().len(), "{out}");
+    assert!(
+        out.contains("results/bisect-ci-17: not a run folder (a bisect's folder"),
+        "{out}"
+    );
+    assert!(
+        out.contains("results/bad-input: not a run folder (no spec.toml or results.csv), and no run folder under it: skipped"),
+        "{out}"
+    );
+}

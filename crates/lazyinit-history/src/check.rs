@@ -1,39 +1,65 @@
 //! `history check`: a new run judged against its series' history, not
 //! one baseline run.
 //!
-//! For each series the run has a point in, over the history up to and
-//! with that run:
+//! Each series of the run gets one of four verdicts (docs/history.md,
+//! "The gate"):
 //! - **fail** when the series' latest change point has an open alert
-//!   (state `new`): the series moved and nobody has looked yet;
-//! - **fail** when the run itself is off the level of the runs since the
-//!   latest change (at least [`MIN_HISTORY`] of them): a t-test of the
-//!   segment against the one new value (a t prediction interval) at
-//!   [`ChangeOptions::run_p`];
-//! - **pass** otherwise; a series with fewer earlier runs passes with a
-//!   note (nothing to judge against).
+//!   (state `new`), or when the run itself is off the **level** of the
+//!   recent runs since the latest change: its sleep L was seen in few of
+//!   them (an L change, whatever its time), or its value is off their
+//!   median by more than their spread allows (a t prediction interval at
+//!   [`ChangeOptions::run_p`] about the median, so one outlying run
+//!   cannot move the level);
+//! - **unknown** when it cannot be judged: fewer than [`MIN_HISTORY`]
+//!   runs since the latest change, or an ok row without the metric;
+//! - **error** when a cell of the run's plan has no ok row (failed,
+//!   interrupted, or no row at all);
+//! - **pass** otherwise.
 //!
 //! Each failure raises an alert (kept with its state); `history ack`
 //! acknowledging it, or marking it invalid, lets the gate pass again.
 
+use std::collections::BTreeMap;
+
 use lazyinit_core::exit;
+use lazyinit_core::results::Status;
+use lazyinit_report::cells::{CellKey, Metric};
 use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::changes::{self, Alert, Change, ChangeKind, ChangeOptions};
-use crate::edivisive::{ttest, Split};
-use crate::series::Series;
+use crate::edivisive::{Split, TTest};
+use crate::series::{series_id, Point, Series};
 use crate::HistoryError;
 
 /// Earlier runs a series needs before a new run is judged against them
 /// (lkp-tests asks for three samples).
 pub const MIN_HISTORY: usize = 3;
 
+/// The recent runs (since the latest change) the level is made of.
+pub const LEVEL_RUNS: usize = 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     Pass,
-    /// Too few earlier runs to judge.
-    NoHistory,
+    /// Cannot be judged (too little history, a row without the metric):
+    /// the message says why.
+    Unknown,
     Fail,
+    /// A cell of the run's plan has no ok row.
+    Error,
+}
+
+impl Outcome {
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Pass => "PASS",
+            Outcome::Unknown => "UNKNOWN",
+            Outcome::Fail => "FAIL",
+            Outcome::Error => "ERROR",
+        }
+    }
 }
 
 /// The verdict on one series of the run.
@@ -42,10 +68,15 @@ pub struct SeriesVerdict {
     pub series: String,
     pub label: String,
     pub outcome: Outcome,
-    /// The run's value and the level it was judged against.
-    pub value: f64,
+    /// The run's value and the level it was judged against (the median
+    /// of the recent runs); none for an error or a row without the metric.
+    pub value: Option<f64>,
     pub level: Option<f64>,
+    /// Runs since the latest change before this one.
     pub earlier_runs: usize,
+    /// Of the runs the level was made of, those that were not judged
+    /// themselves when they ran (too little history then).
+    pub unjudged_in_level: usize,
     pub message: String,
     /// The changes that fail it (or that were triaged), with their alerts.
     pub changes: Vec<Change>,
@@ -55,21 +86,150 @@ pub struct SeriesVerdict {
 pub struct CheckReport {
     pub run_key: String,
     pub metric: String,
+    /// `--require-history`: an unknown verdict fails too.
+    pub require_history: bool,
     pub verdicts: Vec<SeriesVerdict>,
 }
 
 impl exit::ExitCode for CheckReport {
-    /// 0 every series passes, 1 one fails, 2 the run has no series (no
-    /// ok row with the metric), as `compare` exits.
+    /// 0 every series passes (or is unknown), 1 one fails or errs (or is
+    /// unknown under `--require-history`), 2 the run has nothing to judge.
     fn exit_code(&self) -> u8 {
+        let failing = |o: Outcome| {
+            matches!(o, Outcome::Fail | Outcome::Error)
+                || (self.require_history && o == Outcome::Unknown)
+        };
         if self.verdicts.is_empty() {
             exit::BAD_INPUT
-        } else if self.verdicts.iter().any(|v| v.outcome == Outcome::Fail) {
+        } else if self.verdicts.iter().any(|v| failing(v.outcome)) {
             exit::REGRESSION_OR_CELL_FAILED
         } else {
             exit::OK
         }
     }
+}
+
+/// The level a run is judged against: the recent runs' median (one run
+/// cannot move it), their sd, and how often each sleep L was seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Level {
+    pub runs: usize,
+    pub median: f64,
+    pub spread: f64,
+    /// L -> runs that measured it.
+    pub sleeps: BTreeMap<u64, usize>,
+}
+
+fn median(x: &mut [f64]) -> f64 {
+    x.sort_by(f64::total_cmp);
+    let n = x.len();
+    if n % 2 == 1 {
+        x[n / 2]
+    } else {
+        (x[n / 2 - 1] + x[n / 2]) / 2.0
+    }
+}
+
+impl Level {
+    pub fn of(points: &[Point]) -> Option<Level> {
+        if points.is_empty() {
+            return None;
+        }
+        let mut v: Vec<f64> = points.iter().map(|p| p.value).collect();
+        let m = median(&mut v);
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        // The sd is the runs' own (an outlier among them widens the
+        // interval, erring to pass on time; the L test does not widen).
+        let spread = if v.len() > 1 {
+            (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        } else {
+            0.0
+        };
+        let mut sleeps = BTreeMap::new();
+        for l in points.iter().flat_map(|p| p.sleep_ticks.iter()) {
+            *sleeps.entry(*l).or_insert(0) += 1;
+        }
+        Some(Level {
+            runs: points.len(),
+            median: m,
+            spread,
+            sleeps,
+        })
+    }
+
+    /// Whether `l` was seen in few of the runs: in fewer than a quarter
+    /// of them, or in one only.
+    pub fn is_rare(&self, l: u64) -> bool {
+        let seen = self.sleeps.get(&l).copied().unwrap_or(0);
+        seen < 2 || seen * 4 < self.runs
+    }
+
+    /// The L seen in more than few of the runs.
+    pub fn usual_sleeps(&self) -> Vec<u64> {
+        self.sleeps
+            .keys()
+            .copied()
+            .filter(|l| !self.is_rare(*l))
+            .collect()
+    }
+
+    /// A t prediction interval for one new value around the median:
+    /// two-sided p.
+    pub fn test(&self, value: f64) -> TTest {
+        let n = self.runs as f64;
+        let p = if self.runs < 2 {
+            1.0
+        } else if self.spread == 0.0 {
+            if value == self.median {
+                1.0
+            } else {
+                0.0
+            }
+        } else {
+            let t = ((value - self.median) / (self.spread * (1.0 + 1.0 / n).sqrt())).abs();
+            let dist = StudentsT::new(0.0, 1.0, n - 1.0).expect("n >= 2");
+            2.0 * (1.0 - dist.cdf(t))
+        };
+        TTest {
+            mean_before: self.median,
+            mean_after: value,
+            sd_before: self.spread,
+            sd_after: 0.0,
+            n_before: self.runs,
+            n_after: 1,
+            p,
+        }
+    }
+}
+
+/// The suspect a run off its level raises: its L rare, or its value out.
+fn off_level(
+    upto: &Series,
+    since: usize,
+    at: usize,
+    level: &Level,
+    opts: &ChangeOptions,
+) -> Option<Change> {
+    let run = &upto.points[at];
+    let rare: Vec<u64> = run
+        .sleep_ticks
+        .iter()
+        .copied()
+        .filter(|l| !level.sleeps.is_empty() && level.is_rare(*l))
+        .collect();
+    let t = level.test(run.value);
+    let out = t.p < opts.run_p && t.magnitude() > opts.edivisive.min_magnitude;
+    if rare.is_empty() && !out {
+        return None;
+    }
+    let split = Split {
+        index: at,
+        stats: t,
+    };
+    let mut c = changes::change_of(upto, &split, since, at + 1, ChangeKind::NewRun);
+    c.sleep_moved = (!rare.is_empty()).then(|| (level.usual_sleeps(), run.sleep_ticks.clone()));
+    Some(c)
 }
 
 /// What check found in one series before alerts are looked up: the
@@ -87,39 +247,26 @@ pub fn judge_series(
     let value = upto.points[at].value;
     let found = changes::of_series(&upto, opts);
     let since = found.last().map_or(0, |c| c.index);
-    let earlier = &upto.points[since..at];
+    let recent = since.max(at.saturating_sub(LEVEL_RUNS));
+    let level = Level::of(&upto.points[recent..at]);
     let mut suspects: Vec<Change> = found.last().cloned().into_iter().collect();
-    if earlier.len() >= MIN_HISTORY {
-        let level: Vec<f64> = earlier.iter().map(|p| p.value).collect();
-        let t = ttest(&level, &[value]);
-        let big = t.magnitude() > opts.edivisive.min_magnitude;
-        if t.p < opts.run_p && big {
-            let split = Split {
-                index: at,
-                stats: t,
-            };
-            suspects.push(changes::change_of(
-                &upto,
-                &split,
-                since,
-                at + 1,
-                ChangeKind::NewRun,
-            ));
-        }
+    let judged = at - since >= MIN_HISTORY;
+    if let (true, Some(l)) = (judged, &level) {
+        suspects.extend(off_level(&upto, since, at, l, opts));
     }
-    let level = (!earlier.is_empty())
-        .then(|| earlier.iter().map(|p| p.value).sum::<f64>() / earlier.len() as f64);
     let verdict = SeriesVerdict {
         series: series.id.clone(),
         label: series.label.clone(),
-        outcome: if at < MIN_HISTORY {
-            Outcome::NoHistory
-        } else {
+        outcome: if judged {
             Outcome::Pass
+        } else {
+            Outcome::Unknown
         },
-        value,
-        level,
-        earlier_runs: at,
+        value: Some(value),
+        level: level.as_ref().map(|l| l.median),
+        earlier_runs: at - since,
+        // A run was judged when it had MIN_HISTORY runs since the change.
+        unjudged_in_level: (recent..at).filter(|j| j - since < MIN_HISTORY).count(),
         message: String::new(),
         changes: Vec::new(),
     };
@@ -141,19 +288,27 @@ pub fn settle(
         }
         v.changes.push(c);
     }
+    let value = v.value.unwrap_or(f64::NAN);
     if !open.is_empty() {
         v.outcome = Outcome::Fail;
         v.message = open.join("; ");
-    } else if v.outcome == Outcome::NoHistory {
+    } else if v.outcome == Outcome::Unknown {
         v.message = format!(
-            "{} earlier run(s): at least {MIN_HISTORY} are needed to judge",
+            "{value:.4} {unit}, not judged: {} earlier run(s) since the latest change, at least {MIN_HISTORY} are needed",
             v.earlier_runs
         );
     } else {
         v.message = match v.level {
-            Some(l) => format!("{:.4} {unit} at its level {:.4} {unit}", v.value, l),
-            None => format!("{:.4} {unit}", v.value),
+            Some(l) => format!("{value:.4} {unit} at its level {l:.4} {unit}"),
+            None => format!("{value:.4} {unit}"),
         };
+        if v.unjudged_in_level > 0 {
+            v.message.push_str(&format!(
+                " (the median of {} run(s), {} of them not judged when they ran)",
+                v.earlier_runs.min(LEVEL_RUNS),
+                v.unjudged_in_level
+            ));
+        }
     }
     v
 }
@@ -175,27 +330,99 @@ pub fn describe(c: &Change, unit: &str) -> String {
     s
 }
 
-/// Checks `run_key` in a history: see the module's doc.
+/// The run's cells that cannot give a value: each series (or planned cell
+/// without a row) with no ok row is an error; an ok row without the
+/// metric, unknown.
+fn unjudgeable(
+    rows: &[&lazyinit_core::results::ResultRow],
+    planned: &[String],
+    metric: Metric,
+) -> Vec<SeriesVerdict> {
+    let mut by_key: BTreeMap<CellKey, Vec<&lazyinit_core::results::ResultRow>> = BTreeMap::new();
+    for r in rows {
+        by_key.entry(CellKey::of(r)).or_default().push(r);
+    }
+    let verdict = |series: String, label: String, outcome, message: String| SeriesVerdict {
+        series,
+        label,
+        outcome,
+        value: None,
+        level: None,
+        earlier_runs: 0,
+        unjudged_in_level: 0,
+        message,
+        changes: Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (key, rows) in &by_key {
+        let ok: Vec<_> = rows.iter().filter(|r| r.status == Status::Ok).collect();
+        if ok.iter().any(|r| metric.of(r).is_some()) {
+            continue;
+        }
+        let (outcome, message) = match ok.first() {
+            Some(r) => (
+                Outcome::Unknown,
+                format!(
+                    "cell {}: an ok row without {}: cannot be judged",
+                    r.cell_id,
+                    metric.name()
+                ),
+            ),
+            None => {
+                let r = rows[0];
+                let error = if r.error.is_empty() {
+                    "no error recorded"
+                } else {
+                    r.error.as_str()
+                };
+                (
+                    Outcome::Error,
+                    format!("cell {}: {} ({})", r.cell_id, r.status, error),
+                )
+            }
+        };
+        out.push(verdict(series_id(key), key.label(), outcome, message));
+    }
+    for cell in planned {
+        if !rows.iter().any(|r| &r.cell_id == cell) {
+            let msg = format!("cell {cell}: no row (it did not run, or the run stopped before it)");
+            out.push(verdict(cell.clone(), cell.clone(), Outcome::Error, msg));
+        }
+    }
+    out
+}
+
+/// Checks `run_key` in a history: see the module's doc. `planned` are
+/// the cell ids the run's spec plans (a cell without a row is an error).
 pub fn check(
     h: &mut crate::History,
     run_key: &str,
-    metric: lazyinit_report::cells::Metric,
+    planned: &[String],
+    metric: Metric,
     opts: &ChangeOptions,
 ) -> Result<CheckReport, HistoryError> {
-    let series = h.series(metric, None)?;
+    let stored = h.stored_rows()?;
+    let series = crate::series::build(&stored, metric, None);
     let judged: Vec<(SeriesVerdict, Vec<Change>)> = series
         .iter()
         .filter_map(|s| judge_series(s, run_key, opts))
         .collect();
     let all: Vec<Change> = judged.iter().flat_map(|(_, c)| c.iter().cloned()).collect();
     let alerts = h.raise(&all)?;
-    let verdicts = judged
+    let mut verdicts: Vec<SeriesVerdict> = judged
         .into_iter()
         .map(|(v, s)| settle(v, s, &alerts, metric.unit()))
         .collect();
+    let rows: Vec<_> = stored
+        .iter()
+        .filter(|s| s.run_key == run_key)
+        .map(|s| &s.row)
+        .collect();
+    verdicts.extend(unjudgeable(&rows, planned, metric));
     Ok(CheckReport {
         run_key: run_key.to_string(),
         metric: metric.name().to_string(),
+        require_history: false,
         verdicts,
     })
 }

@@ -1,0 +1,80 @@
+//! The gate's level on real rows (the 20 quick runs of
+//! results/l-stability-timer): one run cannot move it, and a run of an L
+//! few recent runs measured is an L change, inside a wide interval too.
+
+mod common;
+
+use common::*;
+use lazyinit_history::check::judge_series;
+use lazyinit_history::{ChangeOptions, History, Series};
+use lazyinit_report::cells::Metric;
+
+/// The arm64 HZ100 fix series (L = 3) of the first `n` nights.
+fn arm64_fix(n: usize) -> Series {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = History::open(&fresh_sqlite(dir.path())).unwrap();
+    for night in &twenty_nights()[..n] {
+        h.import(night).unwrap();
+    }
+    let mut all = h.series(Metric::FromFirstGroupS, None).unwrap();
+    all.retain(|s| s.id.contains("arm64") && s.id.contains("/fix/"));
+    assert_eq!(all.len(), 1);
+    all.remove(0)
+}
+
+/// Point `i` of `s` as a run of another L, `pct` percent slower.
+fn other_l(s: &mut Series, i: usize, l: u64, pct: f64) {
+    let p = &mut s.points[i];
+    p.sleep_ticks = vec![l];
+    p.value *= 1.0 + pct / 100.0;
+}
+
+/// As in the held-out rerun: a run of L = 4 (+23.8%) judged
+/// against a level that already holds one such run (one that was never
+/// judged, or that passed): still an L change, L [3] -> [4].
+#[test]
+fn a_run_of_an_l_one_earlier_run_measured_is_an_l_change() {
+    let mut s = arm64_fix(8);
+    other_l(&mut s, 2, 4, 23.8);
+    other_l(&mut s, 7, 4, 23.8);
+    let key = s.points[7].run_key.clone();
+    let (_, suspects) = judge_series(&s, &key, &ChangeOptions::default()).unwrap();
+    let moved: Vec<_> = suspects
+        .iter()
+        .filter_map(|c| c.sleep_moved.clone())
+        .collect();
+    assert_eq!(moved, vec![(vec![3], vec![4])], "{suspects:#?}");
+}
+
+/// A wide level (the noisy nights 6..9 among them) holds a run of
+/// another L whose time is well inside it: an L change all the same.
+#[test]
+fn an_l_change_inside_a_wide_interval_is_named() {
+    let mut s = arm64_fix(12);
+    // Night 12's time is the level's own; only its L is new.
+    other_l(&mut s, 11, 4, 0.0);
+    let key = s.points[11].run_key.clone();
+    let (_, suspects) = judge_series(&s, &key, &ChangeOptions::default()).unwrap();
+    assert_eq!(suspects.len(), 1, "{suspects:#?}");
+    assert_eq!(suspects[0].sleep_moved, Some((vec![3], vec![4])));
+}
+
+/// One outlying earlier run (+40%) does not move the level: a run 2%
+/// slower than the quiet nights is judged against their median, not a
+/// mean the outlier pulled up to meet it.
+#[test]
+fn one_outlying_run_does_not_move_the_level() {
+    let mut s = arm64_fix(5);
+    other_l(&mut s, 3, 3, 40.0);
+    other_l(&mut s, 4, 3, 2.0);
+    let key = s.points[4].run_key.clone();
+    let (v, suspects) = judge_series(&s, &key, &ChangeOptions::default()).unwrap();
+    let quiet = s.points[1].value;
+    assert!((v.level.unwrap() - quiet).abs() < 0.05, "{v:#?}");
+    // The outlier widens the interval (the gate errs to pass on time),
+    // but the level the run is compared with is the quiet nights'.
+    assert!(
+        suspects.iter().all(|c| c.before.mean < quiet + 0.05),
+        "{suspects:#?}"
+    );
+}
