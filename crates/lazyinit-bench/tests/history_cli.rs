@@ -418,3 +418,175 @@ fn import_of_every_results_folder_imports_every_run() {
         "{out}"
     );
 }
+
+/// The 20 nights with the x86_64 fix cell's row from night 14 on taken
+/// from a run whose kernel chose L = 7 (its identity kept): copies under
+/// `dir` for nights 14..20, the committed folders before.
+fn nights_with_an_l_change(dir: &Path) -> Vec<String> {
+    let other = std::fs::read_to_string(repo().join("results/distro-config-64GiB-fix/results.csv"))
+        .unwrap();
+    let l7 = other
+        .lines()
+        .find(|l| l.contains("hz250-fix") && l.contains(",ok,"))
+        .unwrap()
+        .to_string();
+    let mut out = Vec::new();
+    for (i, n) in nights().into_iter().enumerate() {
+        if i < 13 {
+            out.push(n);
+            continue;
+        }
+        let night = dir.join(format!("night{}", i + 1));
+        copy_run(&n, &night);
+        let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
+        let mine = csv
+            .lines()
+            .find(|l| l.contains("x86_64-debian-6.1-hz250-fix"))
+            .unwrap();
+        let (m, o): (Vec<&str>, Vec<&str>) = (mine.split(',').collect(), l7.split(',').collect());
+        let mixed: Vec<&str> = (0..m.len())
+            .map(|i| {
+                if [0, 1, 6, 7, 20].contains(&i) {
+                    m[i]
+                } else {
+                    o[i]
+                }
+            })
+            .collect();
+        std::fs::write(
+            night.join("results.csv"),
+            csv.replace(mine, &mixed.join(",")),
+        )
+        .unwrap();
+        out.push(night.display().to_string());
+    }
+    out
+}
+
+/// `history publish` (its default metric, `check`'s and `changes`'):
+/// the alert id a series page shows is the database's, with its state,
+/// and `history ack` takes it as copied from the page.
+#[test]
+fn the_sites_alert_ids_are_the_databases_and_ack_takes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut args = vec!["import".to_string(), "--db".into(), db.clone()];
+    args.extend(nights_with_an_l_change(dir.path()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(history(&args).status.success());
+    let site = dir.path().join("site");
+    let publish = || {
+        let _ = std::fs::remove_dir_all(&site);
+        let o = history(&["publish", "--db", &db, "--out", site.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o));
+        let mut pages = String::new();
+        for p in std::fs::read_dir(site.join("series")).unwrap() {
+            pages.push_str(&std::fs::read_to_string(p.unwrap().path()).unwrap());
+        }
+        pages
+    };
+    let pages = publish();
+    let cell = pages
+        .split("<td>")
+        .find(|c| c.contains(" (new)</td>"))
+        .unwrap_or_else(|| panic!("no alert with its state on any page"));
+    let id = cell.split(' ').next().unwrap().to_string();
+    assert_eq!(id.len(), 8, "{cell}");
+    let ack = history(&["ack", "--db", &db, &id, "--note", "L = 7 expected"]);
+    assert_eq!(ack.status.code(), Some(0), "{}", text(&ack));
+    assert!(publish().contains(&format!("{id} (acknowledged)")));
+}
+
+/// The bisect line `history changes` prints for a git-tree nightly runs
+/// as printed: `bisect` takes its flags and settings, resolves its
+/// commits in the tree, and stops only at the results folder this test
+/// holds with other arguments (nothing is built or booted).
+#[test]
+fn the_bisect_line_changes_prints_runs_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("linux");
+    std::fs::create_dir(&tree).unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(&tree)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    let nights = nights_with_an_l_change(dir.path());
+    let mut commits = Vec::new();
+    for i in 0..nights.len() {
+        std::fs::write(tree.join("night"), i.to_string()).unwrap();
+        git(&["add", "night"]);
+        git(&["commit", "-q", "-m", &format!("night {}", i + 1)]);
+        commits.push(git(&["rev-parse", "HEAD"]));
+    }
+    let db_file = dir.path().join("h.sqlite");
+    let db = format!("sqlite:{}", db_file.display());
+    let mut args = vec!["import".to_string(), "--db".into(), db.clone()];
+    args.extend(nights.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(history(&args).status.success());
+    // Each night's x86_64 fix cell as built from the tree, a commit a night.
+    let sql = rusqlite::Connection::open(&db_file).unwrap();
+    let runs: Vec<String> = {
+        let mut q = sql
+            .prepare("SELECT run_key FROM runs ORDER BY first_started_at")
+            .unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(runs.len(), commits.len());
+    for (run, commit) in runs.iter().zip(&commits) {
+        sql.execute(
+            "UPDATE result_rows SET kernel_source = ?1, kernel_source_identity = ?2
+             WHERE run_key = ?3 AND cell_id LIKE '%x86_64%hz250-fix%'",
+            (tree.display().to_string(), format!("git:{commit}"), run),
+        )
+        .unwrap();
+    }
+    let o = history(&["changes", "--db", &db]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    let line = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("to name the commit: "))
+        .unwrap_or_else(|| panic!("no bisect line: {out}"));
+    assert!(
+        line.contains(&format!("--good {} --bad {}", commits[12], commits[13])),
+        "{line}"
+    );
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..2], ["lazyinit-bench", "bisect"], "{line}");
+    // The results folder the bisect would take, held by another bisection.
+    let cwd = dir.path().join("cwd");
+    let cell = words[words.iter().position(|w| *w == "--cell").unwrap() + 1];
+    let parts: Vec<&str> = cell.split(':').collect();
+    let held = cwd.join("results").join(format!(
+        "bisect-{}-{}-{}-hz{}-{}",
+        &commits[12][..12],
+        &commits[13][..12],
+        parts[0],
+        parts[1],
+        parts[2]
+    ));
+    std::fs::create_dir_all(&held).unwrap();
+    std::fs::write(held.join("bisect.args"), "another bisection\n").unwrap();
+    let o = Command::new(bin())
+        .current_dir(&cwd)
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    assert!(
+        text(&o).contains("holds a bisection of other arguments"),
+        "{line}: {}",
+        text(&o)
+    );
+}
