@@ -590,3 +590,34 @@ fn the_bisect_line_changes_prints_runs_as_printed() {
         text(&o)
     );
 }
+
+/// `check --baseline`: the run judged against the chosen runs, said so;
+/// a selector that is none is bad input (exit 2).
+#[test]
+fn check_against_a_baseline_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nights = nights();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut args = vec!["import", "--db", db.as_str()];
+    args.extend(nights[..13].iter().map(String::as_str));
+    assert!(history(&args).status.success());
+    let o = history(&[
+        "check",
+        "--db",
+        &db,
+        &nights[13],
+        "--baseline",
+        "kernel:6.1.192",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("against the baseline kernel:6.1.192"), "{out}");
+    assert_eq!(
+        out.matches("13 baseline run(s) of this cell and testbed")
+            .count(),
+        4,
+        "{out}"
+    );
+    let o = history(&["check", "--db", &db, &nights[13], "--baseline", "release"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

@@ -29,7 +29,7 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::changes::{self, Alert, Change, ChangeKind, ChangeOptions};
 use crate::edivisive::{Split, TTest};
-use crate::series::{series_id, Point, Series};
+use crate::series::{series_id, Point, Series, StoredRow};
 use crate::HistoryError;
 
 /// Earlier runs a series needs before a new run is judged against them
@@ -77,6 +77,9 @@ pub struct SeriesVerdict {
     /// Of the runs the level was made of, those that were not judged
     /// themselves when they ran (too little history then).
     pub unjudged_in_level: usize,
+    /// `--baseline`: the runs the level was made of, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against: Option<String>,
     pub message: String,
     /// The changes that fail it (or that were triaged), with their alerts.
     pub changes: Vec<Change>,
@@ -88,6 +91,9 @@ pub struct CheckReport {
     pub metric: String,
     /// `--require-history`: an unknown verdict fails too.
     pub require_history: bool,
+    /// `--baseline`: the selectors the level was chosen by.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub baseline: Vec<String>,
     pub verdicts: Vec<SeriesVerdict>,
 }
 
@@ -267,6 +273,7 @@ pub fn judge_series(
         earlier_runs: at - since,
         // A run was judged when it had MIN_HISTORY runs since the change.
         unjudged_in_level: (recent..at).filter(|j| j - since < MIN_HISTORY).count(),
+        against: None,
         message: String::new(),
         changes: Vec::new(),
     };
@@ -292,6 +299,9 @@ pub fn settle(
     if !open.is_empty() {
         v.outcome = Outcome::Fail;
         v.message = open.join("; ");
+    } else if let (Outcome::Unknown, Some(a)) = (v.outcome, &v.against) {
+        v.message =
+            format!("{value:.4} {unit}, not judged: {a}, at least {MIN_HISTORY} are needed");
     } else if v.outcome == Outcome::Unknown {
         v.message = format!(
             "{value:.4} {unit}, not judged: {} earlier run(s) since the latest change, at least {MIN_HISTORY} are needed",
@@ -302,7 +312,9 @@ pub fn settle(
             Some(l) => format!("{value:.4} {unit} at its level {l:.4} {unit}"),
             None => format!("{value:.4} {unit}"),
         };
-        if v.unjudged_in_level > 0 {
+        if let Some(a) = &v.against {
+            v.message.push_str(&format!(" (the median of {a})"));
+        } else if v.unjudged_in_level > 0 {
             v.message.push_str(&format!(
                 " (the median of {} run(s), {} of them not judged when they ran)",
                 v.earlier_runs.min(LEVEL_RUNS),
@@ -350,6 +362,7 @@ fn unjudgeable(
         level: None,
         earlier_runs: 0,
         unjudged_in_level: 0,
+        against: None,
         message,
         changes: Vec::new(),
     };
@@ -423,6 +436,209 @@ pub fn check(
         run_key: run_key.to_string(),
         metric: metric.name().to_string(),
         require_history: false,
+        baseline: Vec::new(),
+        verdicts,
+    })
+}
+
+/// `history check --baseline`: which runs a candidate is judged against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Baseline {
+    /// `run:KEY`: a run by its key (`run_id@started_at`), its run id, or
+    /// a prefix of its key.
+    Run(String),
+    /// `date:FROM..TO`: runs whose first row started on those days
+    /// (`YYYY-MM-DD`, both included; either end may be left out).
+    Dates(String, String),
+    /// `kernel:K`: rows of that kernel release (`uname -r`, or its version
+    /// before the first `-`, `6.1.192`), source
+    /// (`debian-6.1`, `6.1.160`) or source identity (`git:…`, `sha256:…`).
+    Kernel(String),
+}
+
+impl std::str::FromStr for Baseline {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let hint = "use run:KEY, date:FROM..TO (YYYY-MM-DD) or kernel:RELEASE";
+        let (kind, value) = s
+            .split_once(':')
+            .filter(|(_, v)| !v.is_empty())
+            .ok_or_else(|| format!("--baseline `{s}`: {hint}"))?;
+        match kind {
+            "run" => Ok(Baseline::Run(value.to_string())),
+            "kernel" => Ok(Baseline::Kernel(value.to_string())),
+            "date" => {
+                let (from, to) = value
+                    .split_once("..")
+                    .ok_or_else(|| format!("--baseline `{s}`: a range FROM..TO; {hint}"))?;
+                let day = |d: &str| {
+                    d.is_empty() || chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()
+                };
+                if !day(from) || !day(to) {
+                    return Err(format!("--baseline `{s}`: days are YYYY-MM-DD; {hint}"));
+                }
+                Ok(Baseline::Dates(from.to_string(), to.to_string()))
+            }
+            _ => Err(format!("--baseline `{s}`: {hint}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Baseline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Baseline::Run(r) => write!(f, "run:{r}"),
+            Baseline::Dates(a, b) => write!(f, "date:{a}..{b}"),
+            Baseline::Kernel(k) => write!(f, "kernel:{k}"),
+        }
+    }
+}
+
+impl Baseline {
+    /// Whether `run:KEY` chooses the run of this key.
+    pub fn matches_key(&self, run_key: &str) -> bool {
+        match self {
+            Baseline::Run(k) => run_key == k || run_key.starts_with(k.as_str()),
+            _ => false,
+        }
+    }
+
+    pub fn matches(&self, r: &StoredRow) -> bool {
+        match self {
+            Baseline::Run(k) => r.row.run_id == *k || self.matches_key(&r.run_key),
+            Baseline::Dates(from, to) => {
+                let day = r.run_started_at.get(..10).unwrap_or(&r.run_started_at);
+                (from.is_empty() || day >= from.as_str()) && (to.is_empty() || day <= to.as_str())
+            }
+            Baseline::Kernel(k) => {
+                let release = &r.row.kernel_release;
+                release == k
+                    || release.starts_with(&format!("{k}-"))
+                    || r.row.axes.source.to_string() == *k
+                    || r.kernel_source_identity.as_deref() == Some(k.as_str())
+            }
+        }
+    }
+}
+
+/// The candidate's point judged against every other point of `series`
+/// (the baseline runs): no change points, the level is theirs.
+pub fn judge_against(
+    series: &Series,
+    run_key: &str,
+    opts: &ChangeOptions,
+) -> Option<(SeriesVerdict, Vec<Change>)> {
+    let at = series.points.iter().position(|p| p.run_key == run_key)?;
+    let mut points: Vec<Point> = series.points.clone();
+    let run = points.remove(at);
+    points.push(run);
+    let s = Series {
+        points,
+        ..series.clone()
+    };
+    let at = s.points.len() - 1;
+    let level = Level::of(&s.points[..at]);
+    let judged = at >= MIN_HISTORY;
+    let mut suspects = Vec::new();
+    if let (true, Some(l)) = (judged, &level) {
+        suspects.extend(off_level(&s, 0, at, l, opts));
+    }
+    let kernels = changes_kernels(&s.points[..at]);
+    let verdict = SeriesVerdict {
+        series: series.id.clone(),
+        label: series.label.clone(),
+        outcome: if judged {
+            Outcome::Pass
+        } else {
+            Outcome::Unknown
+        },
+        value: Some(s.points[at].value),
+        level: level.as_ref().map(|l| l.median),
+        earlier_runs: at,
+        unjudged_in_level: 0,
+        against: Some(format!(
+            "{at} baseline run(s) of this cell and testbed{kernels}"
+        )),
+        message: String::new(),
+        changes: Vec::new(),
+    };
+    Some((verdict, suspects))
+}
+
+/// `, kernels A, B` of the baseline points (none when there are none).
+fn changes_kernels(points: &[Point]) -> String {
+    let mut k: Vec<&str> = points.iter().map(|p| p.kernel.as_str()).collect();
+    k.sort();
+    k.dedup();
+    if k.is_empty() {
+        String::new()
+    } else {
+        format!(", kernel {}", k.join(", "))
+    }
+}
+
+/// `history check RUN --baseline SEL...`: each series of the run judged
+/// against the runs the selectors choose, of the same cell and testbed
+/// whatever their kernel source (a release candidate against the last
+/// release's runs). The run's own earlier history is not used.
+pub fn check_against(
+    h: &mut crate::History,
+    run_key: &str,
+    planned: &[String],
+    metric: Metric,
+    opts: &ChangeOptions,
+    baseline: &[Baseline],
+) -> Result<CheckReport, HistoryError> {
+    let stored = h.stored_rows()?;
+    let candidate: Vec<&StoredRow> = stored.iter().filter(|r| r.run_key == run_key).collect();
+    let chosen: Vec<&StoredRow> = stored
+        .iter()
+        .filter(|r| r.run_key != run_key && baseline.iter().any(|b| b.matches(r)))
+        .collect();
+    let mut verdicts = Vec::new();
+    let mut suspects = Vec::new();
+    let mut sources = Vec::new();
+    for r in &candidate {
+        if !sources.contains(&r.row.axes.source) {
+            sources.push(r.row.axes.source.clone());
+        }
+    }
+    for source in sources {
+        // The baseline's rows as of the candidate's source: one series
+        // per cell and testbed, the candidate's point last.
+        let mut rows: Vec<StoredRow> = chosen
+            .iter()
+            .map(|r| {
+                let mut r = (*r).clone();
+                r.row.axes.source = source.clone();
+                r
+            })
+            .collect();
+        rows.extend(
+            candidate
+                .iter()
+                .filter(|r| r.row.axes.source == source)
+                .map(|r| (*r).clone()),
+        );
+        for s in crate::series::build(&rows, metric, None) {
+            if let Some((v, c)) = judge_against(&s, run_key, opts) {
+                suspects.extend(c.iter().cloned());
+                verdicts.push((v, c));
+            }
+        }
+    }
+    let alerts = h.raise(&suspects)?;
+    let mut verdicts: Vec<SeriesVerdict> = verdicts
+        .into_iter()
+        .map(|(v, s)| settle(v, s, &alerts, metric.unit()))
+        .collect();
+    let rows: Vec<_> = candidate.iter().map(|s| &s.row).collect();
+    verdicts.extend(unjudgeable(&rows, planned, metric));
+    Ok(CheckReport {
+        run_key: run_key.to_string(),
+        metric: metric.name().to_string(),
+        require_history: false,
+        baseline: baseline.iter().map(Baseline::to_string).collect(),
         verdicts,
     })
 }

@@ -189,6 +189,9 @@ pub fn changes_text(changes: &[Change], series_count: usize) -> String {
 
 pub fn check_text(r: &CheckReport) -> String {
     let mut out = format!("check of {} on {}\n", r.run_key, r.metric);
+    if !r.baseline.is_empty() {
+        writeln!(out, "against the baseline {}", r.baseline.join(" + ")).unwrap();
+    }
     for v in &r.verdicts {
         writeln!(out, "{:<8} {}: {}", v.outcome.word(), v.series, v.message).unwrap();
     }

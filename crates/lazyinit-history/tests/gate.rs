@@ -78,3 +78,91 @@ fn one_outlying_run_does_not_move_the_level() {
         "{suspects:#?}"
     );
 }
+
+/// Night 14 as a release candidate of another kernel source: a series of
+/// its own, so without a baseline every series is UNKNOWN; against the
+/// last release's nights (`kernel:6.1.192`) each is judged, and its
+/// x86_64 fix cell of another L fails as an L change.
+#[test]
+fn a_release_candidate_is_judged_against_the_chosen_baseline() {
+    use lazyinit_history::check::{check, check_against, Baseline, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = History::open(&fresh_sqlite(dir.path())).unwrap();
+    let mut nights = twenty_nights();
+    for night in &nights[..13] {
+        h.import(night).unwrap();
+    }
+    let mut rc = nights.remove(13);
+    for r in &mut rc.rows {
+        r.axes.source = lazyinit_core::SourceId::from("6.1.200");
+        r.kernel_release = r.kernel_release.replace("6.1.192", "6.1.200");
+        if r.cell_id.contains("x86_64-debian-6.1-hz250-fix") {
+            r.measured.sleep_ticks = Some(7);
+        }
+    }
+    let key = h.import(&rc).unwrap().run_key;
+    let opts = ChangeOptions::default();
+    let m = Metric::FromFirstGroupS;
+    let alone = check(&mut h, &key, &[], m, &opts).unwrap();
+    assert_eq!(alone.verdicts.len(), 4);
+    assert!(alone.verdicts.iter().all(|v| v.outcome == Outcome::Unknown));
+    let base: Baseline = "kernel:6.1.192".parse().unwrap();
+    let r = check_against(&mut h, &key, &[], m, &opts, &[base]).unwrap();
+    let outcomes: Vec<_> = r
+        .verdicts
+        .iter()
+        .map(|v| (v.series.clone(), v.outcome))
+        .collect();
+    assert_eq!(outcomes.len(), 4, "{outcomes:?}");
+    for (series, outcome) in &outcomes {
+        let want = if series.contains("x86_64") && series.contains("/fix/") {
+            Outcome::Fail
+        } else {
+            Outcome::Pass
+        };
+        assert_eq!(*outcome, want, "{series}: {:#?}", r.verdicts);
+    }
+    let fail = r
+        .verdicts
+        .iter()
+        .find(|v| v.outcome == Outcome::Fail)
+        .unwrap();
+    assert!(
+        fail.message.contains("an L change: L [8] -> [7]"),
+        "{}",
+        fail.message
+    );
+    let pass = r
+        .verdicts
+        .iter()
+        .find(|v| v.outcome == Outcome::Pass)
+        .unwrap();
+    assert!(
+        pass.message.contains("the median of 13 baseline run(s)"),
+        "{}",
+        pass.message
+    );
+    // Dates and runs choose too; a day range that holds none leaves it unknown.
+    let day: Baseline = "date:2026-11-30..2026-11-30".parse().unwrap();
+    let r = check_against(&mut h, &key, &[], m, &opts, &[day]).unwrap();
+    assert_eq!(
+        r.verdicts
+            .iter()
+            .filter(|v| v.outcome == Outcome::Pass)
+            .count(),
+        3
+    );
+    let none: Baseline = "date:2027-01-01..".parse().unwrap();
+    let r = check_against(&mut h, &key, &[], m, &opts, &[none]).unwrap();
+    assert!(
+        r.verdicts.iter().all(|v| v.outcome == Outcome::Unknown),
+        "{:#?}",
+        r.verdicts
+    );
+    let first = nights[0].rows[0].run_id.clone();
+    let run: Baseline = format!("run:{first}").parse().unwrap();
+    assert!(run.matches_key(&format!("{first}@x")));
+    for bad in ["kernel:", "date:2026-11-30", "date:30/11/2026..", "label:x"] {
+        assert!(bad.parse::<Baseline>().is_err(), "{bad}");
+    }
+}

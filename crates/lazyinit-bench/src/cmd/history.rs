@@ -145,6 +145,12 @@ pub struct CheckArgs {
     /// A series too new to judge (UNKNOWN) fails the gate too (exit 1).
     #[arg(long)]
     pub require_history: bool,
+    /// Judge the run against these runs of the same cell and testbed, of
+    /// any kernel source, instead of its series' history: run:KEY,
+    /// date:FROM..TO (YYYY-MM-DD) or kernel:RELEASE (a release, source or
+    /// identity). Repeat to take the union.
+    #[arg(long, value_parser = clap::value_parser!(check::Baseline))]
+    pub baseline: Vec<check::Baseline>,
 }
 
 #[derive(Args)]
@@ -387,7 +393,12 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
     let (run, planned) = read_run(&a.folder)?;
     let mut h = open(&a.db)?;
     let outcome = h.import(&run)?;
-    let mut report = check::check(&mut h, &outcome.run_key, &planned, a.metric, &opts)?;
+    let mut report = if a.baseline.is_empty() {
+        check::check(&mut h, &outcome.run_key, &planned, a.metric, &opts)?
+    } else {
+        let (key, b) = (&outcome.run_key, &a.baseline);
+        check::check_against(&mut h, key, &planned, a.metric, &opts, b)?
+    };
     report.require_history = a.require_history;
     let text = match a.format {
         Format::Junit => render::check_junit(&report),
