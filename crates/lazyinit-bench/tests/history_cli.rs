@@ -555,6 +555,18 @@ fn the_bisect_line_changes_prints_runs_as_printed() {
     let o = history(&["changes", "--db", &db]);
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
+    // The series is named by its tree, not by where the tree lies.
+    let tree_s = tree.display().to_string();
+    let heads: Vec<&str> = out.lines().filter(|l| l.starts_with('[')).collect();
+    assert!(!heads.is_empty(), "{out}");
+    assert!(
+        heads
+            .iter()
+            .all(|l| !l.contains(&tree_s) && l.contains("/tree-")),
+        "{out}"
+    );
+    let show = text(&history(&["show", "--db", &db, "--format", "csv"]));
+    assert!(!show.contains(&format!("{tree_s}/")), "{show}");
     let line = out
         .lines()
         .find_map(|l| l.trim().strip_prefix("to name the commit: "))

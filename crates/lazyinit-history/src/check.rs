@@ -29,7 +29,8 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::changes::{self, Alert, Change, ChangeKind, ChangeOptions};
 use crate::edivisive::{Split, TTest};
-use crate::series::{series_id, Point, Series, StoredRow};
+use crate::names::{label, series_id};
+use crate::series::{Point, Series, StoredRow};
 use crate::HistoryError;
 
 /// Earlier runs a series needs before a new run is judged against them
@@ -394,7 +395,7 @@ fn unjudgeable(
                 )
             }
         };
-        out.push(verdict(series_id(key), key.label(), outcome, message));
+        out.push(verdict(series_id(key), label(key), outcome, message));
     }
     for cell in planned {
         if !rows.iter().any(|r| &r.cell_id == cell) {
@@ -415,7 +416,7 @@ pub fn check(
     opts: &ChangeOptions,
 ) -> Result<CheckReport, HistoryError> {
     let stored = h.stored_rows()?;
-    let series = crate::series::build(&stored, metric, None);
+    let series = crate::names::build(&stored, metric, None);
     let judged: Vec<(SeriesVerdict, Vec<Change>)> = series
         .iter()
         .filter_map(|s| judge_series(s, run_key, opts))
@@ -514,7 +515,7 @@ impl Baseline {
                 let release = &r.row.kernel_release;
                 release == k
                     || release.starts_with(&format!("{k}-"))
-                    || r.row.axes.source.to_string() == *k
+                    || r.row.axes.source == k.as_str()
                     || r.kernel_source_identity.as_deref() == Some(k.as_str())
             }
         }
@@ -620,7 +621,7 @@ pub fn check_against(
                 .filter(|r| r.row.axes.source == source)
                 .map(|r| (*r).clone()),
         );
-        for s in crate::series::build(&rows, metric, None) {
+        for s in crate::names::build(&rows, metric, None) {
             if let Some((v, c)) = judge_against(&s, run_key, opts) {
                 suspects.extend(c.iter().cloned());
                 verdicts.push((v, c));

@@ -7,7 +7,7 @@ use serde_json::Value as Json;
 use crate::backend::{in_transaction, Backend, Row, Value};
 use crate::changes::{self, Alert, AlertState, Change, ChangeOptions};
 use crate::import::{run_key, ImportOutcome, RunImport};
-use crate::series::{self, Series, SeriesFilter, StoredRow};
+use crate::series::{Series, SeriesFilter, StoredRow};
 use crate::{migrate, DbUrl, HistoryError};
 
 /// How a results.csv column is stored.
@@ -239,7 +239,7 @@ impl History {
         metric: Metric,
         filter: Option<&SeriesFilter>,
     ) -> Result<Vec<Series>, HistoryError> {
-        Ok(series::build(&self.stored_rows()?, metric, filter))
+        Ok(crate::names::build(&self.stored_rows()?, metric, filter))
     }
 
     /// The change points of every series (pure: nothing is recorded), each

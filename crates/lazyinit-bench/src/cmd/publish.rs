@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use lazyinit_core::exit::{self, bad_input};
 use lazyinit_core::{ByteSize, Variant};
-use lazyinit_history::series::{series_id, StoredRow};
+use lazyinit_history::names::series_id;
+use lazyinit_history::series::StoredRow;
 use lazyinit_history::{Alert, Change, ChangeOptions, History, Series};
 use lazyinit_report::cells::Metric;
 use lazyinit_report::render::Labeller;
@@ -76,7 +77,7 @@ fn from_history(a: &PublishArgs) -> anyhow::Result<site::SiteData> {
     let url = a.db.url()?;
     let mut h = History::open(&url)?;
     let rows = h.stored_rows()?;
-    let series = lazyinit_history::series::build(&rows, a.metric, None);
+    let series = lazyinit_history::names::build(&rows, a.metric, None);
     let mut changes = lazyinit_history::changes::find(&series, &ChangeOptions::default());
     // Each change's alert is raised (as `changes` does), so the id a page
     // shows is one `history ack` finds, and its state is the database's.

@@ -1,0 +1,94 @@
+//! Series ids and labels that name no path of the machine that ran them.
+//!
+//! A kernel built from a tree or tarball of the host (`run --source
+//! PATH`, a bisect's private worktree) has that path as its source in the
+//! rows. The id and label of its series name the tree instead: a tarball
+//! by its file name, a tree by `tree-<12 hex>`, the first 12 hex digits of
+//! the sha256 of its path, which is the hash a bisect names its private
+//! worktree by (`<cache>/bisect/<hash>/linux`), so a nightly of a tree
+//! and a bisect of the same tree share a name. The series' key keeps the
+//! path: the bisect line a change prints needs the tree.
+
+use std::path::Path;
+
+use lazyinit_core::{KernelSource, SourceId};
+use lazyinit_report::cells::{CellKey, Metric};
+
+use crate::series::{self, Series, SeriesFilter, StoredRow};
+
+/// The hash a bisect's worktree is named by, if `p` is one.
+fn bisect_worktree(p: &Path) -> Option<String> {
+    let hash = p.parent()?;
+    let name = hash.file_name()?.to_str()?;
+    let is_hash = name.len() == 12 && name.chars().all(|c| c.is_ascii_hexdigit());
+    let under_bisect = hash.parent()?.file_name()? == "bisect";
+    (p.file_name()? == "linux" && is_hash && under_bisect).then(|| name.to_string())
+}
+
+/// The name a path source goes by in ids; `None` for a source that is
+/// not a path (a Debian package, a version).
+pub fn tree_name(source: &SourceId) -> Option<String> {
+    let Some(KernelSource::Path(p)) = source.kernel_source() else {
+        return None;
+    };
+    let file = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+    if file.ends_with(".tar.xz") || file.ends_with(".tar.gz") {
+        return Some(file.to_string());
+    }
+    let hash = bisect_worktree(p).unwrap_or_else(|| {
+        lazyinit_core::paths::sha256_hex(p.display().to_string())[..12].to_string()
+    });
+    Some(format!("tree-{hash}"))
+}
+
+/// The key as its id and label show it: a path source by its name.
+fn shown(k: &CellKey) -> CellKey {
+    let mut k = k.clone();
+    if let Some(name) = tree_name(&k.axes.source) {
+        k.axes.source = SourceId::Other(name);
+    }
+    k
+}
+
+/// A key's series id, naming no path.
+pub fn series_id(k: &CellKey) -> String {
+    series::series_id(&shown(k))
+}
+
+/// A key's label, naming no path.
+pub fn label(k: &CellKey) -> String {
+    shown(k).label()
+}
+
+/// [`series::build`], each series' id and label naming no path; the
+/// filter matches those ids.
+pub fn build(rows: &[StoredRow], metric: Metric, filter: Option<&SeriesFilter>) -> Vec<Series> {
+    series::build(rows, metric, None)
+        .into_iter()
+        .map(|mut s| {
+            let k = shown(&s.key);
+            s.id = series::series_id(&k);
+            s.label = k.label();
+            s
+        })
+        .filter(|s| filter.is_none_or(|f| f.matches(&s.id)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_source_is_named_by_its_tree() {
+        let worktree = SourceId::from("/home/me/.cache/lazyinit-bench/bisect/0123456789ab/linux");
+        assert_eq!(tree_name(&worktree).as_deref(), Some("tree-0123456789ab"));
+        let tree = SourceId::from("/home/me/src/linux");
+        let hash = &lazyinit_core::paths::sha256_hex("/home/me/src/linux")[..12];
+        assert_eq!(tree_name(&tree), Some(format!("tree-{hash}")));
+        let tarball = SourceId::from("/srv/k/linux-6.1.160.tar.xz");
+        assert_eq!(tree_name(&tarball).as_deref(), Some("linux-6.1.160.tar.xz"));
+        assert_eq!(tree_name(&SourceId::from("debian-6.1")), None);
+        assert_eq!(tree_name(&SourceId::from("6.1.160")), None);
+    }
+}
