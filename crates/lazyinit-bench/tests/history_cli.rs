@@ -630,6 +630,31 @@ fn check_against_a_baseline_names_it() {
         4,
         "{out}"
     );
+    // The same runs chosen by the label they were imported with.
+    let mut args = vec!["import", "--db", db.as_str(), "--label", "6.1.192"];
+    args.extend(nights[..3].iter().map(String::as_str));
+    let o = history(&args);
+    assert_eq!(
+        text(&o).matches(", labelled 6.1.192").count(),
+        3,
+        "{}",
+        text(&o)
+    );
+    let o = history(&[
+        "check",
+        "--db",
+        &db,
+        &nights[13],
+        "--baseline",
+        "label:6.1.192",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        text(&o).matches("3 baseline run(s)").count(),
+        4,
+        "{}",
+        text(&o)
+    );
     let o = history(&["check", "--db", &db, &nights[13], "--baseline", "release"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }

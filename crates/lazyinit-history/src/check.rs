@@ -451,6 +451,8 @@ pub enum Baseline {
     /// `date:FROM..TO`: runs whose first row started on those days
     /// (`YYYY-MM-DD`, both included; either end may be left out).
     Dates(String, String),
+    /// `label:L`: the runs `history import --label L` named.
+    Label(String),
     /// `kernel:K`: rows of that kernel release (`uname -r`, or its version
     /// before the first `-`, `6.1.192`), source
     /// (`debian-6.1`, `6.1.160`) or source identity (`git:…`, `sha256:…`).
@@ -460,7 +462,7 @@ pub enum Baseline {
 impl std::str::FromStr for Baseline {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let hint = "use run:KEY, date:FROM..TO (YYYY-MM-DD) or kernel:RELEASE";
+        let hint = "use run:KEY, date:FROM..TO (YYYY-MM-DD), kernel:RELEASE or label:LABEL";
         let (kind, value) = s
             .split_once(':')
             .filter(|(_, v)| !v.is_empty())
@@ -468,6 +470,7 @@ impl std::str::FromStr for Baseline {
         match kind {
             "run" => Ok(Baseline::Run(value.to_string())),
             "kernel" => Ok(Baseline::Kernel(value.to_string())),
+            "label" => Ok(Baseline::Label(value.to_string())),
             "date" => {
                 let (from, to) = value
                     .split_once("..")
@@ -491,6 +494,7 @@ impl std::fmt::Display for Baseline {
             Baseline::Run(r) => write!(f, "run:{r}"),
             Baseline::Dates(a, b) => write!(f, "date:{a}..{b}"),
             Baseline::Kernel(k) => write!(f, "kernel:{k}"),
+            Baseline::Label(l) => write!(f, "label:{l}"),
         }
     }
 }
@@ -504,8 +508,11 @@ impl Baseline {
         }
     }
 
-    pub fn matches(&self, r: &StoredRow) -> bool {
+    /// Whether row `r` is of a chosen run; `labelled` are the keys of the
+    /// runs a `label:` names (the history holds the labels).
+    pub fn matches(&self, r: &StoredRow, labelled: &[String]) -> bool {
         match self {
+            Baseline::Label(_) => labelled.contains(&r.run_key),
             Baseline::Run(k) => r.row.run_id == *k || self.matches_key(&r.run_key),
             Baseline::Dates(from, to) => {
                 let day = r.run_started_at.get(..10).unwrap_or(&r.run_started_at);
@@ -591,10 +598,16 @@ pub fn check_against(
     baseline: &[Baseline],
 ) -> Result<CheckReport, HistoryError> {
     let stored = h.stored_rows()?;
+    let mut labelled = Vec::new();
+    for b in baseline {
+        if let Baseline::Label(l) = b {
+            labelled.extend(h.runs_labelled(l)?);
+        }
+    }
     let candidate: Vec<&StoredRow> = stored.iter().filter(|r| r.run_key == run_key).collect();
     let chosen: Vec<&StoredRow> = stored
         .iter()
-        .filter(|r| r.run_key != run_key && baseline.iter().any(|b| b.matches(r)))
+        .filter(|r| r.run_key != run_key && baseline.iter().any(|b| b.matches(r, &labelled)))
         .collect();
     let mut verdicts = Vec::new();
     let mut suspects = Vec::new();

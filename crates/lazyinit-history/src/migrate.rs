@@ -23,6 +23,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0003_kernel_profile",
         include_str!("../migrations/0003_kernel_profile/up.sql"),
     ),
+    (
+        4,
+        "0004_run_label",
+        include_str!("../migrations/0004_run_label/up.sql"),
+    ),
 ];
 
 const VERSIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

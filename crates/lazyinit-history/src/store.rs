@@ -302,6 +302,28 @@ impl History {
             .collect())
     }
 
+    /// `history import --label`: names a run (again: the new name).
+    pub fn set_label(&mut self, run_key: &str, label: &str) -> Result<(), HistoryError> {
+        self.db.execute(
+            "UPDATE runs SET label = $1 WHERE run_key = $2",
+            &[label.into(), run_key.into()],
+        )?;
+        Ok(())
+    }
+
+    /// The keys of the runs labelled `label`.
+    pub fn runs_labelled(&mut self, label: &str) -> Result<Vec<String>, HistoryError> {
+        Ok(self
+            .db
+            .query(
+                "SELECT run_key FROM runs WHERE label = $1 ORDER BY run_key",
+                &[label.into()],
+            )?
+            .iter()
+            .map(|r| r.str(0))
+            .collect())
+    }
+
     /// `history ack`: sets an alert's state and note.
     pub fn set_alert_state(
         &mut self,

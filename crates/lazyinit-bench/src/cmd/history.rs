@@ -52,6 +52,10 @@ impl DbArg {
 pub struct ImportArgs {
     #[command(flatten)]
     pub db: DbArg,
+    /// Name every run imported (a release, `6.1.160`), for `check
+    /// --baseline label:L`; a run named before is renamed.
+    #[arg(long)]
+    pub label: Option<String>,
     /// Run folders (each with results.csv and spec.toml), or folders
     /// holding run folders (a bisect's, a series'): each run under them.
     #[arg(required = true)]
@@ -147,8 +151,8 @@ pub struct CheckArgs {
     pub require_history: bool,
     /// Judge the run against these runs of the same cell and testbed, of
     /// any kernel source, instead of its series' history: run:KEY,
-    /// date:FROM..TO (YYYY-MM-DD) or kernel:RELEASE (a release, source or
-    /// identity). Repeat to take the union.
+    /// date:FROM..TO (YYYY-MM-DD), kernel:RELEASE (a release, source or
+    /// identity) or label:L (`import --label`). Repeat to take the union.
     #[arg(long, value_parser = clap::value_parser!(check::Baseline))]
     pub baseline: Vec<check::Baseline>,
 }
@@ -329,12 +333,19 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
     let mut h = open(&a.db)?;
     for r in &runs {
         let o = h.import(r)?;
+        if let Some(l) = &a.label {
+            h.set_label(&o.run_key, l)?;
+        }
         println!(
-            "{}: {} ({} rows added, {} already there)",
+            "{}: {} ({} rows added, {} already there){}",
             o.folder,
             if o.new_run { "new run" } else { "known run" },
             o.rows_added,
-            o.rows_known
+            o.rows_known,
+            a.label
+                .as_ref()
+                .map(|l| format!(", labelled {l}"))
+                .unwrap_or_default()
         );
     }
     Ok(exit::OK)
