@@ -551,7 +551,7 @@ pub fn judge_against(
     if let (true, Some(l)) = (judged, &level) {
         suspects.extend(off_level(&s, 0, at, l, opts));
     }
-    let kernels = changes_kernels(&s.points[..at]);
+    let kernels = kernels_in(&s.points[..at]);
     let verdict = SeriesVerdict {
         series: series.id.clone(),
         label: series.label.clone(),
@@ -574,7 +574,7 @@ pub fn judge_against(
 }
 
 /// `, kernels A, B` of the baseline points (none when there are none).
-fn changes_kernels(points: &[Point]) -> String {
+fn kernels_in(points: &[Point]) -> String {
     let mut k: Vec<&str> = points.iter().map(|p| p.kernel.as_str()).collect();
     k.sort();
     k.dedup();
