@@ -78,6 +78,9 @@ pub struct SeriesVerdict {
     /// Of the runs the level was made of, those that were not judged
     /// themselves when they ran (too little history then).
     pub unjudged_in_level: usize,
+    /// Runs since the latest change left out of the level: of an L the
+    /// runs before them had seen in few of them (see [`level_runs`]).
+    pub left_out_of_level: usize,
     /// `--baseline`: the runs the level was made of, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub against: Option<String>,
@@ -210,6 +213,20 @@ impl Level {
     }
 }
 
+/// Whether a run is off a level: its rare L (maybe none) and the time
+/// test, or `None` when it is on it.
+fn off_level_at(run: &Point, level: &Level, opts: &ChangeOptions) -> Option<(Vec<u64>, TTest)> {
+    let rare: Vec<u64> = run
+        .sleep_ticks
+        .iter()
+        .copied()
+        .filter(|l| !level.sleeps.is_empty() && level.is_rare(*l))
+        .collect();
+    let t = level.test(run.value);
+    let out = t.p < opts.run_p && t.magnitude() > opts.edivisive.min_magnitude;
+    (!rare.is_empty() || out).then_some((rare, t))
+}
+
 /// The suspect a run off its level raises: its L rare, or its value out.
 fn off_level(
     upto: &Series,
@@ -219,17 +236,7 @@ fn off_level(
     opts: &ChangeOptions,
 ) -> Option<Change> {
     let run = &upto.points[at];
-    let rare: Vec<u64> = run
-        .sleep_ticks
-        .iter()
-        .copied()
-        .filter(|l| !level.sleeps.is_empty() && level.is_rare(*l))
-        .collect();
-    let t = level.test(run.value);
-    let out = t.p < opts.run_p && t.magnitude() > opts.edivisive.min_magnitude;
-    if rare.is_empty() && !out {
-        return None;
-    }
+    let (rare, t) = off_level_at(run, level, opts)?;
     let split = Split {
         index: at,
         stats: t,
@@ -237,6 +244,32 @@ fn off_level(
     let mut c = changes::change_of(upto, &split, since, at + 1, ChangeKind::NewRun);
     c.sleep_moved = (!rare.is_empty()).then(|| (level.usual_sleeps(), run.sleep_ticks.clone()));
     Some(c)
+}
+
+/// The runs since the latest change (`since`) before `at` a level may be
+/// made of: the first [`MIN_HISTORY`] (the first baseline), and each
+/// later run whose sleep L the level of the runs kept before it had seen
+/// in more than few of them. A run never judged (imported without
+/// `check`, or judged UNKNOWN) is judged so here, and one of an L change
+/// stays out; a run off on time only joins (its time widens the
+/// interval: the gate errs to pass on time, not on L).
+pub fn level_runs(upto: &Series, since: usize, at: usize, opts: &ChangeOptions) -> Vec<usize> {
+    let mut kept: Vec<usize> = Vec::new();
+    for j in since..at {
+        if j - since >= MIN_HISTORY {
+            let last = &kept[kept.len().saturating_sub(LEVEL_RUNS)..];
+            let points: Vec<Point> = last.iter().map(|&i| upto.points[i].clone()).collect();
+            if let Some(level) = Level::of(&points) {
+                let rare = off_level_at(&upto.points[j], &level, opts)
+                    .is_some_and(|(rare, _)| !rare.is_empty());
+                if rare {
+                    continue;
+                }
+            }
+        }
+        kept.push(j);
+    }
+    kept
 }
 
 /// What check found in one series before alerts are looked up: the
@@ -254,8 +287,10 @@ pub fn judge_series(
     let value = upto.points[at].value;
     let found = changes::of_series(&upto, opts);
     let since = found.last().map_or(0, |c| c.index);
-    let recent = since.max(at.saturating_sub(LEVEL_RUNS));
-    let level = Level::of(&upto.points[recent..at]);
+    let kept = level_runs(&upto, since, at, opts);
+    let in_level = &kept[kept.len().saturating_sub(LEVEL_RUNS)..];
+    let points: Vec<Point> = in_level.iter().map(|&j| upto.points[j].clone()).collect();
+    let level = Level::of(&points);
     let mut suspects: Vec<Change> = found.last().cloned().into_iter().collect();
     let judged = at - since >= MIN_HISTORY;
     if let (true, Some(l)) = (judged, &level) {
@@ -272,8 +307,12 @@ pub fn judge_series(
         value: Some(value),
         level: level.as_ref().map(|l| l.median),
         earlier_runs: at - since,
-        // A run was judged when it had MIN_HISTORY runs since the change.
-        unjudged_in_level: (recent..at).filter(|j| j - since < MIN_HISTORY).count(),
+        // The first baseline: the runs not judged when they ran.
+        unjudged_in_level: in_level
+            .iter()
+            .filter(|&&j| j - since < MIN_HISTORY)
+            .count(),
+        left_out_of_level: (at - since) - kept.len(),
         against: None,
         message: String::new(),
         changes: Vec::new(),
@@ -315,12 +354,20 @@ pub fn settle(
         };
         if let Some(a) = &v.against {
             v.message.push_str(&format!(" (the median of {a})"));
-        } else if v.unjudged_in_level > 0 {
-            v.message.push_str(&format!(
-                " (the median of {} run(s), {} of them not judged when they ran)",
-                v.earlier_runs.min(LEVEL_RUNS),
-                v.unjudged_in_level
-            ));
+        } else if v.unjudged_in_level > 0 || v.left_out_of_level > 0 {
+            let n = (v.earlier_runs - v.left_out_of_level).min(LEVEL_RUNS);
+            let mut why = Vec::new();
+            if v.unjudged_in_level > 0 {
+                why.push(format!(
+                    "{} of them the first baseline, not judged when they ran",
+                    v.unjudged_in_level
+                ));
+            }
+            if v.left_out_of_level > 0 {
+                why.push(format!("{} of an L change left out", v.left_out_of_level));
+            }
+            v.message
+                .push_str(&format!(" (the median of {n} run(s), {})", why.join("; ")));
         }
     }
     v
@@ -363,6 +410,7 @@ fn unjudgeable(
         level: None,
         earlier_runs: 0,
         unjudged_in_level: 0,
+        left_out_of_level: 0,
         against: None,
         message,
         changes: Vec::new(),
@@ -564,6 +612,7 @@ pub fn judge_against(
         level: level.as_ref().map(|l| l.median),
         earlier_runs: at,
         unjudged_in_level: 0,
+        left_out_of_level: 0,
         against: Some(format!(
             "{at} baseline run(s) of this cell and testbed{kernels}"
         )),

@@ -190,3 +190,45 @@ fn a_release_candidate_is_judged_against_the_chosen_baseline() {
         assert!(bad.parse::<Baseline>().is_err(), "{bad}");
     }
 }
+
+/// The held-out case: L = 4 runs (+19.75%) imported without a
+/// check sit in the series after its first baseline. Were they part of
+/// the level (as they were), a new L = 4 run would pass: L 4 seen in 2 of
+/// 8 runs is not rare, and their spread widens the interval. They are
+/// judged against the level before them instead, are off it, and stay
+/// out: the new run fails as an L change and as a time change.
+#[test]
+fn a_run_never_judged_does_not_join_the_level() {
+    use lazyinit_history::check::{level_runs, Level};
+    // The first three nights and six quiet ones after the noisy 6..9.
+    let mut s = arm64_fix(15);
+    s.points = [0, 1, 2, 9, 10, 11, 12, 13, 14]
+        .iter()
+        .map(|&i| s.points[i].clone())
+        .collect();
+    for i in [3, 4, 8] {
+        other_l(&mut s, i, 4, 19.75);
+    }
+    let opts = ChangeOptions::default();
+    let key = s.points[8].run_key.clone();
+    // With them in the level, the run passed.
+    let with_them = Level::of(&s.points[..8]).unwrap();
+    assert!(!with_them.is_rare(4), "{with_them:?}");
+    assert!(
+        with_them.test(s.points[8].value).p >= opts.run_p,
+        "{with_them:?}"
+    );
+    let (v, suspects) = judge_series(&s, &key, &opts).unwrap();
+    let off: Vec<_> = suspects
+        .iter()
+        .filter(|c| c.sleep_moved.is_some())
+        .collect();
+    assert_eq!(off.len(), 1, "{suspects:#?}");
+    assert_eq!(off[0].sleep_moved, Some((vec![3], vec![4])));
+    assert!(off[0].p < opts.run_p, "a time change too: {:#?}", off[0]);
+    let quiet = s.points[1].value;
+    assert!((v.level.unwrap() - quiet).abs() / quiet < 0.01, "{v:#?}");
+    // They are left out.
+    assert_eq!(v.left_out_of_level, 2, "{v:#?}");
+    assert_eq!(level_runs(&s, 0, 8, &opts), vec![0, 1, 2, 5, 6, 7]);
+}
