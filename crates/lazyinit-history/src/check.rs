@@ -443,7 +443,13 @@ fn unjudgeable(
                 )
             }
         };
-        out.push(verdict(series_id(key), label(key), outcome, message));
+        let tree = crate::names::tree_of(rows.iter().copied(), key);
+        out.push(verdict(
+            series_id(key, tree),
+            label(key, tree),
+            outcome,
+            message,
+        ));
     }
     for cell in planned {
         if !rows.iter().any(|r| &r.cell_id == cell) {

@@ -81,6 +81,7 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
                     wait_mult: DEFAULT_WAIT_MULT,
                 },
                 kernel_profile: None,
+                kernel_tree: String::new(),
                 kernel_release: format!("6.1.{point}-lazyinit-hz{hz}-{variant}"),
                 repetition: 1,
                 started_at: started_at.clone(),

@@ -3,14 +3,17 @@
 //! A kernel built from a tree or tarball of the host (`run --source
 //! PATH`, a bisect's private worktree) has that path as its source in the
 //! rows. The id and label of its series name the tree instead: a tarball
-//! by its file name, a tree by `tree-<12 hex>`, the first 12 hex digits of
-//! the sha256 of its path, which is the hash a bisect names its private
-//! worktree by (`<cache>/bisect/<hash>/linux`), so a nightly of a tree
-//! and a bisect of the same tree share a name. The series' key keeps the
-//! path: the bisect line a change prints needs the tree.
+//! by its file name, a git tree by the rows' `kernel_tree` (`tree-<12
+//! hex>` of its remote's URL, else of its root commit: the same wherever
+//! the tree lies, across nightly commits, and in a bisect's private
+//! worktree of it). Rows written before that column name a tree by the
+//! sha256 of its path, or a bisect's worktree by its hash
+//! (`<cache>/bisect/<hash>/linux`). The series' key keeps the path: the
+//! bisect line a change prints needs the tree.
 
 use std::path::Path;
 
+use lazyinit_core::results::ResultRow;
 use lazyinit_core::{KernelSource, SourceId};
 use lazyinit_report::cells::{CellKey, Metric};
 
@@ -41,23 +44,35 @@ pub fn tree_name(source: &SourceId) -> Option<String> {
     Some(format!("tree-{hash}"))
 }
 
-/// The key as its id and label show it: a path source by its name.
-fn shown(k: &CellKey) -> CellKey {
+/// The `kernel_tree` of the rows of key `k`, if one has it.
+pub fn tree_of<'a>(rows: impl IntoIterator<Item = &'a ResultRow>, k: &CellKey) -> Option<&'a str> {
+    rows.into_iter()
+        .find(|r| !r.kernel_tree.is_empty() && CellKey::of(r) == *k)
+        .map(|r| r.kernel_tree.as_str())
+}
+
+/// The key as its id and label show it: a path source by its name, a
+/// git tree by `tree` (its rows' `kernel_tree`) when they have one.
+fn shown(k: &CellKey, tree: Option<&str>) -> CellKey {
     let mut k = k.clone();
-    if let Some(name) = tree_name(&k.axes.source) {
+    let named = match (tree_name(&k.axes.source), tree) {
+        (Some(_), Some(t)) => Some(t.to_string()),
+        (name, _) => name,
+    };
+    if let Some(name) = named {
         k.axes.source = SourceId::Other(name);
     }
     k
 }
 
-/// A key's series id, naming no path.
-pub fn series_id(k: &CellKey) -> String {
-    series::series_id(&shown(k))
+/// A key's series id, naming no path (`tree`: its rows' `kernel_tree`).
+pub fn series_id(k: &CellKey, tree: Option<&str>) -> String {
+    series::series_id(&shown(k, tree))
 }
 
 /// A key's label, naming no path.
-pub fn label(k: &CellKey) -> String {
-    shown(k).label()
+pub fn label(k: &CellKey, tree: Option<&str>) -> String {
+    shown(k, tree).label()
 }
 
 /// [`series::build`], each series' id and label naming no path; the
@@ -66,7 +81,7 @@ pub fn build(rows: &[StoredRow], metric: Metric, filter: Option<&SeriesFilter>) 
     series::build(rows, metric, None)
         .into_iter()
         .map(|mut s| {
-            let k = shown(&s.key);
+            let k = shown(&s.key, tree_of(rows.iter().map(|r| &r.row), &s.key));
             s.id = series::series_id(&k);
             s.label = k.label();
             s
@@ -90,5 +105,29 @@ mod tests {
         assert_eq!(tree_name(&tarball).as_deref(), Some("linux-6.1.160.tar.xz"));
         assert_eq!(tree_name(&SourceId::from("debian-6.1")), None);
         assert_eq!(tree_name(&SourceId::from("6.1.160")), None);
+    }
+
+    #[test]
+    fn a_git_tree_is_named_by_its_rows_kernel_tree_wherever_it_lay() {
+        let csv = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../results/bisect-ci-17/runs/011b504d68af-bad-end-0/results.csv"
+        );
+        let row = lazyinit_core::results::read_rows(csv).unwrap().remove(0);
+        let mut a = row.clone();
+        a.axes.source = SourceId::from("/home/me/src/linux");
+        a.kernel_tree = lazyinit_core::paths::tree_name("github.com/torvalds/linux");
+        let mut b = row;
+        b.kernel_tree = a.kernel_tree.clone();
+        let (ka, kb) = (CellKey::of(&a), CellKey::of(&b));
+        let ida = series_id(&ka, tree_of([&a], &ka));
+        assert_eq!(ida, series_id(&kb, tree_of([&b], &kb)));
+        assert!(
+            ida.contains(&a.kernel_tree) && !ida.contains("/home"),
+            "{ida}"
+        );
+        // A row written before the column: its path's hash, as before.
+        let hash = &lazyinit_core::paths::sha256_hex("/home/me/src/linux")[..12];
+        assert!(series_id(&ka, None).contains(&format!("tree-{hash}")));
     }
 }

@@ -72,6 +72,7 @@ const KINDS: &[(&str, Kind)] = {
         ("shard", Text),
         ("host", Text),
         ("kernel_profile", Text),
+        ("kernel_tree", Text),
     ]
 };
 

@@ -283,7 +283,10 @@ fn latest(rows: &[StoredRow], metric: Metric, links: &Links) -> Option<site::Lat
                 model: c.model.value,
                 reported: c.reported.as_ref().map(|r| r.value),
                 sleep_ticks: c.sleep_ticks.clone(),
-                series: Some(series_id(&c.key)),
+                series: Some(series_id(
+                    &c.key,
+                    lazyinit_history::names::tree_of(picked.iter().map(|r| &r.row), &c.key),
+                )),
             })
         })
         .collect();
