@@ -105,6 +105,7 @@ pub fn run_loaded(i: usize, runs: usize, rng: &mut impl Rng, loaded: bool) -> Ru
                     wait_mult: DEFAULT_WAIT_MULT,
                 },
                 kernel_profile: None,
+                kernel_tree: String::new(),
                 kernel_release: format!("6.1.{point}-lazyinit-hz{hz}-{variant}"),
                 repetition: 1,
                 started_at: started_at.clone(),

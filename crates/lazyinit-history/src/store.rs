@@ -72,6 +72,7 @@ const KINDS: &[(&str, Kind)] = {
         ("shard", Text),
         ("host", Text),
         ("kernel_profile", Text),
+        ("kernel_tree", Text),
     ]
 };
 
@@ -293,8 +294,18 @@ impl History {
         filter: Option<&SeriesFilter>,
     ) -> Result<Vec<Series>, HistoryError> {
         let mut b = series::Builder::new(metric);
-        self.each_stored_row(|r| b.push(&r))?;
-        Ok(b.finish(filter))
+        // Each key's git tree name (its rows' `kernel_tree`), gathered as
+        // the pages go by: ids and labels name no path (crate::names).
+        let mut trees = std::collections::BTreeMap::new();
+        self.each_stored_row(|r| {
+            if !r.row.kernel_tree.is_empty() {
+                trees
+                    .entry(lazyinit_report::cells::CellKey::of(&r.row))
+                    .or_insert_with(|| r.row.kernel_tree.clone());
+            }
+            b.push(&r)
+        })?;
+        Ok(crate::names::rename(b.finish(None), &trees, filter))
     }
 
     /// The change points of every series (pure: nothing is recorded), each
@@ -371,6 +382,28 @@ impl History {
             self.set_alert_state(&c.alert_id, AlertState::Closed, &c.reason)?;
         }
         Ok(closed)
+    }
+
+    /// `history import --label`: names a run (again: the new name).
+    pub fn set_label(&mut self, run_key: &str, label: &str) -> Result<(), HistoryError> {
+        self.db.execute(
+            "UPDATE runs SET label = $1 WHERE run_key = $2",
+            &[label.into(), run_key.into()],
+        )?;
+        Ok(())
+    }
+
+    /// The keys of the runs labelled `label`.
+    pub fn runs_labelled(&mut self, label: &str) -> Result<Vec<String>, HistoryError> {
+        Ok(self
+            .db
+            .query(
+                "SELECT run_key FROM runs WHERE label = $1 ORDER BY run_key",
+                &[label.into()],
+            )?
+            .iter()
+            .map(|r| r.str(0))
+            .collect())
     }
 
     /// `history ack`: sets an alert's state and note.

@@ -246,7 +246,7 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
         for (k, n) in nights.iter().enumerate() {
             h.import(n).unwrap();
             let key = format!("{}@{}", n.rows[0].run_id, n.rows[0].started_at);
-            let r = lazyinit_history::check::check(&mut h, &key, Metric::FromFirstGroupS, &opts)
+            let r = lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts)
                 .unwrap();
             if r.verdicts
                 .iter()
@@ -315,7 +315,7 @@ fn a_supported_alert_stays_open() {
     for n in &nights {
         h.import(n).unwrap();
         let key = format!("{}@{}", n.rows[0].run_id, n.rows[0].started_at);
-        lazyinit_history::check::check(&mut h, &key, Metric::FromFirstGroupS, &opts).unwrap();
+        lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts).unwrap();
     }
     let series = h.series(Metric::FromFirstGroupS, None).unwrap();
     let found = changes::find(&series, &opts);
