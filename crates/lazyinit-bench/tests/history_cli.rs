@@ -67,47 +67,183 @@ fn committed_runs() -> Vec<String> {
     out
 }
 
+/// What a committed run folder is, by what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    /// Measured rows only, all ok, of a packaged kernel, not a shard, a
+    /// merge or a bisect's run.
+    Full,
+    /// Some row an estimate (`estimated` true).
+    Estimates,
+    /// A merged run (merge.toml).
+    Merged,
+    /// A shard of a run (shard.toml).
+    Shard,
+    /// Some row not ok.
+    Failures,
+    /// A run in a bisect's runs/ folder.
+    BisectRun,
+    /// A kernel built from a tree of the host (a path source, not a
+    /// tarball).
+    Tree,
+}
+
+fn kinds(run: &str) -> std::collections::BTreeSet<Kind> {
+    let dir = repo().join(run);
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (status, estimated, source) = (col("status"), col("estimated"), col("kernel_source"));
+    let mut out = std::collections::BTreeSet::new();
+    let bisect = dir.parent().is_some_and(|p| {
+        p.file_name().is_some_and(|n| n == "runs")
+            && p.parent().is_some_and(|b| b.join("bisect.log").is_file())
+    });
+    if bisect {
+        out.insert(Kind::BisectRun);
+    }
+    if dir.join("merge.toml").is_file() {
+        out.insert(Kind::Merged);
+    }
+    if dir.join("shard.toml").is_file() {
+        out.insert(Kind::Shard);
+    }
+    for l in lines {
+        // No committed field holds a comma before kernel_source or in
+        // status/estimated's place; a row with fewer fields reads as blank.
+        let f: Vec<&str> = l.split(',').collect();
+        let get = |c: Option<usize>| c.and_then(|c| f.get(c).copied()).unwrap_or("");
+        if get(status) != "ok" {
+            out.insert(Kind::Failures);
+        }
+        if get(estimated) == "true" {
+            out.insert(Kind::Estimates);
+        }
+        let s = get(source);
+        if s.starts_with('/') && !s.ends_with(".tar.xz") && !s.ends_with(".tar.gz") {
+            out.insert(Kind::Tree);
+        }
+    }
+    if out.is_empty() {
+        out.insert(Kind::Full);
+    }
+    out
+}
+
+/// The committed runs PostgreSQL is asked about: one of each kind (the
+/// one of fewest rows), a merged run with all its shards, and the whole
+/// runs/ folder of one bisect.
+fn runs_of_every_kind(runs: &[String]) -> Vec<String> {
+    let rows = |r: &String| {
+        std::fs::read_to_string(repo().join(r).join("results.csv"))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    let mut pick = std::collections::BTreeSet::new();
+    for kind in [Kind::Full, Kind::Estimates, Kind::Failures, Kind::Tree] {
+        if let Some(r) = runs
+            .iter()
+            .filter(|r| kinds(r).contains(&kind) && !kinds(r).contains(&Kind::BisectRun))
+            .min_by_key(|r| (rows(r), r.to_string()))
+        {
+            pick.insert(r.clone());
+        }
+    }
+    if let Some(merged) = runs.iter().find(|r| kinds(r).contains(&Kind::Merged)) {
+        let parent = Path::new(merged).parent().unwrap();
+        pick.insert(merged.clone());
+        pick.extend(
+            runs.iter()
+                .filter(|r| {
+                    Path::new(r).parent() == Some(parent) && kinds(r).contains(&Kind::Shard)
+                })
+                .cloned(),
+        );
+    }
+    if let Some(first) = runs.iter().find(|r| kinds(r).contains(&Kind::BisectRun)) {
+        let folder = Path::new(first).parent().unwrap();
+        pick.extend(
+            runs.iter()
+                .filter(|r| Path::new(r).parent() == Some(folder))
+                .cloned(),
+        );
+    }
+    pick.into_iter().collect()
+}
+
+/// Imports `runs` into `db` twice: each a new run the first time (a
+/// shard of a merged run imported before it the same run, its rows
+/// already there), a known run with nothing added the second; then
+/// `show --format csv` and `changes --format json`.
+fn import_twice(db: &str, runs: &[String]) -> (Vec<u8>, Vec<u8>) {
+    let mut args = vec!["import", "--db", db];
+    args.extend(runs.iter().map(String::as_str));
+    let o = history(&args);
+    assert!(o.status.success(), "{db}: {}", text(&o));
+    // quick-shards/merged sorts before its shards.
+    let out = text(&o);
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains(" run (")).collect();
+    assert_eq!(lines.len(), runs.len(), "{out}");
+    for l in &lines {
+        assert!(
+            l.contains(": new run (")
+                || (l.starts_with("results/quick-shards/shard-")
+                    && l.contains(": known run (0 rows added")),
+            "{l}"
+        );
+    }
+    let again = history(&args);
+    assert!(again.status.success());
+    assert_eq!(
+        text(&again).matches(": known run (0 rows added").count(),
+        runs.len()
+    );
+    let show = history(&["show", "--db", db, "--format", "csv"]);
+    assert!(show.status.success(), "{}", text(&show));
+    let changes = history(&["changes", "--db", db, "--format", "json"]);
+    assert!(changes.status.success(), "{}", text(&changes));
+    (show.stdout, changes.stdout)
+}
+
+/// Every committed run imports (and again as known) on SQLite; SQLite and
+/// PostgreSQL answer the same on a run of every kind of folder (all of
+/// them on PostgreSQL took most of this test's time in CI).
 #[test]
 fn every_committed_run_imports_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
     let runs = committed_runs();
     assert!(runs.len() >= 50, "{runs:?}");
-    let sqlite = format!("sqlite:{}", dir.path().join("h.sqlite").display());
-    let mut shows = Vec::new();
-    for db in [sqlite, fresh_postgres("all")] {
-        let mut args = vec!["import", "--db", &db];
-        args.extend(runs.iter().map(String::as_str));
-        let o = history(&args);
-        assert!(o.status.success(), "{db}: {}", text(&o));
-        // Each folder is a new run, but a shard folder of a merged run
-        // imported first (quick-shards/merged sorts before its shards): the
-        // same run, its rows already there.
-        let out = text(&o);
-        let lines: Vec<&str> = out.lines().filter(|l| l.contains(" run (")).collect();
-        assert_eq!(lines.len(), runs.len(), "{out}");
-        for l in &lines {
-            assert!(
-                l.contains(": new run (")
-                    || (l.starts_with("results/quick-shards/shard-")
-                        && l.contains(": known run (0 rows added")),
-                "{l}"
-            );
-        }
-        // Again: one run each, nothing added.
-        let again = history(&args);
-        assert!(again.status.success());
-        assert_eq!(
-            text(&again).matches(": known run (0 rows added").count(),
-            runs.len()
-        );
-        let show = history(&["show", "--db", &db, "--format", "csv"]);
-        assert!(show.status.success(), "{}", text(&show));
-        let changes = history(&["changes", "--db", &db, "--format", "json"]);
-        assert!(changes.status.success(), "{}", text(&changes));
-        shows.push((show.stdout, changes.stdout));
+    let all = format!("sqlite:{}", dir.path().join("all.sqlite").display());
+    import_twice(&all, &runs);
+
+    let subset = runs_of_every_kind(&runs);
+    let covered: std::collections::BTreeSet<Kind> = subset.iter().flat_map(|r| kinds(r)).collect();
+    let anywhere: std::collections::BTreeSet<Kind> = runs.iter().flat_map(|r| kinds(r)).collect();
+    // These kinds are committed today; a choice gone stale fails here.
+    for k in [
+        Kind::Full,
+        Kind::Estimates,
+        Kind::Merged,
+        Kind::Shard,
+        Kind::BisectRun,
+    ] {
+        assert!(covered.contains(&k), "no {k:?} run among {subset:?}");
     }
+    // And the others if some committed run is one.
+    assert_eq!(covered, anywhere, "{subset:?}");
+    assert!(subset.iter().any(|r| r.ends_with("/merged")));
+    assert!(
+        subset.len() * 2 < runs.len(),
+        "{} of {} runs: not a subset",
+        subset.len(),
+        runs.len()
+    );
+    let sqlite = format!("sqlite:{}", dir.path().join("some.sqlite").display());
     assert_eq!(
-        shows[0], shows[1],
+        import_twice(&sqlite, &subset),
+        import_twice(&fresh_postgres("all"), &subset),
         "the same output on SQLite and PostgreSQL"
     );
 }
@@ -293,4 +429,368 @@ fn check_fails_on_an_l_change_until_acknowledged() {
         let unknown = history(&["ack", "--db", &db, "deadbeef", "--note", "x"]);
         assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown));
     }
+}
+
+/// The JUnit test cases of a check: (name, the kind of its child).
+fn junit_cases(xml: &str) -> Vec<(String, String)> {
+    let doc = roxmltree::Document::parse(xml).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .map(|c| {
+            let kind = c
+                .children()
+                .find(|n| n.is_element())
+                .map(|n| n.tag_name().name().to_string())
+                .unwrap_or_default();
+            (c.attribute("name").unwrap().to_string(), kind)
+        })
+        .collect()
+}
+
+/// A night whose x86_64 fix cell failed: the cell is an ERROR (exit 1, a
+/// JUnit `error`), the other three series judged as ever.
+#[test]
+fn a_failed_cell_of_the_plan_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let nights = nights();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut args = vec!["import", "--db", db.as_str()];
+    args.extend(nights[..13].iter().map(String::as_str));
+    assert!(history(&args).status.success());
+    let night = dir.path().join("night14");
+    copy_run(&nights[13], &night);
+    let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
+    let failed: String = csv
+        .lines()
+        .map(|l| {
+            if l.contains("x86_64-debian-6.1-hz250-fix") {
+                l.replace(",ok,", ",failed,")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(failed, csv.trim_end());
+    std::fs::write(night.join("results.csv"), failed + "\n").unwrap();
+    let junit = dir.path().join("check.xml");
+    let o = history(&[
+        "check",
+        "--db",
+        &db,
+        night.to_str().unwrap(),
+        "--format",
+        "junit",
+        "--out",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("ERROR"), "{}", text(&o));
+    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    assert_eq!(cases.len(), 4, "{cases:?}");
+    let errors: Vec<_> = cases.iter().filter(|(_, k)| k == "error").collect();
+    assert_eq!(errors.len(), 1, "{cases:?}");
+    assert!(
+        errors[0].0.contains("x86_64") && errors[0].0.contains("/fix/"),
+        "{cases:?}"
+    );
+    assert_eq!(cases.iter().filter(|(_, k)| k == "system-out").count(), 3);
+}
+
+/// A run with no history: UNKNOWN with its reason, a JUnit `skipped`,
+/// exit 0; `--require-history` makes it exit 1.
+#[test]
+fn a_run_without_history_is_unknown_and_can_be_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let nights = nights();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let junit = dir.path().join("check.xml");
+    let o = history(&[
+        "check",
+        "--db",
+        &db,
+        &nights[0],
+        "--format",
+        "junit",
+        "--out",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(text(&o).matches("UNKNOWN").count(), 4, "{}", text(&o));
+    assert!(text(&o).contains("at least 3 are needed"), "{}", text(&o));
+    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    assert_eq!(cases.len(), 4, "{cases:?}");
+    assert!(cases.iter().all(|(_, k)| k == "skipped"), "{cases:?}");
+    let o = history(&["check", "--db", &db, &nights[0], "--require-history"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+}
+
+/// The README's `history import results/*/`: every run under them, a
+/// line for each folder that is not a run and why; exit 0.
+#[test]
+fn import_of_every_results_folder_imports_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut folders: Vec<String> = std::fs::read_dir(repo().join("results"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| format!("{}/", p.strip_prefix(repo()).unwrap().display()))
+        .collect();
+    folders.sort();
+    let mut args = vec!["import", "--db", db.as_str()];
+    args.extend(folders.iter().map(String::as_str));
+    let o = history(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    let runs = out.lines().filter(|l| l.contains(" run (")).count();
+    assert_eq!(runs, committed_runs().len(), "{out}");
+    assert!(
+        out.contains("results/bisect-ci-17: not a run folder (a bisect's folder"),
+        "{out}"
+    );
+    assert!(
+        out.contains("results/bad-input: not a run folder (no spec.toml or results.csv), and no run folder under it: skipped"),
+        "{out}"
+    );
+}
+
+/// The 20 nights with the x86_64 fix cell's row from night 14 on taken
+/// from a run whose kernel chose L = 7 (its identity kept): copies under
+/// `dir` for nights 14..20, the committed folders before.
+fn nights_with_an_l_change(dir: &Path) -> Vec<String> {
+    let other = std::fs::read_to_string(repo().join("results/distro-config-64GiB-fix/results.csv"))
+        .unwrap();
+    let l7 = other
+        .lines()
+        .find(|l| l.contains("hz250-fix") && l.contains(",ok,"))
+        .unwrap()
+        .to_string();
+    let mut out = Vec::new();
+    for (i, n) in nights().into_iter().enumerate() {
+        if i < 13 {
+            out.push(n);
+            continue;
+        }
+        let night = dir.join(format!("night{}", i + 1));
+        copy_run(&n, &night);
+        let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
+        let mine = csv
+            .lines()
+            .find(|l| l.contains("x86_64-debian-6.1-hz250-fix"))
+            .unwrap();
+        let (m, o): (Vec<&str>, Vec<&str>) = (mine.split(',').collect(), l7.split(',').collect());
+        let mixed: Vec<&str> = (0..m.len())
+            .map(|i| {
+                if [0, 1, 6, 7, 20].contains(&i) {
+                    m[i]
+                } else {
+                    o[i]
+                }
+            })
+            .collect();
+        std::fs::write(
+            night.join("results.csv"),
+            csv.replace(mine, &mixed.join(",")),
+        )
+        .unwrap();
+        out.push(night.display().to_string());
+    }
+    out
+}
+
+/// `history publish` (its default metric, `check`'s and `changes`'):
+/// the alert id a series page shows is the database's, with its state,
+/// and `history ack` takes it as copied from the page.
+#[test]
+fn the_sites_alert_ids_are_the_databases_and_ack_takes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut args = vec!["import".to_string(), "--db".into(), db.clone()];
+    args.extend(nights_with_an_l_change(dir.path()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(history(&args).status.success());
+    let site = dir.path().join("site");
+    let publish = || {
+        let _ = std::fs::remove_dir_all(&site);
+        let o = history(&["publish", "--db", &db, "--out", site.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o));
+        let mut pages = String::new();
+        for p in std::fs::read_dir(site.join("series")).unwrap() {
+            pages.push_str(&std::fs::read_to_string(p.unwrap().path()).unwrap());
+        }
+        pages
+    };
+    let pages = publish();
+    let cell = pages
+        .split("<td>")
+        .find(|c| c.contains(" (new)</td>"))
+        .unwrap_or_else(|| panic!("no alert with its state on any page"));
+    let id = cell.split(' ').next().unwrap().to_string();
+    assert_eq!(id.len(), 8, "{cell}");
+    let ack = history(&["ack", "--db", &db, &id, "--note", "L = 7 expected"]);
+    assert_eq!(ack.status.code(), Some(0), "{}", text(&ack));
+    assert!(publish().contains(&format!("{id} (acknowledged)")));
+}
+
+/// The bisect line `history changes` prints for a git-tree nightly runs
+/// as printed: `bisect` takes its flags and settings, resolves its
+/// commits in the tree, and stops only at the results folder this test
+/// holds with other arguments (nothing is built or booted).
+#[test]
+fn the_bisect_line_changes_prints_runs_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("linux");
+    std::fs::create_dir(&tree).unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(&tree)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    let nights = nights_with_an_l_change(dir.path());
+    let mut commits = Vec::new();
+    for i in 0..nights.len() {
+        std::fs::write(tree.join("night"), i.to_string()).unwrap();
+        git(&["add", "night"]);
+        git(&["commit", "-q", "-m", &format!("night {}", i + 1)]);
+        commits.push(git(&["rev-parse", "HEAD"]));
+    }
+    let db_file = dir.path().join("h.sqlite");
+    let db = format!("sqlite:{}", db_file.display());
+    let mut args = vec!["import".to_string(), "--db".into(), db.clone()];
+    args.extend(nights.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(history(&args).status.success());
+    // Each night's x86_64 fix cell as built from the tree, a commit a night.
+    let sql = rusqlite::Connection::open(&db_file).unwrap();
+    let runs: Vec<String> = {
+        let mut q = sql
+            .prepare("SELECT run_key FROM runs ORDER BY first_started_at")
+            .unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(runs.len(), commits.len());
+    for (run, commit) in runs.iter().zip(&commits) {
+        sql.execute(
+            "UPDATE result_rows SET kernel_source = ?1, kernel_source_identity = ?2
+             WHERE run_key = ?3 AND cell_id LIKE '%x86_64%hz250-fix%'",
+            (tree.display().to_string(), format!("git:{commit}"), run),
+        )
+        .unwrap();
+    }
+    let o = history(&["changes", "--db", &db]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    // The series is named by its tree, not by where the tree lies.
+    let tree_s = tree.display().to_string();
+    let heads: Vec<&str> = out.lines().filter(|l| l.starts_with('[')).collect();
+    assert!(!heads.is_empty(), "{out}");
+    assert!(
+        heads
+            .iter()
+            .all(|l| !l.contains(&tree_s) && l.contains("/tree-")),
+        "{out}"
+    );
+    let show = text(&history(&["show", "--db", &db, "--format", "csv"]));
+    assert!(!show.contains(&format!("{tree_s}/")), "{show}");
+    let line = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("to name the commit: "))
+        .unwrap_or_else(|| panic!("no bisect line: {out}"));
+    assert!(
+        line.contains(&format!("--good {} --bad {}", commits[12], commits[13])),
+        "{line}"
+    );
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..2], ["lazyinit-bench", "bisect"], "{line}");
+    // The results folder the bisect would take, held by another bisection.
+    let cwd = dir.path().join("cwd");
+    let cell = words[words.iter().position(|w| *w == "--cell").unwrap() + 1];
+    let parts: Vec<&str> = cell.split(':').collect();
+    let held = cwd.join("results").join(format!(
+        "bisect-{}-{}-{}-hz{}-{}",
+        &commits[12][..12],
+        &commits[13][..12],
+        parts[0],
+        parts[1],
+        parts[2]
+    ));
+    std::fs::create_dir_all(&held).unwrap();
+    std::fs::write(held.join("bisect.args"), "another bisection\n").unwrap();
+    let o = Command::new(bin())
+        .current_dir(&cwd)
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    assert!(
+        text(&o).contains("holds a bisection of other arguments"),
+        "{line}: {}",
+        text(&o)
+    );
+}
+
+/// `check --baseline`: the run judged against the chosen runs, said so;
+/// a selector that is none is bad input (exit 2).
+#[test]
+fn check_against_a_baseline_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nights = nights();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let mut args = vec!["import", "--db", db.as_str()];
+    args.extend(nights[..13].iter().map(String::as_str));
+    assert!(history(&args).status.success());
+    let o = history(&[
+        "check",
+        "--db",
+        &db,
+        &nights[13],
+        "--baseline",
+        "kernel:6.1.192",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("against the baseline kernel:6.1.192"), "{out}");
+    assert_eq!(
+        out.matches("13 baseline run(s) of this cell and testbed")
+            .count(),
+        4,
+        "{out}"
+    );
+    // The same runs chosen by the label they were imported with.
+    let mut args = vec!["import", "--db", db.as_str(), "--label", "6.1.192"];
+    args.extend(nights[..3].iter().map(String::as_str));
+    let o = history(&args);
+    assert_eq!(
+        text(&o).matches(", labelled 6.1.192").count(),
+        3,
+        "{}",
+        text(&o)
+    );
+    let o = history(&[
+        "check",
+        "--db",
+        &db,
+        &nights[13],
+        "--baseline",
+        "label:6.1.192",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        text(&o).matches("3 baseline run(s)").count(),
+        4,
+        "{}",
+        text(&o)
+    );
+    let o = history(&["check", "--db", &db, &nights[13], "--baseline", "release"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }

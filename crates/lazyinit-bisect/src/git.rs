@@ -115,6 +115,67 @@ pub fn head_of(dir: &Path) -> Result<(PathBuf, String), GitError> {
     Ok((PathBuf::from(top), head))
 }
 
+/// A remote's URL as a tree's identity: no scheme, no credentials, no
+/// `.git` or trailing `/`, the host in lower case; `git@host:path` (scp
+/// form) as `host/path`. A local path is kept as it is.
+pub fn normalize_remote(url: &str) -> String {
+    let url = url.trim();
+    let rest = match url.split_once("://") {
+        Some((_, rest)) => rest.to_string(),
+        None => match url.split_once(':') {
+            // scp form, not a Windows drive or a path.
+            Some((host, path)) if !host.contains('/') && host.len() > 1 => {
+                format!("{host}/{path}")
+            }
+            _ => return url.trim_end_matches('/').to_string(),
+        },
+    };
+    let (host, path) = rest.split_once('/').unwrap_or((rest.as_str(), ""));
+    let host = host
+        .rsplit_once('@')
+        .map_or(host, |(_, h)| h)
+        .to_lowercase();
+    let path = path.trim_end_matches('/');
+    let path = path.strip_suffix(".git").unwrap_or(path);
+    if path.is_empty() {
+        host
+    } else {
+        format!("{host}/{path}")
+    }
+}
+
+/// What names the git tree holding `dir` wherever it lies and whatever it
+/// has checked out: its `origin` remote's URL (else its first remote's),
+/// normalized ([`normalize_remote`]); without a remote, `root:<commit>`,
+/// its first root commit, which every clone of its history shares. A
+/// linked worktree (a bisect's) shares its repository's remotes, so it
+/// gets the repository's identity.
+pub fn tree_identity(dir: &Path) -> Result<String, GitError> {
+    let remotes = run(git(dir).arg("remote"), "git remote")?;
+    let mut names: Vec<&str> = remotes.lines().collect();
+    names.sort_by_key(|n| *n != "origin");
+    if let Some(name) = names.first() {
+        let url = run(
+            git(dir).args(["remote", "get-url", name]),
+            "git remote get-url",
+        )?;
+        return Ok(normalize_remote(&url));
+    }
+    let roots = run(
+        git(dir).args(["rev-list", "--max-parents=0", "HEAD"]),
+        "git rev-list",
+    )?;
+    let mut roots: Vec<&str> = roots.lines().collect();
+    roots.sort();
+    match roots.first() {
+        Some(r) => Ok(format!("root:{r}")),
+        None => Err(GitError::BadInput(format!(
+            "{} has no commit",
+            dir.display()
+        ))),
+    }
+}
+
 /// A private linked worktree of `repo` at `dir`, detached.
 pub struct Worktree {
     pub dir: PathBuf,
@@ -205,6 +266,54 @@ mod tests {
             .status()
             .unwrap();
         assert!(st.success(), "{script}");
+    }
+
+    #[test]
+    fn a_remote_is_named_without_scheme_credentials_or_dot_git() {
+        for url in [
+            "https://user:token@GitHub.com/torvalds/linux.git",
+            "git@github.com:torvalds/linux.git",
+            "ssh://git@github.com/torvalds/linux/",
+            "https://github.com/torvalds/linux",
+        ] {
+            assert_eq!(normalize_remote(url), "github.com/torvalds/linux", "{url}");
+        }
+        assert_eq!(normalize_remote("/srv/git/linux/"), "/srv/git/linux");
+    }
+
+    #[test]
+    fn a_tree_is_named_the_same_wherever_it_lies_and_in_its_worktrees() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        std::fs::create_dir(&a).unwrap();
+        sh(
+            &a,
+            "git init -q -b main && echo 1 > f && git add f && git commit -qm c1",
+        );
+        let root = resolve(&a, "HEAD").unwrap();
+        assert_eq!(tree_identity(&a).unwrap(), format!("root:{root}"));
+        // A clone elsewhere, a commit later (a nightly), no remote: the
+        // same root commit.
+        let b = d.path().join("elsewhere/b");
+        std::fs::create_dir_all(&b).unwrap();
+        sh(
+            &b,
+            &format!(
+                "git clone -q {} . && git remote remove origin && echo 2 > f && git commit -qam c2",
+                a.display()
+            ),
+        );
+        assert_eq!(tree_identity(&b).unwrap(), format!("root:{root}"));
+        // With a remote: its URL, in the repository and in a private
+        // linked worktree of it.
+        sh(
+            &a,
+            "git remote add origin https://u:secret@example.org/k/linux.git",
+        );
+        let wt = d.path().join("cache/bisect/0123456789ab/linux");
+        Worktree::open(&a, &wt, &root).unwrap();
+        assert_eq!(tree_identity(&a).unwrap(), "example.org/k/linux");
+        assert_eq!(tree_identity(&wt).unwrap(), "example.org/k/linux");
     }
 
     #[test]

@@ -30,6 +30,13 @@ pub fn state_dir() -> PathBuf {
 }
 
 /// Lowercase hex SHA-256 of some bytes: the content keys of every cache.
+/// A git tree's name in rows and series ids: `tree-` and the first 12 hex
+/// digits of the sha256 of its identity (a normalized remote URL, or
+/// `root:<commit>`), which names no path and no credentials.
+pub fn tree_name(identity: &str) -> String {
+    format!("tree-{}", &sha256_hex(identity)[..12])
+}
+
 pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(bytes.as_ref()))

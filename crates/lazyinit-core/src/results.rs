@@ -67,6 +67,10 @@ pub struct ResultRow {
     /// The kernel's configuration (`qemu`/`cloud`); `None` in rows written
     /// before the `kernel_profile` column.
     pub kernel_profile: Option<KernelProfile>,
+    /// The git tree the kernel was built from, by its identity
+    /// (`tree-<12 hex>`: see [`crate::paths::tree_name`]); empty for a
+    /// kernel of no git tree, and in rows written before the column.
+    pub kernel_tree: String,
     /// `uname -r` of the kernel under test (the guest protocol checks
     /// that the guest reports exactly this).
     pub kernel_release: String,
@@ -224,6 +228,8 @@ struct Flat {
     host: String,
     #[serde(default)]
     kernel_profile: Option<KernelProfile>,
+    #[serde(default)]
+    kernel_tree: String,
 }
 
 impl From<ResultRow> for Flat {
@@ -278,6 +284,7 @@ impl From<ResultRow> for Flat {
             shard: r.shard,
             host: r.host,
             kernel_profile: r.kernel_profile,
+            kernel_tree: r.kernel_tree,
         }
     }
 }
@@ -302,6 +309,7 @@ impl From<Flat> for ResultRow {
                 wait_mult: f.wait_mult,
             },
             kernel_profile: f.kernel_profile,
+            kernel_tree: f.kernel_tree,
             kernel_release: f.kernel_release,
             repetition: f.repetition,
             started_at: f.started_at,
@@ -425,6 +433,7 @@ pub const COLUMNS: &[&str] = &[
     "shard",
     "host",
     "kernel_profile",
+    "kernel_tree",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -670,6 +679,7 @@ mod tests {
                 wait_mult: 10,
             },
             kernel_profile: Some(KernelProfile::Qemu),
+            kernel_tree: String::new(),
             kernel_release: "6.1.0-lazyinit-hz100-nofix".into(),
             repetition: 1,
             started_at: "2026-11-29T20:00:00Z".into(),
@@ -732,9 +742,9 @@ mod tests {
         failed.measured = Measurement::default();
         w.append(&failed).unwrap();
         let want = concat!(
-            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host,kernel_profile\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,,qemu\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,,qemu\n",
+            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host,kernel_profile,kernel_tree\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,,qemu,\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,,qemu,\n",
         );
         assert_eq!(std::fs::read_to_string(&p).unwrap(), want);
         assert_eq!(read_rows(&p).unwrap(), vec![sample(), failed]);
@@ -793,7 +803,7 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(
             text.lines().nth(1).unwrap().ends_with(
-                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s),,,qemu"
+                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s),,,qemu,"
             ),
             "{text}"
         );

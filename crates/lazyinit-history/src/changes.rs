@@ -56,6 +56,9 @@ pub enum AlertState {
     Acknowledged,
     /// Not a real change (a broken host, a bad run): no longer fails.
     Invalid,
+    /// Closed by `history changes`: no change point supports it any
+    /// longer (its note says why). No longer fails.
+    Closed,
 }
 
 impl AlertState {
@@ -64,6 +67,7 @@ impl AlertState {
             AlertState::New => "new",
             AlertState::Acknowledged => "acknowledged",
             AlertState::Invalid => "invalid",
+            AlertState::Closed => "closed",
         }
     }
     /// Whether the gate still fails on it.
@@ -79,8 +83,9 @@ impl std::str::FromStr for AlertState {
             "new" => Ok(AlertState::New),
             "acknowledged" | "ack" => Ok(AlertState::Acknowledged),
             "invalid" => Ok(AlertState::Invalid),
+            "closed" => Ok(AlertState::Closed),
             _ => Err(format!(
-                "alert state `{s}`: use new, acknowledged or invalid"
+                "alert state `{s}`: use new, acknowledged, invalid or closed"
             )),
         }
     }
@@ -340,4 +345,214 @@ pub fn of_series(series: &Series, opts: &ChangeOptions) -> Vec<Change> {
 /// The change points of every series, series by series.
 pub fn find(series: &[Series], opts: &ChangeOptions) -> Vec<Change> {
     series.iter().flat_map(|s| of_series(s, opts)).collect()
+}
+
+/// An open alert no change point supports any longer, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Closing {
+    pub alert_id: String,
+    pub series: String,
+    pub run_key: String,
+    pub reason: String,
+}
+
+/// The open (`new`) alerts of `series` that the change points `found`
+/// (of the same series, over the whole history) no longer support:
+///
+/// - a `change` alert is supported while a change point has its id (the
+///   same series, metric and first run after);
+/// - a `new-run` alert is supported by a change point at its run or at
+///   most `min_size - 1` runs before it (the runs after a change that
+///   the gate failed before the change point could show): otherwise,
+///   once `min_size` runs follow it (enough for a change point there to
+///   be found), it was a run off its level alone, as a loaded night is.
+///
+/// Alerts a person triaged, and alerts of other series or metrics, are
+/// left alone; a `new-run` alert with too few runs after it stays open.
+pub fn unsupported(
+    series: &[Series],
+    found: &[Change],
+    alerts: &[Alert],
+    opts: &ChangeOptions,
+) -> Vec<Closing> {
+    let min_size = opts.edivisive.min_size.max(1);
+    let mut out = Vec::new();
+    for a in alerts.iter().filter(|a| a.state.is_open()) {
+        let Some(s) = series
+            .iter()
+            .find(|s| s.id == a.series && s.metric == a.metric)
+        else {
+            continue;
+        };
+        if found.iter().any(|c| c.alert_id == a.alert_id) {
+            continue;
+        }
+        let here: Vec<&Change> = found.iter().filter(|c| c.series == s.id).collect();
+        let Some(at) = s.points.iter().position(|p| p.run_key == a.run_key) else {
+            continue;
+        };
+        let nearest = here
+            .iter()
+            .min_by_key(|c| c.index.abs_diff(at))
+            .map(|c| {
+                format!(
+                    "; the nearest change point is [{}] at {} ({:+.2}%)",
+                    c.alert_id, c.first_run.run_key, c.change_pct
+                )
+            })
+            .unwrap_or_else(|| "; the series has no change point".to_string());
+        let reason = if a.kind == ChangeKind::NewRun.as_str() {
+            if here
+                .iter()
+                .any(|c| c.index <= at && at < c.index + min_size)
+            {
+                continue;
+            }
+            let after = s.points.len() - at - 1;
+            if after < min_size {
+                continue;
+            }
+            format!(
+                "a run off its level alone: {after} run(s) since, and no change point at it \
+                 or up to {} run(s) before it{nearest}",
+                min_size - 1
+            )
+        } else {
+            format!(
+                "its change point is no longer found over the {} runs of the series{nearest}",
+                s.points.len()
+            )
+        };
+        out.push(Closing {
+            alert_id: a.alert_id.clone(),
+            series: a.series.clone(),
+            run_key: a.run_key.clone(),
+            reason,
+        });
+    }
+    out
+}
+
+/// The closings as `history changes` prints them, one line each.
+pub fn closings_text(closed: &[Closing]) -> String {
+    closed
+        .iter()
+        .map(|c| {
+            format!(
+                "closed [{}] {} at {}: {}\n",
+                c.alert_id, c.series, c.run_key, c.reason
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::series::{build, StoredRow};
+    use lazyinit_report::cells::Metric;
+
+    fn alert(s: &Series, at: usize, kind: ChangeKind, state: AlertState) -> Alert {
+        let run_key = s.points[at].run_key.clone();
+        Alert {
+            alert_id: alert_id(&s.id, s.metric, &run_key),
+            series: s.id.clone(),
+            metric: s.metric.to_string(),
+            run_key,
+            kind: kind.as_str().to_string(),
+            state,
+            note: None,
+            detail: String::new(),
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    /// Which open alerts `changes` closes, over a generated history of
+    /// 100 runs (the L change planted at run 60 of x86_64 fix 2 TiB, the
+    /// 2% at run 80 of arm64 no fix 3 TiB).
+    #[test]
+    fn unsupported_alerts_are_the_open_ones_no_change_point_backs() {
+        let rows: Vec<StoredRow> = crate::generate::history(100, 5)
+            .into_iter()
+            .flat_map(|r| {
+                let key = crate::import::run_key(&r.rows).unwrap();
+                r.rows.into_iter().map(move |row| StoredRow {
+                    run_started_at: row.started_at.clone(),
+                    row,
+                    kernel_build: None,
+                    kernel_source_identity: None,
+                    run_key: key.clone(),
+                    folder: String::new(),
+                })
+            })
+            .collect();
+        let series = build(&rows, Metric::FromFirstGroupS, None);
+        let opts = ChangeOptions::default();
+        let found = find(&series, &opts);
+        let l = series
+            .iter()
+            .find(|s| s.id.contains("x86_64/debian-6.1/hz250/fix/2TiB"))
+            .unwrap();
+        let at: Vec<(&str, usize)> = found.iter().map(|c| (c.series.as_str(), c.index)).collect();
+        assert!(at.contains(&(l.id.as_str(), 60)), "{at:?}");
+        assert_eq!(at.len(), 2, "the two planted changes: {at:?}");
+        let quiet = series
+            .iter()
+            .find(|s| s.id.contains("arm64/debian-6.1/hz100/fix/2TiB"))
+            .unwrap();
+        let alerts = vec![
+            // Kept: the change's own alert; the gate's at the change and
+            // 2 runs after it; one triaged; one with 2 runs after it.
+            alert(l, 60, ChangeKind::Change, AlertState::New),
+            alert(l, 62, ChangeKind::NewRun, AlertState::New),
+            alert(quiet, 30, ChangeKind::Change, AlertState::Acknowledged),
+            alert(quiet, 97, ChangeKind::NewRun, AlertState::New),
+            // Closed: a change point no longer found; a run off its level
+            // alone; the gate 3 runs after the change (not its runs).
+            alert(quiet, 40, ChangeKind::Change, AlertState::New),
+            alert(quiet, 50, ChangeKind::NewRun, AlertState::New),
+            alert(l, 63, ChangeKind::NewRun, AlertState::New),
+        ];
+        let closed = unsupported(&series, &found, &alerts, &opts);
+        let ids: Vec<&str> = closed.iter().map(|c| c.alert_id.as_str()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                &alerts[4].alert_id,
+                &alerts[5].alert_id,
+                &alerts[6].alert_id
+            ]
+        );
+        assert!(
+            closed[0]
+                .reason
+                .starts_with("its change point is no longer found over the 100 runs"),
+            "{}",
+            closed[0].reason
+        );
+        assert!(
+            closed[0].reason.ends_with("the series has no change point"),
+            "{}",
+            closed[0].reason
+        );
+        assert!(
+            closed[1]
+                .reason
+                .starts_with("a run off its level alone: 49 run(s) since"),
+            "{}",
+            closed[1].reason
+        );
+        assert!(
+            closed[2].reason.contains("the nearest change point is ["),
+            "{}",
+            closed[2].reason
+        );
+        let text = closings_text(&closed);
+        assert_eq!(text.lines().count(), 3);
+        assert!(
+            text.starts_with(&format!("closed [{}] {} at ", alerts[4].alert_id, quiet.id)),
+            "{text}"
+        );
+    }
 }

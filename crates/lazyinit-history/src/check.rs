@@ -1,39 +1,66 @@
 //! `history check`: a new run judged against its series' history, not
 //! one baseline run.
 //!
-//! For each series the run has a point in, over the history up to and
-//! with that run:
+//! Each series of the run gets one of four verdicts (docs/history.md,
+//! "The gate"):
 //! - **fail** when the series' latest change point has an open alert
-//!   (state `new`): the series moved and nobody has looked yet;
-//! - **fail** when the run itself is off the level of the runs since the
-//!   latest change (at least [`MIN_HISTORY`] of them): a t-test of the
-//!   segment against the one new value (a t prediction interval) at
-//!   [`ChangeOptions::run_p`];
-//! - **pass** otherwise; a series with fewer earlier runs passes with a
-//!   note (nothing to judge against).
+//!   (state `new`), or when the run itself is off the **level** of the
+//!   recent runs since the latest change: its sleep L was seen in few of
+//!   them (an L change, whatever its time), or its value is off their
+//!   median by more than their spread allows (a t prediction interval at
+//!   [`ChangeOptions::run_p`] about the median, so one outlying run
+//!   cannot move the level);
+//! - **unknown** when it cannot be judged: fewer than [`MIN_HISTORY`]
+//!   runs since the latest change, or an ok row without the metric;
+//! - **error** when a cell of the run's plan has no ok row (failed,
+//!   interrupted, or no row at all);
+//! - **pass** otherwise.
 //!
 //! Each failure raises an alert (kept with its state); `history ack`
 //! acknowledging it, or marking it invalid, lets the gate pass again.
 
+use std::collections::BTreeMap;
+
 use lazyinit_core::exit;
+use lazyinit_core::results::Status;
+use lazyinit_report::cells::{CellKey, Metric};
 use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::changes::{self, Alert, Change, ChangeKind, ChangeOptions};
-use crate::edivisive::{ttest, Split};
-use crate::series::Series;
+use crate::edivisive::{Split, TTest};
+use crate::names::{label, series_id};
+use crate::series::{Point, Series, StoredRow};
 use crate::HistoryError;
 
 /// Earlier runs a series needs before a new run is judged against them
 /// (lkp-tests asks for three samples).
 pub const MIN_HISTORY: usize = 3;
 
+/// The recent runs (since the latest change) the level is made of.
+pub const LEVEL_RUNS: usize = 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     Pass,
-    /// Too few earlier runs to judge.
-    NoHistory,
+    /// Cannot be judged (too little history, a row without the metric):
+    /// the message says why.
+    Unknown,
     Fail,
+    /// A cell of the run's plan has no ok row.
+    Error,
+}
+
+impl Outcome {
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Pass => "PASS",
+            Outcome::Unknown => "UNKNOWN",
+            Outcome::Fail => "FAIL",
+            Outcome::Error => "ERROR",
+        }
+    }
 }
 
 /// The verdict on one series of the run.
@@ -42,10 +69,21 @@ pub struct SeriesVerdict {
     pub series: String,
     pub label: String,
     pub outcome: Outcome,
-    /// The run's value and the level it was judged against.
-    pub value: f64,
+    /// The run's value and the level it was judged against (the median
+    /// of the recent runs); none for an error or a row without the metric.
+    pub value: Option<f64>,
     pub level: Option<f64>,
+    /// Runs since the latest change before this one.
     pub earlier_runs: usize,
+    /// Of the runs the level was made of, those that were not judged
+    /// themselves when they ran (too little history then).
+    pub unjudged_in_level: usize,
+    /// Runs since the latest change left out of the level: of an L the
+    /// runs before them had seen in few of them (see [`level_runs`]).
+    pub left_out_of_level: usize,
+    /// `--baseline`: the runs the level was made of, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against: Option<String>,
     pub message: String,
     /// The changes that fail it (or that were triaged), with their alerts.
     pub changes: Vec<Change>,
@@ -55,21 +93,183 @@ pub struct SeriesVerdict {
 pub struct CheckReport {
     pub run_key: String,
     pub metric: String,
+    /// `--require-history`: an unknown verdict fails too.
+    pub require_history: bool,
+    /// `--baseline`: the selectors the level was chosen by.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub baseline: Vec<String>,
     pub verdicts: Vec<SeriesVerdict>,
 }
 
 impl exit::ExitCode for CheckReport {
-    /// 0 every series passes, 1 one fails, 2 the run has no series (no
-    /// ok row with the metric), as `compare` exits.
+    /// 0 every series passes (or is unknown), 1 one fails or errs (or is
+    /// unknown under `--require-history`), 2 the run has nothing to judge.
     fn exit_code(&self) -> u8 {
+        let failing = |o: Outcome| {
+            matches!(o, Outcome::Fail | Outcome::Error)
+                || (self.require_history && o == Outcome::Unknown)
+        };
         if self.verdicts.is_empty() {
             exit::BAD_INPUT
-        } else if self.verdicts.iter().any(|v| v.outcome == Outcome::Fail) {
+        } else if self.verdicts.iter().any(|v| failing(v.outcome)) {
             exit::REGRESSION_OR_CELL_FAILED
         } else {
             exit::OK
         }
     }
+}
+
+/// The level a run is judged against: the recent runs' median (one run
+/// cannot move it), their sd, and how often each sleep L was seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Level {
+    pub runs: usize,
+    pub median: f64,
+    pub spread: f64,
+    /// L -> runs that measured it.
+    pub sleeps: BTreeMap<u64, usize>,
+}
+
+fn median(x: &mut [f64]) -> f64 {
+    x.sort_by(f64::total_cmp);
+    let n = x.len();
+    if n % 2 == 1 {
+        x[n / 2]
+    } else {
+        (x[n / 2 - 1] + x[n / 2]) / 2.0
+    }
+}
+
+impl Level {
+    pub fn of(points: &[Point]) -> Option<Level> {
+        if points.is_empty() {
+            return None;
+        }
+        let mut v: Vec<f64> = points.iter().map(|p| p.value).collect();
+        let m = median(&mut v);
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        // The sd is the runs' own (an outlier among them widens the
+        // interval, erring to pass on time; the L test does not widen).
+        let spread = if v.len() > 1 {
+            (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        } else {
+            0.0
+        };
+        let mut sleeps = BTreeMap::new();
+        for l in points.iter().flat_map(|p| p.sleep_ticks.iter()) {
+            *sleeps.entry(*l).or_insert(0) += 1;
+        }
+        Some(Level {
+            runs: points.len(),
+            median: m,
+            spread,
+            sleeps,
+        })
+    }
+
+    /// Whether `l` was seen in few of the runs: in fewer than a quarter
+    /// of them, or in one only.
+    pub fn is_rare(&self, l: u64) -> bool {
+        let seen = self.sleeps.get(&l).copied().unwrap_or(0);
+        seen < 2 || seen * 4 < self.runs
+    }
+
+    /// The L seen in more than few of the runs.
+    pub fn usual_sleeps(&self) -> Vec<u64> {
+        self.sleeps
+            .keys()
+            .copied()
+            .filter(|l| !self.is_rare(*l))
+            .collect()
+    }
+
+    /// A t prediction interval for one new value around the median:
+    /// two-sided p.
+    pub fn test(&self, value: f64) -> TTest {
+        let n = self.runs as f64;
+        let p = if self.runs < 2 {
+            1.0
+        } else if self.spread == 0.0 {
+            if value == self.median {
+                1.0
+            } else {
+                0.0
+            }
+        } else {
+            let t = ((value - self.median) / (self.spread * (1.0 + 1.0 / n).sqrt())).abs();
+            let dist = StudentsT::new(0.0, 1.0, n - 1.0).expect("n >= 2");
+            2.0 * (1.0 - dist.cdf(t))
+        };
+        TTest {
+            mean_before: self.median,
+            mean_after: value,
+            sd_before: self.spread,
+            sd_after: 0.0,
+            n_before: self.runs,
+            n_after: 1,
+            p,
+        }
+    }
+}
+
+/// Whether a run is off a level: its rare L (maybe none) and the time
+/// test, or `None` when it is on it.
+fn off_level_at(run: &Point, level: &Level, opts: &ChangeOptions) -> Option<(Vec<u64>, TTest)> {
+    let rare: Vec<u64> = run
+        .sleep_ticks
+        .iter()
+        .copied()
+        .filter(|l| !level.sleeps.is_empty() && level.is_rare(*l))
+        .collect();
+    let t = level.test(run.value);
+    let out = t.p < opts.run_p && t.magnitude() > opts.edivisive.min_magnitude;
+    (!rare.is_empty() || out).then_some((rare, t))
+}
+
+/// The suspect a run off its level raises: its L rare, or its value out.
+fn off_level(
+    upto: &Series,
+    since: usize,
+    at: usize,
+    level: &Level,
+    opts: &ChangeOptions,
+) -> Option<Change> {
+    let run = &upto.points[at];
+    let (rare, t) = off_level_at(run, level, opts)?;
+    let split = Split {
+        index: at,
+        stats: t,
+    };
+    let mut c = changes::change_of(upto, &split, since, at + 1, ChangeKind::NewRun);
+    c.sleep_moved = (!rare.is_empty()).then(|| (level.usual_sleeps(), run.sleep_ticks.clone()));
+    Some(c)
+}
+
+/// The runs since the latest change (`since`) before `at` a level may be
+/// made of: the first [`MIN_HISTORY`] (the first baseline), and each
+/// later run whose sleep L the level of the runs kept before it had seen
+/// in more than few of them. A run never judged (imported without
+/// `check`, or judged UNKNOWN) is judged so here, and one of an L change
+/// stays out; a run off on time only joins (its time widens the
+/// interval: the gate errs to pass on time, not on L).
+pub fn level_runs(upto: &Series, since: usize, at: usize, opts: &ChangeOptions) -> Vec<usize> {
+    let mut kept: Vec<usize> = Vec::new();
+    for j in since..at {
+        if j - since >= MIN_HISTORY {
+            let last = &kept[kept.len().saturating_sub(LEVEL_RUNS)..];
+            let points: Vec<Point> = last.iter().map(|&i| upto.points[i].clone()).collect();
+            if let Some(level) = Level::of(&points) {
+                let rare = off_level_at(&upto.points[j], &level, opts)
+                    .is_some_and(|(rare, _)| !rare.is_empty());
+                if rare {
+                    continue;
+                }
+            }
+        }
+        kept.push(j);
+    }
+    kept
 }
 
 /// What check found in one series before alerts are looked up: the
@@ -87,39 +287,33 @@ pub fn judge_series(
     let value = upto.points[at].value;
     let found = changes::of_series(&upto, opts);
     let since = found.last().map_or(0, |c| c.index);
-    let earlier = &upto.points[since..at];
+    let kept = level_runs(&upto, since, at, opts);
+    let in_level = &kept[kept.len().saturating_sub(LEVEL_RUNS)..];
+    let points: Vec<Point> = in_level.iter().map(|&j| upto.points[j].clone()).collect();
+    let level = Level::of(&points);
     let mut suspects: Vec<Change> = found.last().cloned().into_iter().collect();
-    if earlier.len() >= MIN_HISTORY {
-        let level: Vec<f64> = earlier.iter().map(|p| p.value).collect();
-        let t = ttest(&level, &[value]);
-        let big = t.magnitude() > opts.edivisive.min_magnitude;
-        if t.p < opts.run_p && big {
-            let split = Split {
-                index: at,
-                stats: t,
-            };
-            suspects.push(changes::change_of(
-                &upto,
-                &split,
-                since,
-                at + 1,
-                ChangeKind::NewRun,
-            ));
-        }
+    let judged = at - since >= MIN_HISTORY;
+    if let (true, Some(l)) = (judged, &level) {
+        suspects.extend(off_level(&upto, since, at, l, opts));
     }
-    let level = (!earlier.is_empty())
-        .then(|| earlier.iter().map(|p| p.value).sum::<f64>() / earlier.len() as f64);
     let verdict = SeriesVerdict {
         series: series.id.clone(),
         label: series.label.clone(),
-        outcome: if at < MIN_HISTORY {
-            Outcome::NoHistory
-        } else {
+        outcome: if judged {
             Outcome::Pass
+        } else {
+            Outcome::Unknown
         },
-        value,
-        level,
-        earlier_runs: at,
+        value: Some(value),
+        level: level.as_ref().map(|l| l.median),
+        earlier_runs: at - since,
+        // The first baseline: the runs not judged when they ran.
+        unjudged_in_level: in_level
+            .iter()
+            .filter(|&&j| j - since < MIN_HISTORY)
+            .count(),
+        left_out_of_level: (at - since) - kept.len(),
+        against: None,
         message: String::new(),
         changes: Vec::new(),
     };
@@ -141,19 +335,40 @@ pub fn settle(
         }
         v.changes.push(c);
     }
+    let value = v.value.unwrap_or(f64::NAN);
     if !open.is_empty() {
         v.outcome = Outcome::Fail;
         v.message = open.join("; ");
-    } else if v.outcome == Outcome::NoHistory {
+    } else if let (Outcome::Unknown, Some(a)) = (v.outcome, &v.against) {
+        v.message =
+            format!("{value:.4} {unit}, not judged: {a}, at least {MIN_HISTORY} are needed");
+    } else if v.outcome == Outcome::Unknown {
         v.message = format!(
-            "{} earlier run(s): at least {MIN_HISTORY} are needed to judge",
+            "{value:.4} {unit}, not judged: {} earlier run(s) since the latest change, at least {MIN_HISTORY} are needed",
             v.earlier_runs
         );
     } else {
         v.message = match v.level {
-            Some(l) => format!("{:.4} {unit} at its level {:.4} {unit}", v.value, l),
-            None => format!("{:.4} {unit}", v.value),
+            Some(l) => format!("{value:.4} {unit} at its level {l:.4} {unit}"),
+            None => format!("{value:.4} {unit}"),
         };
+        if let Some(a) = &v.against {
+            v.message.push_str(&format!(" (the median of {a})"));
+        } else if v.unjudged_in_level > 0 || v.left_out_of_level > 0 {
+            let n = (v.earlier_runs - v.left_out_of_level).min(LEVEL_RUNS);
+            let mut why = Vec::new();
+            if v.unjudged_in_level > 0 {
+                why.push(format!(
+                    "{} of them the first baseline, not judged when they ran",
+                    v.unjudged_in_level
+                ));
+            }
+            if v.left_out_of_level > 0 {
+                why.push(format!("{} of an L change left out", v.left_out_of_level));
+            }
+            v.message
+                .push_str(&format!(" (the median of {n} run(s), {})", why.join("; ")));
+        }
     }
     v
 }
@@ -175,27 +390,324 @@ pub fn describe(c: &Change, unit: &str) -> String {
     s
 }
 
-/// Checks `run_key` in a history: see the module's doc.
+/// The run's cells that cannot give a value: each series (or planned cell
+/// without a row) with no ok row is an error; an ok row without the
+/// metric, unknown.
+fn unjudgeable(
+    rows: &[&lazyinit_core::results::ResultRow],
+    planned: &[String],
+    metric: Metric,
+) -> Vec<SeriesVerdict> {
+    let mut by_key: BTreeMap<CellKey, Vec<&lazyinit_core::results::ResultRow>> = BTreeMap::new();
+    for r in rows {
+        by_key.entry(CellKey::of(r)).or_default().push(r);
+    }
+    let verdict = |series: String, label: String, outcome, message: String| SeriesVerdict {
+        series,
+        label,
+        outcome,
+        value: None,
+        level: None,
+        earlier_runs: 0,
+        unjudged_in_level: 0,
+        left_out_of_level: 0,
+        against: None,
+        message,
+        changes: Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (key, rows) in &by_key {
+        let ok: Vec<_> = rows.iter().filter(|r| r.status == Status::Ok).collect();
+        if ok.iter().any(|r| metric.of(r).is_some()) {
+            continue;
+        }
+        let (outcome, message) = match ok.first() {
+            Some(r) => (
+                Outcome::Unknown,
+                format!(
+                    "cell {}: an ok row without {}: cannot be judged",
+                    r.cell_id,
+                    metric.name()
+                ),
+            ),
+            None => {
+                let r = rows[0];
+                let error = if r.error.is_empty() {
+                    "no error recorded"
+                } else {
+                    r.error.as_str()
+                };
+                (
+                    Outcome::Error,
+                    format!("cell {}: {} ({})", r.cell_id, r.status, error),
+                )
+            }
+        };
+        let tree = crate::names::tree_of(rows.iter().copied(), key);
+        out.push(verdict(
+            series_id(key, tree),
+            label(key, tree),
+            outcome,
+            message,
+        ));
+    }
+    for cell in planned {
+        if !rows.iter().any(|r| &r.cell_id == cell) {
+            let msg = format!("cell {cell}: no row (it did not run, or the run stopped before it)");
+            out.push(verdict(cell.clone(), cell.clone(), Outcome::Error, msg));
+        }
+    }
+    out
+}
+
+/// Checks `run_key` in a history: see the module's doc. `planned` are
+/// the cell ids the run's spec plans (a cell without a row is an error).
 pub fn check(
     h: &mut crate::History,
     run_key: &str,
-    metric: lazyinit_report::cells::Metric,
+    planned: &[String],
+    metric: Metric,
     opts: &ChangeOptions,
 ) -> Result<CheckReport, HistoryError> {
-    let series = h.series(metric, None)?;
+    let stored = h.stored_rows()?;
+    let series = crate::names::build(&stored, metric, None);
     let judged: Vec<(SeriesVerdict, Vec<Change>)> = series
         .iter()
         .filter_map(|s| judge_series(s, run_key, opts))
         .collect();
     let all: Vec<Change> = judged.iter().flat_map(|(_, c)| c.iter().cloned()).collect();
     let alerts = h.raise(&all)?;
-    let verdicts = judged
+    let mut verdicts: Vec<SeriesVerdict> = judged
         .into_iter()
         .map(|(v, s)| settle(v, s, &alerts, metric.unit()))
         .collect();
+    let rows: Vec<_> = stored
+        .iter()
+        .filter(|s| s.run_key == run_key)
+        .map(|s| &s.row)
+        .collect();
+    verdicts.extend(unjudgeable(&rows, planned, metric));
     Ok(CheckReport {
         run_key: run_key.to_string(),
         metric: metric.name().to_string(),
+        require_history: false,
+        baseline: Vec::new(),
+        verdicts,
+    })
+}
+
+/// `history check --baseline`: which runs a candidate is judged against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Baseline {
+    /// `run:KEY`: a run by its key (`run_id@started_at`), its run id, or
+    /// a prefix of its key.
+    Run(String),
+    /// `date:FROM..TO`: runs whose first row started on those days
+    /// (`YYYY-MM-DD`, both included; either end may be left out).
+    Dates(String, String),
+    /// `label:L`: the runs `history import --label L` named.
+    Label(String),
+    /// `kernel:K`: rows of that kernel release (`uname -r`, or its version
+    /// before the first `-`, `6.1.192`), source
+    /// (`debian-6.1`, `6.1.160`) or source identity (`git:…`, `sha256:…`).
+    Kernel(String),
+}
+
+impl std::str::FromStr for Baseline {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let hint = "use run:KEY, date:FROM..TO (YYYY-MM-DD), kernel:RELEASE or label:LABEL";
+        let (kind, value) = s
+            .split_once(':')
+            .filter(|(_, v)| !v.is_empty())
+            .ok_or_else(|| format!("--baseline `{s}`: {hint}"))?;
+        match kind {
+            "run" => Ok(Baseline::Run(value.to_string())),
+            "kernel" => Ok(Baseline::Kernel(value.to_string())),
+            "label" => Ok(Baseline::Label(value.to_string())),
+            "date" => {
+                let (from, to) = value
+                    .split_once("..")
+                    .ok_or_else(|| format!("--baseline `{s}`: a range FROM..TO; {hint}"))?;
+                let day = |d: &str| {
+                    d.is_empty() || chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()
+                };
+                if !day(from) || !day(to) {
+                    return Err(format!("--baseline `{s}`: days are YYYY-MM-DD; {hint}"));
+                }
+                Ok(Baseline::Dates(from.to_string(), to.to_string()))
+            }
+            _ => Err(format!("--baseline `{s}`: {hint}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Baseline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Baseline::Run(r) => write!(f, "run:{r}"),
+            Baseline::Dates(a, b) => write!(f, "date:{a}..{b}"),
+            Baseline::Kernel(k) => write!(f, "kernel:{k}"),
+            Baseline::Label(l) => write!(f, "label:{l}"),
+        }
+    }
+}
+
+impl Baseline {
+    /// Whether `run:KEY` chooses the run of this key.
+    pub fn matches_key(&self, run_key: &str) -> bool {
+        match self {
+            Baseline::Run(k) => run_key == k || run_key.starts_with(k.as_str()),
+            _ => false,
+        }
+    }
+
+    /// Whether row `r` is of a chosen run; `labelled` are the keys of the
+    /// runs a `label:` names (the history holds the labels).
+    pub fn matches(&self, r: &StoredRow, labelled: &[String]) -> bool {
+        match self {
+            Baseline::Label(_) => labelled.contains(&r.run_key),
+            Baseline::Run(k) => r.row.run_id == *k || self.matches_key(&r.run_key),
+            Baseline::Dates(from, to) => {
+                let day = r.run_started_at.get(..10).unwrap_or(&r.run_started_at);
+                (from.is_empty() || day >= from.as_str()) && (to.is_empty() || day <= to.as_str())
+            }
+            Baseline::Kernel(k) => {
+                let release = &r.row.kernel_release;
+                release == k
+                    || release.starts_with(&format!("{k}-"))
+                    || r.row.axes.source == k.as_str()
+                    || r.kernel_source_identity.as_deref() == Some(k.as_str())
+            }
+        }
+    }
+}
+
+/// The candidate's point judged against every other point of `series`
+/// (the baseline runs): no change points, the level is theirs.
+pub fn judge_against(
+    series: &Series,
+    run_key: &str,
+    opts: &ChangeOptions,
+) -> Option<(SeriesVerdict, Vec<Change>)> {
+    let at = series.points.iter().position(|p| p.run_key == run_key)?;
+    let mut points: Vec<Point> = series.points.clone();
+    let run = points.remove(at);
+    points.push(run);
+    let s = Series {
+        points,
+        ..series.clone()
+    };
+    let at = s.points.len() - 1;
+    let level = Level::of(&s.points[..at]);
+    let judged = at >= MIN_HISTORY;
+    let mut suspects = Vec::new();
+    if let (true, Some(l)) = (judged, &level) {
+        suspects.extend(off_level(&s, 0, at, l, opts));
+    }
+    let kernels = kernels_in(&s.points[..at]);
+    let verdict = SeriesVerdict {
+        series: series.id.clone(),
+        label: series.label.clone(),
+        outcome: if judged {
+            Outcome::Pass
+        } else {
+            Outcome::Unknown
+        },
+        value: Some(s.points[at].value),
+        level: level.as_ref().map(|l| l.median),
+        earlier_runs: at,
+        unjudged_in_level: 0,
+        left_out_of_level: 0,
+        against: Some(format!(
+            "{at} baseline run(s) of this cell and testbed{kernels}"
+        )),
+        message: String::new(),
+        changes: Vec::new(),
+    };
+    Some((verdict, suspects))
+}
+
+/// `, kernels A, B` of the baseline points (none when there are none).
+fn kernels_in(points: &[Point]) -> String {
+    let mut k: Vec<&str> = points.iter().map(|p| p.kernel.as_str()).collect();
+    k.sort();
+    k.dedup();
+    if k.is_empty() {
+        String::new()
+    } else {
+        format!(", kernel {}", k.join(", "))
+    }
+}
+
+/// `history check RUN --baseline SEL...`: each series of the run judged
+/// against the runs the selectors choose, of the same cell and testbed
+/// whatever their kernel source (a release candidate against the last
+/// release's runs). The run's own earlier history is not used.
+pub fn check_against(
+    h: &mut crate::History,
+    run_key: &str,
+    planned: &[String],
+    metric: Metric,
+    opts: &ChangeOptions,
+    baseline: &[Baseline],
+) -> Result<CheckReport, HistoryError> {
+    let stored = h.stored_rows()?;
+    let mut labelled = Vec::new();
+    for b in baseline {
+        if let Baseline::Label(l) = b {
+            labelled.extend(h.runs_labelled(l)?);
+        }
+    }
+    let candidate: Vec<&StoredRow> = stored.iter().filter(|r| r.run_key == run_key).collect();
+    let chosen: Vec<&StoredRow> = stored
+        .iter()
+        .filter(|r| r.run_key != run_key && baseline.iter().any(|b| b.matches(r, &labelled)))
+        .collect();
+    let mut verdicts = Vec::new();
+    let mut suspects = Vec::new();
+    let mut sources = Vec::new();
+    for r in &candidate {
+        if !sources.contains(&r.row.axes.source) {
+            sources.push(r.row.axes.source.clone());
+        }
+    }
+    for source in sources {
+        // The baseline's rows as of the candidate's source: one series
+        // per cell and testbed, the candidate's point last.
+        let mut rows: Vec<StoredRow> = chosen
+            .iter()
+            .map(|r| {
+                let mut r = (*r).clone();
+                r.row.axes.source = source.clone();
+                r
+            })
+            .collect();
+        rows.extend(
+            candidate
+                .iter()
+                .filter(|r| r.row.axes.source == source)
+                .map(|r| (*r).clone()),
+        );
+        for s in crate::names::build(&rows, metric, None) {
+            if let Some((v, c)) = judge_against(&s, run_key, opts) {
+                suspects.extend(c.iter().cloned());
+                verdicts.push((v, c));
+            }
+        }
+    }
+    let alerts = h.raise(&suspects)?;
+    let mut verdicts: Vec<SeriesVerdict> = verdicts
+        .into_iter()
+        .map(|(v, s)| settle(v, s, &alerts, metric.unit()))
+        .collect();
+    let rows: Vec<_> = candidate.iter().map(|s| &s.row).collect();
+    verdicts.extend(unjudgeable(&rows, planned, metric));
+    Ok(CheckReport {
+        run_key: run_key.to_string(),
+        metric: metric.name().to_string(),
+        require_history: false,
+        baseline: baseline.iter().map(Baseline::to_string).collect(),
         verdicts,
     })
 }

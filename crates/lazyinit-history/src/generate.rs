@@ -5,6 +5,21 @@
 //! a reader sees what one looks like: from run 60% on, x86_64 HZ250 fix
 //! 2 TiB sleeps L = 7 instead of 8 (an L change), and from run 80% on
 //! arm64 no fix 3 TiB cycles 2% slower.
+//!
+//! [`Noise::HeavyTailed`] adds loaded stretches as the five one-core
+//! nights of results/l-stability-timer are (+0.2% to +8% there): a stretch
+//! of 1-5 nights starts on 1% of nights, and in it each cell's cycle is
+//! `1 + 0.002 + 0.1 u²` slower (u uniform): mostly a little, sometimes a
+//! lot. Its runs are no change: a detector must not report them.
+
+/// The host noise of a generated history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Noise {
+    /// Up to 8% of a tick, uniform (the `history generate` default).
+    Uniform,
+    /// Uniform, plus loaded stretches (see the module's doc).
+    HeavyTailed,
+}
 
 use lazyinit_core::cell::DEFAULT_WAIT_MULT;
 use lazyinit_core::model::groups;
@@ -27,6 +42,11 @@ const CELLS: [(Arch, u32, Variant, u64); 4] = [
 // Long: one synthetic night's eight rows, field by field as a results CSV holds them.
 /// Run `i` of `runs` (0-based), eight rows.
 pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
+    run_loaded(i, runs, rng, false)
+}
+
+/// Run `i` as [`run`], on a loaded night when `loaded`.
+pub fn run_loaded(i: usize, runs: usize, rng: &mut impl Rng, loaded: bool) -> RunImport {
     let day = chrono::DateTime::parse_from_rfc3339("2024-01-01T02:00:00Z")
         .expect("a date")
         .with_timezone(&chrono::Utc)
@@ -55,6 +75,10 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
             {
                 ms *= 1.02;
             }
+            if loaded {
+                let u: f64 = rng.gen();
+                ms *= 1.0 + 0.002 + 0.1 * u * u;
+            }
             let g = groups(ByteSize(size));
             let from_first = g as f64 * ms / 1000.0;
             let first_group_s = rng.gen_range(0.5..5.0);
@@ -81,6 +105,7 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
                     wait_mult: DEFAULT_WAIT_MULT,
                 },
                 kernel_profile: None,
+                kernel_tree: String::new(),
                 kernel_release: format!("6.1.{point}-lazyinit-hz{hz}-{variant}"),
                 repetition: 1,
                 started_at: started_at.clone(),
@@ -116,8 +141,42 @@ pub fn run(i: usize, runs: usize, rng: &mut impl Rng) -> RunImport {
 
 /// Every run of a generated history, oldest first.
 pub fn history(runs: usize, seed: u64) -> Vec<RunImport> {
+    history_with(runs, seed, Noise::Uniform)
+}
+
+/// Every run of a generated history with `noise`, oldest first. The
+/// uniform history is the one [`history`] gives for the seed.
+pub fn history_with(runs: usize, seed: u64, noise: Noise) -> Vec<RunImport> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..runs).map(|i| run(i, runs, &mut rng)).collect()
+    let mut load = rand::rngs::StdRng::seed_from_u64(seed ^ 0x10ad);
+    let mut stretch = 0usize;
+    (0..runs)
+        .map(|i| {
+            if noise == Noise::HeavyTailed && stretch == 0 && load.gen_bool(0.01) {
+                stretch = load.gen_range(1..=5);
+            }
+            let loaded = stretch > 0;
+            stretch = stretch.saturating_sub(1);
+            run_loaded(i, runs, &mut rng, loaded)
+        })
+        .collect()
+}
+
+/// The runs (0-based) of a generated history that are loaded.
+pub fn loaded_runs(runs: usize, seed: u64, noise: Noise) -> Vec<usize> {
+    let mut load = rand::rngs::StdRng::seed_from_u64(seed ^ 0x10ad);
+    let mut stretch = 0usize;
+    let mut out = Vec::new();
+    for i in 0..runs {
+        if noise == Noise::HeavyTailed && stretch == 0 && load.gen_bool(0.01) {
+            stretch = load.gen_range(1..=5);
+        }
+        if stretch > 0 {
+            out.push(i);
+        }
+        stretch = stretch.saturating_sub(1);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -126,12 +185,8 @@ mod tests {
     use crate::series::{build, StoredRow};
     use lazyinit_report::cells::Metric;
 
-    /// The two planted changes are found at the run they were planted,
-    /// the L change named as one.
-    #[test]
-    fn the_planted_changes_are_found_where_planted() {
-        let rows: Vec<StoredRow> = history(200, 28)
-            .into_iter()
+    fn stored(runs: Vec<RunImport>) -> Vec<StoredRow> {
+        runs.into_iter()
             .flat_map(|r| {
                 let key = crate::import::run_key(&r.rows).unwrap();
                 r.rows.into_iter().map(move |row| StoredRow {
@@ -143,7 +198,60 @@ mod tests {
                     folder: String::new(),
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// 10,000 runs x 8 cells, uniform and heavy-tailed noise, seeds other
+    /// than the 28 below: the two planted changes at their runs and
+    /// nothing else (before the level was corrected for the length and a
+    /// step had to exceed the noise, 10,000 runs gave 32 false ones).
+    #[test]
+    fn long_histories_have_only_the_planted_changes() {
+        for (noise, seed) in [(Noise::Uniform, 11), (Noise::HeavyTailed, 12)] {
+            let series = build(
+                &stored(history_with(10_000, seed, noise)),
+                Metric::FromFirstGroupS,
+                None,
+            );
+            assert_eq!(series.len(), 8);
+            let found: Vec<(String, usize)> = crate::changes::find(&series, &Default::default())
+                .into_iter()
+                .map(|c| (c.series, c.index))
+                .collect();
+            let want = vec![
+                (
+                    "qemu/qemu-aarch64/tcg/arm64/debian-6.1/hz100/nofix/3TiB/w10/ebs/measured"
+                        .to_string(),
+                    8000,
+                ),
+                (
+                    "qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/2TiB/w10/ebs/measured"
+                        .to_string(),
+                    6000,
+                ),
+            ];
+            assert_eq!(found, want, "{noise:?} seed {seed}");
+        }
+    }
+
+    /// The heavy-tailed history has loaded stretches of 1-5 runs.
+    #[test]
+    fn heavy_tails_load_some_runs() {
+        let loaded = loaded_runs(10_000, 12, Noise::HeavyTailed);
+        assert!((50..=600).contains(&loaded.len()), "{}", loaded.len());
+        assert_eq!(loaded_runs(10_000, 12, Noise::Uniform), Vec::<usize>::new());
+        // The uniform history is the one `history` gives.
+        assert_eq!(
+            history(30, 3)[29].rows,
+            history_with(30, 3, Noise::Uniform)[29].rows
+        );
+    }
+
+    /// The two planted changes are found at the run they were planted,
+    /// the L change named as one.
+    #[test]
+    fn the_planted_changes_are_found_where_planted() {
+        let rows = stored(history(200, 28));
         let series = build(&rows, Metric::FromFirstGroupS, None);
         assert_eq!(series.len(), 8);
         let found = crate::changes::find(&series, &Default::default());

@@ -34,6 +34,7 @@ pub mod edivisive;
 pub mod generate;
 pub mod import;
 pub mod migrate;
+pub mod names;
 pub mod postgres;
 pub mod provenance;
 pub mod render;

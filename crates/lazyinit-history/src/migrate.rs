@@ -23,6 +23,16 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0003_kernel_profile",
         include_str!("../migrations/0003_kernel_profile/up.sql"),
     ),
+    (
+        4,
+        "0004_run_label",
+        include_str!("../migrations/0004_run_label/up.sql"),
+    ),
+    (
+        5,
+        "0005_kernel_tree",
+        include_str!("../migrations/0005_kernel_tree/up.sql"),
+    ),
 ];
 
 const VERSIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

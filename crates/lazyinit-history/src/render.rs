@@ -189,65 +189,58 @@ pub fn changes_text(changes: &[Change], series_count: usize) -> String {
 
 pub fn check_text(r: &CheckReport) -> String {
     let mut out = format!("check of {} on {}\n", r.run_key, r.metric);
+    if !r.baseline.is_empty() {
+        writeln!(out, "against the baseline {}", r.baseline.join(" + ")).unwrap();
+    }
     for v in &r.verdicts {
-        let word = match v.outcome {
-            Outcome::Pass => "PASS",
-            Outcome::NoHistory => "PASS (no history)",
-            Outcome::Fail => "FAIL",
-        };
-        writeln!(out, "{word:<18} {}: {}", v.series, v.message).unwrap();
+        writeln!(out, "{:<8} {}: {}", v.outcome.word(), v.series, v.message).unwrap();
     }
     if r.verdicts.is_empty() {
-        out.push_str("the run has no ok row with this metric: nothing to check\n");
+        out.push_str("the run has no row with this metric: nothing to check\n");
     }
     out
 }
 
-/// JUnit XML: one test case per series of the run.
+/// JUnit XML: one test case per series of the run (and per planned cell
+/// without a row); a fail is a `failure`, an error an `error`, an
+/// unknown `skipped`, each with its reason.
 pub fn check_junit(r: &CheckReport) -> String {
-    let failures = r
-        .verdicts
-        .iter()
-        .filter(|v| v.outcome == Outcome::Fail)
-        .count();
+    let count = |o: Outcome| r.verdicts.iter().filter(|v| v.outcome == o).count();
+    let counts = format!(
+        "tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\"",
+        r.verdicts.len(),
+        count(Outcome::Fail),
+        count(Outcome::Error),
+        count(Outcome::Unknown)
+    );
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    writeln!(out, "<testsuites name=\"lazyinit-history\" {counts}>").unwrap();
     writeln!(
         out,
-        "<testsuites name=\"lazyinit-history\" tests=\"{}\" failures=\"{failures}\">",
-        r.verdicts.len()
-    )
-    .unwrap();
-    writeln!(
-        out,
-        "  <testsuite name=\"history check {}\" tests=\"{}\" failures=\"{failures}\">",
-        esc(&r.run_key),
-        r.verdicts.len()
+        "  <testsuite name=\"history check {}\" {counts}>",
+        esc(&r.run_key)
     )
     .unwrap();
     for v in &r.verdicts {
         write!(
             out,
-            "    <testcase classname=\"lazyinit.history.{}\" name=\"{}\"",
+            "    <testcase classname=\"lazyinit.history.{}\" name=\"{}\">\n      ",
             esc(&r.metric),
             esc(&v.series)
         )
         .unwrap();
-        if v.outcome == Outcome::Fail {
-            writeln!(
+        let m = esc(&v.message);
+        match v.outcome {
+            Outcome::Fail => write!(
                 out,
-                ">\n      <failure type=\"change\" message=\"{}\">{}</failure>\n    </testcase>",
-                esc(&v.message),
-                esc(&v.message)
-            )
-            .unwrap();
-        } else {
-            writeln!(
-                out,
-                ">\n      <system-out>{}</system-out>\n    </testcase>",
-                esc(&v.message)
-            )
-            .unwrap();
+                "<failure type=\"change\" message=\"{m}\">{m}</failure>"
+            ),
+            Outcome::Error => write!(out, "<error type=\"cell\" message=\"{m}\">{m}</error>"),
+            Outcome::Unknown => write!(out, "<skipped message=\"{m}\"/>"),
+            Outcome::Pass => write!(out, "<system-out>{m}</system-out>"),
         }
+        .unwrap();
+        out.push_str("\n    </testcase>\n");
     }
     out.push_str("  </testsuite>\n</testsuites>\n");
     out

@@ -3,7 +3,7 @@
 //! HZ, variant, wait-mult, volume, storage profile, estimated or
 //! measured): rows that differ in any of them are never pooled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use lazyinit_core::results::{ResultRow, Status};
 use lazyinit_report::cells::{CellKey, Metric};
@@ -117,30 +117,137 @@ impl SeriesFilter {
 /// Every series of `rows` (ok rows with a value of `metric`), in key
 /// order, each with one point per run in the order of the runs.
 pub fn build(rows: &[StoredRow], metric: Metric, filter: Option<&SeriesFilter>) -> Vec<Series> {
-    // Per key: run key -> its rows, runs in first-seen (= date) order.
-    let mut by_key: BTreeMap<CellKey, Vec<(String, Vec<&StoredRow>)>> = BTreeMap::new();
+    let mut b = Builder::new(metric);
     for s in rows {
-        if s.row.status != Status::Ok || metric.of(&s.row).is_none() {
-            continue;
-        }
-        let runs = by_key.entry(CellKey::of(&s.row)).or_default();
-        match runs.iter_mut().find(|(k, _)| *k == s.run_key) {
-            Some((_, v)) => v.push(s),
-            None => runs.push((s.run_key.clone(), vec![s])),
+        b.push(s);
+    }
+    b.finish(filter)
+}
+
+/// The series built a row at a time ([`build`] over rows that need not
+/// all be in memory at once: `History::series` reads them a page at a
+/// time). A run's point keeps what it needs of its rows (the values,
+/// kernels, sleeps and its first row's identity), not the rows.
+pub struct Builder {
+    metric: Metric,
+    /// Per key: its runs' points so far in first-seen (= date) order, and
+    /// run key -> index (a map, not a search of the runs so far).
+    by_key: BTreeMap<CellKey, (Vec<Acc>, HashMap<String, usize>)>,
+}
+
+/// A run's point in the making.
+struct Acc {
+    head: Point,
+    values: Vec<f64>,
+    kernels: Vec<String>,
+    /// A single estimated row's prediction interval of `lazyinit_s`.
+    prediction: Option<(f64, f64)>,
+}
+
+impl Builder {
+    pub fn new(metric: Metric) -> Self {
+        Builder {
+            metric,
+            by_key: BTreeMap::new(),
         }
     }
-    by_key
-        .into_iter()
-        .map(|(key, runs)| Series {
-            id: series_id(&key),
-            label: key.label(),
-            metric: metric.name(),
-            unit: metric.unit(),
-            points: runs.iter().map(|(_, rows)| point(rows, metric)).collect(),
-            key,
-        })
-        .filter(|s| filter.is_none_or(|f| f.matches(&s.id)))
-        .collect()
+
+    /// Adds one row (ignored unless ok with a value of the metric).
+    pub fn push(&mut self, s: &StoredRow) {
+        let metric = self.metric;
+        if s.row.status != Status::Ok {
+            return;
+        }
+        let Some(value) = metric.of(&s.row) else {
+            return;
+        };
+        let (runs, at) = self.by_key.entry(CellKey::of(&s.row)).or_default();
+        let i = match at.get(&s.run_key) {
+            Some(&i) => i,
+            None => {
+                at.insert(s.run_key.clone(), runs.len());
+                runs.push(Acc::first(s, metric));
+                runs.len() - 1
+            }
+        };
+        let acc = &mut runs[i];
+        if acc.values.len() == 1 {
+            // A second row: an interval of the mean, not one row's prediction.
+            acc.prediction = None;
+        }
+        acc.values.push(value);
+        if !acc.kernels.contains(&s.row.kernel_release) {
+            acc.kernels.push(s.row.kernel_release.clone());
+        }
+        if let Some(l) = s.row.measured.sleep_ticks {
+            if !acc.head.sleep_ticks.contains(&l) {
+                acc.head.sleep_ticks.push(l);
+            }
+        }
+    }
+
+    /// The series, in key order, those `filter` matches.
+    pub fn finish(self, filter: Option<&SeriesFilter>) -> Vec<Series> {
+        let metric = self.metric;
+        self.by_key
+            .into_iter()
+            .map(|(key, (runs, _))| Series {
+                id: series_id(&key),
+                label: key.label(),
+                metric: metric.name(),
+                unit: metric.unit(),
+                points: runs.into_iter().map(Acc::point).collect(),
+                key,
+            })
+            .filter(|s| filter.is_none_or(|f| f.matches(&s.id)))
+            .collect()
+    }
+}
+
+impl Acc {
+    fn first(first: &StoredRow, metric: Metric) -> Acc {
+        let prediction = match metric {
+            Metric::LazyinitS if first.row.measured.estimated => first
+                .row
+                .measured
+                .lazyinit_lo_s
+                .zip(first.row.measured.lazyinit_hi_s),
+            _ => None,
+        };
+        Acc {
+            head: Point {
+                run_key: first.run_key.clone(),
+                run_id: first.row.run_id.clone(),
+                date: first.run_started_at.clone(),
+                folder: first.folder.clone(),
+                kernel: String::new(),
+                kernel_build: first.kernel_build.clone(),
+                kernel_identity: first.kernel_source_identity.clone(),
+                value: 0.0,
+                ci_lo: None,
+                ci_hi: None,
+                n: 0,
+                sleep_ticks: Vec::new(),
+                estimated: first.row.measured.estimated,
+            },
+            values: Vec::new(),
+            kernels: Vec::new(),
+            prediction,
+        }
+    }
+
+    fn point(self) -> Point {
+        let mut p = self.head;
+        let summary = summarize(&self.values).expect("rows with the metric");
+        let ci = summary.ci95.map(|i| (i.lo, i.hi)).or(self.prediction);
+        p.kernel = distinct(self.kernels.into_iter()).join(" ");
+        p.sleep_ticks.sort_unstable();
+        p.value = summary.mean;
+        p.ci_lo = ci.map(|c| c.0);
+        p.ci_hi = ci.map(|c| c.1);
+        p.n = summary.n;
+        p
+    }
 }
 
 fn distinct<T: Ord + Clone>(items: impl Iterator<Item = T>) -> Vec<T> {
@@ -148,34 +255,4 @@ fn distinct<T: Ord + Clone>(items: impl Iterator<Item = T>) -> Vec<T> {
     v.sort();
     v.dedup();
     v
-}
-
-fn point(rows: &[&StoredRow], metric: Metric) -> Point {
-    let first = rows[0];
-    let values: Vec<f64> = rows.iter().filter_map(|r| metric.of(&r.row)).collect();
-    let summary = summarize(&values).expect("rows with the metric");
-    let prediction = match (rows, metric) {
-        ([r], Metric::LazyinitS) if r.row.measured.estimated => r
-            .row
-            .measured
-            .lazyinit_lo_s
-            .zip(r.row.measured.lazyinit_hi_s),
-        _ => None,
-    };
-    let ci = summary.ci95.map(|i| (i.lo, i.hi)).or(prediction);
-    Point {
-        run_key: first.run_key.clone(),
-        run_id: first.row.run_id.clone(),
-        date: first.run_started_at.clone(),
-        folder: first.folder.clone(),
-        kernel: distinct(rows.iter().map(|r| r.row.kernel_release.clone())).join(" "),
-        kernel_build: first.kernel_build.clone(),
-        kernel_identity: first.kernel_source_identity.clone(),
-        value: summary.mean,
-        ci_lo: ci.map(|c| c.0),
-        ci_hi: ci.map(|c| c.1),
-        n: summary.n,
-        sleep_ticks: distinct(rows.iter().filter_map(|r| r.row.measured.sleep_ticks)),
-        estimated: first.row.measured.estimated,
-    }
 }

@@ -72,6 +72,7 @@ const KINDS: &[(&str, Kind)] = {
         ("shard", Text),
         ("host", Text),
         ("kernel_profile", Text),
+        ("kernel_tree", Text),
     ]
 };
 
@@ -155,6 +156,8 @@ fn row_from(db: &Row) -> Result<ResultRow, HistoryError> {
 pub struct History {
     db: Box<dyn Backend>,
     url: DbUrl,
+    /// Rows per page when the rows are read ([`History::PAGE`]).
+    page: i64,
 }
 
 impl History {
@@ -168,6 +171,7 @@ impl History {
         Ok(History {
             db,
             url: url.clone(),
+            page: Self::PAGE,
         })
     }
 
@@ -205,41 +209,103 @@ impl History {
 
     /// Every stored row with its run, oldest run first.
     pub fn stored_rows(&mut self) -> Result<Vec<StoredRow>, HistoryError> {
+        let mut out = Vec::new();
+        self.each_stored_row(|r| out.push(r))?;
+        Ok(out)
+    }
+
+    /// Rows per page of [`History::each_stored_row`] (80 runs x 8 cells
+    /// x 2 KB a row read: 20 MB).
+    pub const PAGE: i64 = 10_000;
+
+    /// Reads the rows `rows` at a time (tests: a page boundary inside a
+    /// run).
+    #[doc(hidden)]
+    pub fn set_page_rows(&mut self, rows: i64) {
+        self.page = rows.max(1);
+    }
+
+    /// Every stored row with its run, oldest run first, handed to `f` one
+    /// at a time and read a page of [`Self::PAGE`] rows at a time (keyset
+    /// paging on the order's key, the table's primary key and the run's
+    /// date), so a long history is never all in memory.
+    fn each_stored_row(&mut self, mut f: impl FnMut(StoredRow)) -> Result<(), HistoryError> {
         let cols = KINDS
             .iter()
             .map(|(n, _)| format!("r.\"{n}\""))
             .chain(FACT_COLUMNS.iter().map(|n| format!("r.\"{n}\"")))
             .collect::<Vec<_>>()
             .join(", ");
-        let sql = format!(
-            "SELECT {cols}, runs.run_key, runs.folder, runs.first_started_at
-             FROM result_rows r JOIN runs ON runs.run_key = r.run_key
-             ORDER BY runs.first_started_at, runs.run_key, r.started_at, r.cell_id"
+        let select = format!(
+            "SELECT {cols}, runs.run_key, runs.folder, runs.first_started_at, r.started_at, r.cell_id
+             FROM result_rows r JOIN runs ON runs.run_key = r.run_key"
         );
+        let order = "ORDER BY runs.first_started_at, runs.run_key, r.started_at, r.cell_id";
         let n = KINDS.len();
-        self.db
-            .query(&sql, &[])?
-            .iter()
-            .map(|db| {
-                Ok(StoredRow {
-                    row: row_from(db)?,
+        let tail = n + FACT_COLUMNS.len();
+        let mut after: Option<[String; 4]> = None;
+        let page = self.page;
+        loop {
+            let rows = match &after {
+                None => self
+                    .db
+                    .query(&format!("{select} {order} LIMIT {page}"), &[])?,
+                Some(k) => self.db.query(
+                    &format!(
+                        "{select} WHERE (runs.first_started_at, runs.run_key, r.started_at, r.cell_id) \
+                         > ($1, $2, $3, $4) {order} LIMIT {page}"
+                    ),
+                    &[
+                        k[0].clone().into(),
+                        k[1].clone().into(),
+                        k[2].clone().into(),
+                        k[3].clone().into(),
+                    ],
+                )?,
+            };
+            let full = rows.len() as i64 == page;
+            for db in rows {
+                after = Some([
+                    db.str(tail + 2),
+                    db.str(tail),
+                    db.str(tail + 3),
+                    db.str(tail + 4),
+                ]);
+                f(StoredRow {
+                    row: row_from(&db)?,
                     kernel_build: db.text(n),
                     kernel_source_identity: db.text(n + 1),
-                    run_key: db.str(n + FACT_COLUMNS.len()),
-                    folder: db.str(n + FACT_COLUMNS.len() + 1),
-                    run_started_at: db.str(n + FACT_COLUMNS.len() + 2),
-                })
-            })
-            .collect()
+                    run_key: db.str(tail),
+                    folder: db.str(tail + 1),
+                    run_started_at: db.str(tail + 2),
+                });
+            }
+            if !full {
+                return Ok(());
+            }
+        }
     }
 
-    /// Each series with its points over time.
+    /// Each series with its points over time (the rows read a page at a
+    /// time, each kept only as long as its point needs it).
     pub fn series(
         &mut self,
         metric: Metric,
         filter: Option<&SeriesFilter>,
     ) -> Result<Vec<Series>, HistoryError> {
-        Ok(series::build(&self.stored_rows()?, metric, filter))
+        let mut b = series::Builder::new(metric);
+        // Each key's git tree name (its rows' `kernel_tree`), gathered as
+        // the pages go by: ids and labels name no path (crate::names).
+        let mut trees = std::collections::BTreeMap::new();
+        self.each_stored_row(|r| {
+            if !r.row.kernel_tree.is_empty() {
+                trees
+                    .entry(lazyinit_report::cells::CellKey::of(&r.row))
+                    .or_insert_with(|| r.row.kernel_tree.clone());
+            }
+            b.push(&r)
+        })?;
+        Ok(crate::names::rename(b.finish(None), &trees, filter))
     }
 
     /// The change points of every series (pure: nothing is recorded), each
@@ -299,6 +365,44 @@ impl History {
             .alerts()?
             .into_iter()
             .filter(|a| ids.contains(&a.alert_id.as_str()))
+            .collect())
+    }
+
+    /// Closes each open alert of `series` that the change points `found`
+    /// (over the same series) no longer support ([`changes::unsupported`]),
+    /// state `closed` with the reason as its note. Returns the closings.
+    pub fn close_unsupported(
+        &mut self,
+        series: &[Series],
+        found: &[Change],
+        opts: &ChangeOptions,
+    ) -> Result<Vec<changes::Closing>, HistoryError> {
+        let closed = changes::unsupported(series, found, &self.alerts()?, opts);
+        for c in &closed {
+            self.set_alert_state(&c.alert_id, AlertState::Closed, &c.reason)?;
+        }
+        Ok(closed)
+    }
+
+    /// `history import --label`: names a run (again: the new name).
+    pub fn set_label(&mut self, run_key: &str, label: &str) -> Result<(), HistoryError> {
+        self.db.execute(
+            "UPDATE runs SET label = $1 WHERE run_key = $2",
+            &[label.into(), run_key.into()],
+        )?;
+        Ok(())
+    }
+
+    /// The keys of the runs labelled `label`.
+    pub fn runs_labelled(&mut self, label: &str) -> Result<Vec<String>, HistoryError> {
+        Ok(self
+            .db
+            .query(
+                "SELECT run_key FROM runs WHERE label = $1 ORDER BY run_key",
+                &[label.into()],
+            )?
+            .iter()
+            .map(|r| r.str(0))
             .collect())
     }
 

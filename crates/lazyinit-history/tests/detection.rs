@@ -228,3 +228,121 @@ fn a_change_in_a_git_tree_nightly_names_its_commit_range_and_the_bisect() {
     assert_eq!(plain.len(), 1);
     assert!(plain[0].commits.is_none());
 }
+
+/// The nightly job replayed: each of the 20 committed nights imported in
+/// order, then `history check` on it, then `history changes` (find, raise,
+/// close). The gate fails one-core nights and raises alerts; `changes`
+/// finds no change point and closes every one of them with its reason,
+/// leaving none open. A new-run alert with fewer than `min_size` runs
+/// after it is not judged yet and stays open.
+#[test]
+fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = ChangeOptions::default();
+    for url in [fresh_sqlite(dir.path()), fresh_postgres("close")] {
+        let mut h = History::open(&url).unwrap();
+        let nights = twenty_nights();
+        let mut failed_nights = Vec::new();
+        for (k, n) in nights.iter().enumerate() {
+            h.import(n).unwrap();
+            let key = format!("{}@{}", n.rows[0].run_id, n.rows[0].started_at);
+            let r = lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts)
+                .unwrap();
+            if r.verdicts
+                .iter()
+                .any(|v| v.outcome == lazyinit_history::check::Outcome::Fail)
+            {
+                failed_nights.push(k + 1);
+            }
+            if k + 1 == 10 {
+                // Night 10 (the last one-core night) is judged by nobody yet.
+                let series = h.series(Metric::FromFirstGroupS, None).unwrap();
+                let found = changes::find(&series, &opts);
+                h.raise(&found).unwrap();
+                let closed = h.close_unsupported(&series, &found, &opts).unwrap();
+                assert!(closed.iter().all(|c| c.run_key != key), "{closed:#?} {key}");
+            }
+        }
+        assert!(
+            failed_nights.iter().any(|n| (6..=10).contains(n)),
+            "{url}: the gate fails a one-core night: {failed_nights:?}"
+        );
+        let raised = h.alerts().unwrap();
+        assert!(!raised.is_empty());
+        let series = h.series(Metric::FromFirstGroupS, None).unwrap();
+        let found = changes::find(&series, &opts);
+        assert_eq!(
+            found,
+            vec![],
+            "{url}: no change point in the committed nights"
+        );
+        h.raise(&found).unwrap();
+        h.close_unsupported(&series, &found, &opts).unwrap();
+        let after = h.alerts().unwrap();
+        let open: Vec<_> = after.iter().filter(|a| a.state.is_open()).collect();
+        assert_eq!(open, Vec::<&lazyinit_history::Alert>::new(), "{url}");
+        for a in &after {
+            assert_eq!(a.state, lazyinit_history::AlertState::Closed, "{a:?}");
+            let note = a.note.as_deref().unwrap_or("");
+            assert!(
+                note.contains("a run off its level alone") || note.contains("is no longer found"),
+                "{note}"
+            );
+        }
+        // A second `changes` closes nothing more and reopens nothing.
+        let again = h.close_unsupported(&series, &found, &opts).unwrap();
+        assert_eq!(again, vec![]);
+        println!(
+            "{url}: the gate failed nights {failed_nights:?}, {} alert(s); all closed: {}",
+            after.len(),
+            after
+                .iter()
+                .map(|a| format!("[{}] {}", a.alert_id, a.note.clone().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+}
+
+/// With the L change at night 14, the replay keeps the change's alert
+/// open (a change point supports it) and closes the one-core nights'.
+#[test]
+fn a_supported_alert_stays_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = ChangeOptions::default();
+    let mut h = History::open(&fresh_sqlite(dir.path())).unwrap();
+    let nights = with_l_change(twenty_nights());
+    for n in &nights {
+        h.import(n).unwrap();
+        let key = format!("{}@{}", n.rows[0].run_id, n.rows[0].started_at);
+        lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts).unwrap();
+    }
+    let series = h.series(Metric::FromFirstGroupS, None).unwrap();
+    let found = changes::find(&series, &opts);
+    assert_eq!(found.len(), 1);
+    h.raise(&found).unwrap();
+    h.close_unsupported(&series, &found, &opts).unwrap();
+    let open: Vec<_> = h
+        .alerts()
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.state.is_open())
+        .collect();
+    assert!(
+        open.iter().any(|a| a.alert_id == found[0].alert_id),
+        "{open:?}"
+    );
+    for a in &open {
+        assert!(a.series.contains("x86_64/debian-6.1/hz250/fix"), "{a:?}");
+        // The change's own alert, or a night the gate failed right after it.
+        let at = series
+            .iter()
+            .find(|s| s.id == a.series)
+            .unwrap()
+            .points
+            .iter()
+            .position(|p| p.run_key == a.run_key)
+            .unwrap();
+        assert!((13..16).contains(&at), "{a:?} at {at}");
+    }
+}

@@ -19,11 +19,11 @@ fn migrations_apply_once_and_are_recorded() {
     let (_d, urls) = both("migrate");
     for url in &urls {
         let mut h = History::open(url).unwrap();
-        assert_eq!(h.schema_versions().unwrap(), vec![1, 2, 3], "{url}");
+        assert_eq!(h.schema_versions().unwrap(), vec![1, 2, 3, 4, 5], "{url}");
         drop(h);
         // Opening again applies nothing twice.
         let mut h = History::open(url).unwrap();
-        assert_eq!(h.schema_versions().unwrap(), vec![1, 2, 3], "{url}");
+        assert_eq!(h.schema_versions().unwrap(), vec![1, 2, 3, 4, 5], "{url}");
     }
 }
 
@@ -122,4 +122,40 @@ fn sqlite_and_postgres_answer_the_same() {
     assert_eq!(outputs[0].2, outputs[1].2);
     assert_eq!(outputs[0].3, outputs[1].3);
     assert_eq!(outputs[0].1.lines().count(), 1 + 4 * 20);
+}
+
+/// The rows are read a page at a time (a long history is never all in
+/// memory): pages of 7 rows, which split the nights' 4 rows across
+/// pages, give the same rows and series as one page, on both backends;
+/// the series built a row at a time are `series::build`'s.
+#[test]
+fn rows_read_a_page_at_a_time_are_the_same_rows() {
+    let (_d, urls) = both("paged");
+    for url in &urls {
+        let mut h = History::open(url).unwrap();
+        for r in &twenty_nights() {
+            h.import(r).unwrap();
+        }
+        let whole = h.stored_rows().unwrap();
+        let series = h.series(Metric::FromFirstGroupS, None).unwrap();
+        assert_eq!(whole.len(), 80, "{url}");
+        h.set_page_rows(7);
+        assert_eq!(h.stored_rows().unwrap(), whole, "{url}");
+        assert_eq!(
+            h.series(Metric::FromFirstGroupS, None).unwrap(),
+            series,
+            "{url}"
+        );
+        assert_eq!(
+            lazyinit_history::series::build(&whole, Metric::FromFirstGroupS, None),
+            series,
+            "{url}"
+        );
+        h.set_page_rows(80);
+        assert_eq!(
+            h.stored_rows().unwrap(),
+            whole,
+            "{url}: a last page that is full"
+        );
+    }
 }

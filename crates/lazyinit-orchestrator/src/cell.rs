@@ -298,6 +298,20 @@ pub(crate) fn unlaunched(
     }
 }
 
+/// The git tree a cell's kernel is built from, by its identity
+/// (`tree-<12 hex>`: its remote, else its root commit, wherever it lies);
+/// empty unless the source is the top of a git tree or worktree.
+fn kernel_tree(source: &lazyinit_core::KernelSource) -> String {
+    match source {
+        lazyinit_core::KernelSource::Path(p) if p.join(".git").exists() => {
+            lazyinit_bisect::git::tree_identity(p)
+                .map(|id| lazyinit_core::paths::tree_name(&id))
+                .unwrap_or_default()
+        }
+        _ => String::new(),
+    }
+}
+
 /// A failed row of `cell`, started now, with nothing measured.
 pub(crate) fn row_for(
     run_id: &str,
@@ -314,6 +328,7 @@ pub(crate) fn row_for(
         testbed,
         axes: cell.axes.clone().into(),
         kernel_profile: Some(kernel_profile),
+        kernel_tree: kernel_tree(&cell.axes.source),
         kernel_release: kernel_release.to_string(),
         repetition: cell.repetition,
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -378,4 +393,48 @@ fn record(
         }),
     });
     row.status
+}
+
+#[cfg(test)]
+mod tree_tests {
+    use super::kernel_tree;
+    use lazyinit_core::KernelSource;
+    use std::process::Command;
+
+    fn sh(dir: &std::path::Path, script: &str) {
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .unwrap();
+        assert!(st.success(), "{script}");
+    }
+
+    /// A row's `kernel_tree` names the tree by its remote, not where it
+    /// lies: two clones in two places, one a commit later, and a linked
+    /// worktree (a bisect's) get one name; a directory of no git tree
+    /// gets none.
+    #[test]
+    fn a_git_tree_is_recorded_by_its_identity_not_its_path() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("far/away/b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        sh(&a, "git init -q -b main && echo 1 > f && git add f && git commit -qm c1 && git remote add origin https://u:pw@example.org/k/linux.git");
+        sh(&b, &format!("git clone -q {} . && git remote set-url origin git@example.org:k/linux && echo 2 > f && git commit -qam c2", a.display()));
+        sh(&a, "git worktree add -q --detach ../wt HEAD");
+        let name = |p: &std::path::Path| kernel_tree(&KernelSource::Path(p.to_path_buf()));
+        let want = lazyinit_core::paths::tree_name("example.org/k/linux");
+        assert_eq!(name(&a), want);
+        assert_eq!(name(&b), want);
+        assert_eq!(name(&d.path().join("wt")), want);
+        let plain = d.path().join("plain");
+        std::fs::create_dir(&plain).unwrap();
+        assert_eq!(name(&plain), "");
+    }
 }

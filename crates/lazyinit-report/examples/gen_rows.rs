@@ -89,6 +89,7 @@ fn main() {
                 wait_mult: 10,
             },
             kernel_profile: None,
+            kernel_tree: String::new(),
             kernel_release: format!("6.1.158-lazyinit-hz{hz}-{variant}"),
             repetition: rep,
             started_at: format!(

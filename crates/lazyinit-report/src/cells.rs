@@ -464,6 +464,7 @@ pub(crate) mod tests_support {
                 wait_mult: 10,
             },
             kernel_profile: None,
+            kernel_tree: String::new(),
             kernel_release: "6.1.158".into(),
             repetition: 1,
             started_at: "2026-11-29T19:00:00Z".into(),

@@ -23,7 +23,7 @@ pub enum HistoryCmd {
     Show(ShowArgs),
     /// Where each series changed (E-Divisive means with a t-test, as Otava does).
     Changes(ChangesArgs),
-    /// Judge a run against its series' history: exit 0 pass, 1 a change, 2 bad input.
+    /// Judge a run against its series' history: exit 0 pass (or unknown), 1 a fail or an error, 2 bad input.
     Check(CheckArgs),
     /// Set an alert's state: acknowledged (default) or invalid; it stops failing `check`.
     Ack(AckArgs),
@@ -52,7 +52,12 @@ impl DbArg {
 pub struct ImportArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// Run folders (each with results.csv and spec.toml).
+    /// Name every run imported (a release, `6.1.160`), for `check
+    /// --baseline label:L`; a run named before is renamed.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Run folders (each with results.csv and spec.toml), or folders
+    /// holding run folders (a bisect's, a series'): each run under them.
     #[arg(required = true)]
     pub folders: Vec<PathBuf>,
 }
@@ -141,6 +146,15 @@ pub struct CheckArgs {
     /// Write the report here instead of stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// A series too new to judge (UNKNOWN) fails the gate too (exit 1).
+    #[arg(long)]
+    pub require_history: bool,
+    /// Judge the run against these runs of the same cell and testbed, of
+    /// any kernel source, instead of its series' history: run:KEY,
+    /// date:FROM..TO (YYYY-MM-DD), kernel:RELEASE (a release, source or
+    /// identity) or label:L (`import --label`). Repeat to take the union.
+    #[arg(long, value_parser = clap::value_parser!(check::Baseline))]
+    pub baseline: Vec<check::Baseline>,
 }
 
 #[derive(Args)]
@@ -174,6 +188,11 @@ fn open(db: &DbArg) -> anyhow::Result<History> {
 
 /// A run folder read and checked against its own spec.toml.
 pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
+    Ok(read_run(folder)?.0)
+}
+
+/// A run folder read and checked, with the cell ids its spec plans.
+pub fn read_run(folder: &Path) -> anyhow::Result<(RunImport, Vec<String>)> {
     let name = folder.display().to_string();
     let spec_path = folder.join(lazyinit_core::layout::RunFolder::SPEC_TOML);
     let text = std::fs::read_to_string(&spec_path).map_err(|e| {
@@ -208,7 +227,57 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
         }
         _ => spec.run_id(),
     };
-    Ok(RunImport::read(folder, &cells, &run_id)?)
+    let planned = cells.iter().map(|c| c.id()).collect();
+    Ok((RunImport::read(folder, &cells, &run_id)?, planned))
+}
+
+/// What `import` makes of one folder it was given.
+enum Given {
+    /// A run folder (spec.toml there).
+    Run(PathBuf),
+    /// Not a run folder: why, and the run folders under it.
+    Holder { why: String, runs: Vec<PathBuf> },
+}
+
+/// Every run folder (results.csv beside spec.toml) under `dir`, sorted.
+fn runs_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for p in dirs {
+        if p.join("spec.toml").is_file() && p.join("results.csv").is_file() {
+            out.push(p.clone());
+        }
+        runs_under(&p, out);
+    }
+}
+
+/// Why `folder` is not a run folder, in the words of what it holds.
+fn not_a_run(folder: &Path) -> String {
+    if folder.join("bisect.args").is_file() {
+        "a bisect's folder (its results.csv gathers the runs under runs/), no spec.toml".into()
+    } else if folder.join("results.csv").is_file() {
+        "results.csv without a spec.toml".into()
+    } else {
+        "no spec.toml or results.csv".into()
+    }
+}
+
+fn classify(folder: &Path) -> Given {
+    if folder.join("spec.toml").is_file() {
+        return Given::Run(folder.to_path_buf());
+    }
+    let mut runs = Vec::new();
+    runs_under(folder, &mut runs);
+    Given::Holder {
+        why: not_a_run(folder),
+        runs,
+    }
 }
 
 pub async fn run(c: HistoryCmd) -> anyhow::Result<u8> {
@@ -230,21 +299,53 @@ fn run_blocking(c: HistoryCmd) -> anyhow::Result<u8> {
 
 fn import(a: ImportArgs) -> anyhow::Result<u8> {
     // Every folder is read and checked before the database is touched:
-    // one bad folder imports nothing.
-    let runs = a
-        .folders
+    // one bad run folder imports nothing. A folder that is not a run is
+    // said so, and the runs under it imported.
+    let mut folders = Vec::new();
+    for f in &a.folders {
+        match classify(f) {
+            Given::Run(p) => folders.push(p),
+            Given::Holder { why, runs } => {
+                let name = f.display().to_string();
+                let name = name.trim_end_matches('/');
+                match runs.len() {
+                    0 => println!(
+                        "{name}: not a run folder ({why}), and no run folder under it: skipped"
+                    ),
+                    n => println!("{name}: not a run folder ({why}): {n} run folder(s) under it"),
+                }
+                folders.extend(runs);
+            }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    folders.retain(|f| seen.insert(f.clone()));
+    if folders.is_empty() {
+        return Err(bad_input(
+            "no run folder given or under the folders given: give folders with results.csv beside spec.toml",
+        )
+        .into());
+    }
+    let runs = folders
         .iter()
         .map(|f| read_folder(f))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut h = open(&a.db)?;
     for r in &runs {
         let o = h.import(r)?;
+        if let Some(l) = &a.label {
+            h.set_label(&o.run_key, l)?;
+        }
         println!(
-            "{}: {} ({} rows added, {} already there)",
+            "{}: {} ({} rows added, {} already there){}",
             o.folder,
             if o.new_run { "new run" } else { "known run" },
             o.rows_added,
-            o.rows_known
+            o.rows_known,
+            a.label
+                .as_ref()
+                .map(|l| format!(", labelled {l}"))
+                .unwrap_or_default()
         );
     }
     Ok(exit::OK)
@@ -280,10 +381,17 @@ fn changes(a: ChangesArgs) -> anyhow::Result<u8> {
     for c in &mut found {
         c.attach(&alerts);
     }
+    // An open alert no change point supports any longer is closed, with
+    // the reason (docs/history.md, "Closing alerts").
+    let closed = h.close_unsupported(&series, &found, &opts)?;
+    let closed_text = lazyinit_history::changes::closings_text(&closed);
     let n = series.len();
     match a.format {
-        Format::Json => print!("{}", render::json(&found)),
-        _ => print!("{}", render::changes_text(&found, n)),
+        Format::Json => {
+            print!("{}", render::json(&found));
+            eprint!("{closed_text}");
+        }
+        _ => print!("{}{closed_text}", render::changes_text(&found, n)),
     }
     Ok(exit::OK)
 }
@@ -300,10 +408,16 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
         }
     }
     let opts = a.test.options()?;
-    let run = read_folder(&a.folder)?;
+    let (run, planned) = read_run(&a.folder)?;
     let mut h = open(&a.db)?;
     let outcome = h.import(&run)?;
-    let report = check::check(&mut h, &outcome.run_key, a.metric, &opts)?;
+    let mut report = if a.baseline.is_empty() {
+        check::check(&mut h, &outcome.run_key, &planned, a.metric, &opts)?
+    } else {
+        let (key, b) = (&outcome.run_key, &a.baseline);
+        check::check_against(&mut h, key, &planned, a.metric, &opts, b)?
+    };
+    report.require_history = a.require_history;
     let text = match a.format {
         Format::Junit => render::check_junit(&report),
         Format::Json => render::json(&report),

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use lazyinit_core::exit::{self, bad_input};
 use lazyinit_core::{ByteSize, Variant};
-use lazyinit_history::series::{series_id, StoredRow};
+use lazyinit_history::names::series_id;
+use lazyinit_history::series::StoredRow;
 use lazyinit_history::{Alert, Change, ChangeOptions, History, Series};
 use lazyinit_report::cells::Metric;
 use lazyinit_report::render::Labeller;
@@ -25,9 +26,10 @@ pub struct PublishArgs {
     /// there before; any other non-empty folder is refused.
     #[arg(long)]
     pub out: PathBuf,
-    /// lazyinit_s (default: the one the 2021 report and the model give),
-    /// ms_per_group or from_first_group_s.
-    #[arg(long, default_value = "lazyinit_s", value_parser = clap::value_parser!(Metric))]
+    /// from_first_group_s (the default of every `history` command: the
+    /// part the random start delay does not move), lazyinit_s (the one the
+    /// 2021 report and the model give) or ms_per_group.
+    #[arg(long, default_value = "from_first_group_s", value_parser = clap::value_parser!(Metric))]
     pub metric: Metric,
     #[arg(long, default_value = "ext4 lazy init: nightly history")]
     pub title: String,
@@ -75,9 +77,15 @@ fn from_history(a: &PublishArgs) -> anyhow::Result<site::SiteData> {
     let url = a.db.url()?;
     let mut h = History::open(&url)?;
     let rows = h.stored_rows()?;
-    let series = lazyinit_history::series::build(&rows, a.metric, None);
-    let changes = lazyinit_history::changes::find(&series, &ChangeOptions::default());
+    let series = lazyinit_history::names::build(&rows, a.metric, None);
+    let mut changes = lazyinit_history::changes::find(&series, &ChangeOptions::default());
+    // Each change's alert is raised (as `changes` does), so the id a page
+    // shows is one `history ack` finds, and its state is the database's.
+    h.raise(&changes)?;
     let alerts = h.alerts()?;
+    for c in &mut changes {
+        c.attach(&alerts);
+    }
     let out_dir = absolute(a.out.parent().unwrap_or(Path::new(".")))?
         .join(a.out.file_name().unwrap_or_default());
     Ok(site_data(&Inputs {
@@ -275,7 +283,10 @@ fn latest(rows: &[StoredRow], metric: Metric, links: &Links) -> Option<site::Lat
                 model: c.model.value,
                 reported: c.reported.as_ref().map(|r| r.value),
                 sleep_ticks: c.sleep_ticks.clone(),
-                series: Some(series_id(&c.key)),
+                series: Some(series_id(
+                    &c.key,
+                    lazyinit_history::names::tree_of(picked.iter().map(|r| &r.row), &c.key),
+                )),
             })
         })
         .collect();
