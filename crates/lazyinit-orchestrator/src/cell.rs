@@ -396,7 +396,7 @@ fn record(
 }
 
 #[cfg(test)]
-mod tree_tests {
+mod tests {
     use super::kernel_tree;
     use lazyinit_core::KernelSource;
     use std::process::Command;
