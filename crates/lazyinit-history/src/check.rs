@@ -11,7 +11,14 @@
 //!   [`ChangeOptions::run_p`] about the median, so one outlying run
 //!   cannot move the level);
 //! - **unknown** when it cannot be judged: fewer than [`MIN_HISTORY`]
-//!   runs since the latest change, or an ok row without the metric;
+//!   runs since the latest change, an ok row without the metric, or a
+//!   time off the level on a loaded host ([`HostLoad`]: its guests booted
+//!   [`LOADED_BOOT`] x as long as the runs around them) or in other
+//!   conditions than the level's runs (concurrency, host), with the
+//!   reason; a loaded run is left out of the level's time, and a change
+//!   point of mostly loaded runs is set aside (docs/history.md, "A loaded
+//!   night"). One run fails on time only [`ChangeOptions::run_min_magnitude`]
+//!   and [`ChangeOptions::run_min_effect`] x the level's robust noise off;
 //! - **error** when a cell of the run's plan has no ok row (failed,
 //!   interrupted, or no row at all);
 //! - **pass** otherwise.
@@ -340,8 +347,7 @@ impl HostLoad {
                     .collect();
                 for p in window.iter() {
                     let Some(b) = p.boot_s else { continue };
-                    if let Some((_, m, n)) =
-                        medians.iter().find(|(q, _, _)| same_conditions(q, p))
+                    if let Some((_, m, n)) = medians.iter().find(|(q, _, _)| same_conditions(q, p))
                     {
                         if *n >= MIN_HISTORY && *m > 0.0 {
                             per.entry(p.run_key.clone()).or_default().push(b / m);
@@ -394,12 +400,7 @@ fn of_conditions<'a>(upto: &'a Series, kept: &[usize], run: &Point) -> Vec<&'a P
 /// interval: the gate errs to pass on time, not on L). Of these, the
 /// runs of a loaded host ([`HostLoad`]) are left out of the level's
 /// time (their L counts).
-pub fn level_runs(
-    upto: &Series,
-    since: usize,
-    at: usize,
-    opts: &ChangeOptions,
-) -> Vec<usize> {
+pub fn level_runs(upto: &Series, since: usize, at: usize, opts: &ChangeOptions) -> Vec<usize> {
     let mut kept: Vec<usize> = Vec::new();
     for j in since..at {
         if j - since >= MIN_HISTORY {
@@ -525,8 +526,13 @@ pub fn judge_series_in(
         Level::of(&same.iter().map(|p| (*p).clone()).collect::<Vec<_>>())
     } else {
         let last = &unloaded[unloaded.len().saturating_sub(LEVEL_RUNS)..];
-        Level::of(&last.iter().map(|&j| upto.points[j].clone()).collect::<Vec<_>>())
-            .or_else(|| level.clone())
+        Level::of(
+            &last
+                .iter()
+                .map(|&j| upto.points[j].clone())
+                .collect::<Vec<_>>(),
+        )
+        .or_else(|| level.clone())
     };
     let mut suspects: Vec<Change> = found.last().cloned().into_iter().collect();
     let judged = at - since >= MIN_HISTORY;
@@ -600,7 +606,9 @@ pub fn settle(
     } else if let Some(why) = &v.not_judged {
         v.outcome = Outcome::Unknown;
         v.message = match v.level {
-            Some(l) => format!("{value:.4} {unit} against its level {l:.4} {unit}, not judged: {why}"),
+            Some(l) => {
+                format!("{value:.4} {unit} against its level {l:.4} {unit}, not judged: {why}")
+            }
             None => format!("{value:.4} {unit}, not judged: {why}"),
         };
     } else if let (Outcome::Unknown, Some(a)) = (v.outcome, &v.against) {

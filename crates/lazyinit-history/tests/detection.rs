@@ -266,8 +266,9 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
         for (k, n) in nights.iter().enumerate() {
             h.import(n).unwrap();
             let key = format!("{}@{}", n.rows[0].run_id, n.rows[0].started_at);
-            let r = lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts)
-                .unwrap();
+            let r =
+                lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts)
+                    .unwrap();
             if r.verdicts
                 .iter()
                 .any(|v| v.outcome == lazyinit_history::check::Outcome::Fail)
@@ -294,7 +295,13 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
                         unknown_onecore += 1;
                     }
                 }
-                println!("{url}: night {} {}: {} {}", k + 1, v.series, v.outcome.word(), v.message);
+                println!(
+                    "{url}: night {} {}: {} {}",
+                    k + 1,
+                    v.series,
+                    v.outcome.word(),
+                    v.message
+                );
             }
             if k + 1 == 10 {
                 // Night 10 (the last one-core night) is judged by nobody yet.
@@ -366,9 +373,16 @@ fn a_supported_alert_stays_open() {
         if k + 1 == 14 {
             // The gate fails the L change on its first night.
             assert_eq!(failed.len(), 1, "{failed:?}");
-            assert!(failed[0].contains("x86_64/debian-6.1/hz250/fix"), "{failed:?}");
+            assert!(
+                failed[0].contains("x86_64/debian-6.1/hz250/fix"),
+                "{failed:?}"
+            );
             let v = r.verdicts.iter().find(|v| v.series == failed[0]).unwrap();
-            assert!(v.message.contains("an L change: L [8] -> [7]"), "{}", v.message);
+            assert!(
+                v.message.contains("an L change: L [8] -> [7]"),
+                "{}",
+                v.message
+            );
         } else if k + 1 < 14 {
             assert_eq!(failed, Vec::<&str>::new(), "night {}", k + 1);
         }
