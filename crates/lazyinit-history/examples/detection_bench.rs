@@ -5,16 +5,20 @@
 //! - the change points of every series at the defaults: the false ones
 //!   (anything but the two planted changes at their runs) and the planted;
 //! - the detection delay of each planted change: the runs from it until
-//!   the gate (`check::judge_series`, as `history check` judges a run)
-//!   fails and until `changes` over the history so far reports it;
-//! - the gate's false failures on the GATE_RUNS runs before the first
-//!   planted change (a run failed on noise alone).
+//!   the gate (`check::judge_series_in` with the host's load of every
+//!   series, as `history check` judges a run) fails and until `changes`
+//!   over the history so far reports it;
+//! - the gate on the GATE_RUNS runs before the first planted change, on
+//!   quiet runs and on loaded runs (or up to 3 after one) apart: how many
+//!   fail (a run failed on noise or load alone), and how many are UNKNOWN
+//!   as a loaded host's.
 //!
 //! Usage: detection_bench [RUNS] [SEED...] (default 10000, seeds 1 2 3).
 
 use std::time::Instant;
 
 use lazyinit_history::changes::{self, ChangeKind, ChangeOptions};
+use lazyinit_history::check::{judge_series_in, HostLoad};
 use lazyinit_history::generate::{self, Noise};
 use lazyinit_history::series::{build, Series, StoredRow};
 use lazyinit_report::cells::Metric;
@@ -111,12 +115,11 @@ fn main() {
                 for k in 0..=20 {
                     let p = prefix(s, at + k);
                     if gate.is_none() {
-                        let (_, suspects) = lazyinit_history::check::judge_series(
-                            &p,
-                            &p.points[at + k].run_key,
-                            &opts,
-                        )
-                        .unwrap();
+                        let key = &p.points[at + k].run_key;
+                        // The load's windows end at the run: the whole
+                        // series say what its prefixes do.
+                        let load = HostLoad::of(&series, key);
+                        let (_, suspects) = judge_series_in(&p, key, &opts, &load).unwrap();
                         if !suspects.is_empty() {
                             gate = Some(k);
                         }
@@ -146,25 +149,28 @@ fn main() {
             let first = runs * 6 / 10;
             let loaded_set = generate::loaded_runs(runs, seed, noise);
             let near_load = |at: usize| loaded_set.iter().any(|&l| l <= at && at <= l + 3);
-            let mut tally = [(0usize, 0usize, 0usize); 2];
-            for s in &series {
-                for at in first - GATE_RUNS..first {
+            let mut tally = [(0usize, 0usize, 0usize, 0usize, 0usize); 2];
+            for at in first - GATE_RUNS..first {
+                let key = series[0].points[at].run_key.clone();
+                let load = HostLoad::of(&series, &key);
+                for s in &series {
                     let p = prefix(s, at);
-                    let (_, suspects) =
-                        lazyinit_history::check::judge_series(&p, &p.points[at].run_key, &opts)
-                            .unwrap();
+                    let (v, suspects) = judge_series_in(&p, &key, &opts, &load).unwrap();
                     let t = &mut tally[near_load(at) as usize];
                     t.0 += 1;
                     t.1 += !suspects.is_empty() as usize;
                     t.2 += suspects.iter().any(|c| c.kind == ChangeKind::NewRun) as usize;
+                    t.3 += (suspects.is_empty() && v.not_judged.is_some()) as usize;
+                    t.4 += v.set_aside.is_some() as usize;
                 }
             }
-            for (name, (judged, failed, new_run)) in ["quiet", "loaded or <= 3 after a loaded run"]
-                .iter()
-                .zip(tally)
+            for (name, (judged, failed, new_run, unknown, aside)) in
+                ["quiet", "loaded or <= 3 after a loaded run"]
+                    .iter()
+                    .zip(tally)
             {
                 println!(
-                    "gate on the {GATE_RUNS} runs before run {first} of each series, {name}: {failed} of {judged} fail ({new_run} as a run off its level)"
+                    "gate on the {GATE_RUNS} runs before run {first} of each series, {name}: {failed} of {judged} fail ({new_run} as a run off its level), {unknown} UNKNOWN as a loaded host's (off on time), {aside} with a change point of loaded runs set aside"
                 );
             }
         }

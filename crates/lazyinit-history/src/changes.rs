@@ -14,6 +14,13 @@ pub struct ChangeOptions {
     /// the runs since the latest change fails (a t prediction interval;
     /// looser than a change point's, as a single value carries less).
     pub run_p: f64,
+    /// `history check`: the smallest step of one run off its level that
+    /// fails on time, as a fraction of the level (a smaller one is left to
+    /// the change points, 3 runs on; an L change fails at any time).
+    pub run_min_magnitude: f64,
+    /// `history check`: the smallest step of one run off its level that
+    /// fails on time, in units of the level's robust noise (1.4826 x MAD).
+    pub run_min_effect: f64,
 }
 
 impl Default for ChangeOptions {
@@ -21,6 +28,8 @@ impl Default for ChangeOptions {
         ChangeOptions {
             edivisive: edivisive::Options::default(),
             run_p: 0.01,
+            run_min_magnitude: 0.015,
+            run_min_effect: 3.0,
         }
     }
 }

@@ -11,7 +11,14 @@
 //!   [`ChangeOptions::run_p`] about the median, so one outlying run
 //!   cannot move the level);
 //! - **unknown** when it cannot be judged: fewer than [`MIN_HISTORY`]
-//!   runs since the latest change, or an ok row without the metric;
+//!   runs since the latest change, an ok row without the metric, or a
+//!   time off the level on a loaded host ([`HostLoad`]: its guests booted
+//!   [`LOADED_BOOT`] x as long as the runs around them) or in other
+//!   conditions than the level's runs (concurrency, host), with the
+//!   reason; a loaded run is left out of the level's time, and a change
+//!   point of mostly loaded runs is set aside (docs/history.md, "A loaded
+//!   night"). One run fails on time only [`ChangeOptions::run_min_magnitude`]
+//!   and [`ChangeOptions::run_min_effect`] x the level's robust noise off;
 //! - **error** when a cell of the run's plan has no ok row (failed,
 //!   interrupted, or no row at all);
 //! - **pass** otherwise.
@@ -39,6 +46,17 @@ pub const MIN_HISTORY: usize = 3;
 
 /// The recent runs (since the latest change) the level is made of.
 pub const LEVEL_RUNS: usize = 20;
+
+/// A run's host was loaded when its guests booted (launch to SSH) at
+/// least this many times as long as the runs around it ([`HostLoad`]):
+/// the five one-core nights of results/l-stability-timer booted
+/// 1.3-1.5x as long (x86_64 7.4-8.9 s against 4.0-5.9 s), the nights
+/// beside a busy loop per core or a kernel build about 1.0x.
+pub const LOADED_BOOT: f64 = 1.2;
+
+/// The runs of a series (up to the one judged) whose boots are the
+/// reference of [`HostLoad`].
+pub const LOAD_WINDOW: usize = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -81,6 +99,18 @@ pub struct SeriesVerdict {
     /// Runs since the latest change left out of the level: of an L the
     /// runs before them had seen in few of them (see [`level_runs`]).
     pub left_out_of_level: usize,
+    /// Of the runs the level was made of, those of a loaded host
+    /// ([`HostLoad`]): their L counts, their time is left out.
+    pub loaded_left_out: usize,
+    /// Why the run's time was not judged (its host was loaded, or it ran
+    /// in other conditions than the level's runs): the verdict is UNKNOWN
+    /// unless a change point or its L fails it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_judged: Option<String>,
+    /// The latest change point, when the gate set it aside: most runs
+    /// since it were of a loaded host (it is `changes`' to report or drop).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set_aside: Option<String>,
     /// `--baseline`: the runs the level was made of, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub against: Option<String>,
@@ -126,6 +156,8 @@ pub struct Level {
     pub runs: usize,
     pub median: f64,
     pub spread: f64,
+    /// The runs' robust noise: 1.4826 x their median absolute deviation.
+    pub noise: f64,
     /// L -> runs that measured it.
     pub sleeps: BTreeMap<u64, usize>,
 }
@@ -156,6 +188,8 @@ impl Level {
         } else {
             0.0
         };
+        let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+        let noise = 1.4826 * median(&mut dev);
         let mut sleeps = BTreeMap::new();
         for l in points.iter().flat_map(|p| p.sleep_ticks.iter()) {
             *sleeps.entry(*l).or_insert(0) += 1;
@@ -164,6 +198,7 @@ impl Level {
             runs: points.len(),
             median: m,
             spread,
+            noise,
             sleeps,
         })
     }
@@ -215,15 +250,26 @@ impl Level {
 
 /// Whether a run is off a level: its rare L (maybe none) and the time
 /// test, or `None` when it is on it.
-fn off_level_at(run: &Point, level: &Level, opts: &ChangeOptions) -> Option<(Vec<u64>, TTest)> {
+fn off_level_at(
+    run: &Point,
+    level: &Level,
+    time: &Level,
+    opts: &ChangeOptions,
+) -> Option<(Vec<u64>, TTest)> {
     let rare: Vec<u64> = run
         .sleep_ticks
         .iter()
         .copied()
         .filter(|l| !level.sleeps.is_empty() && level.is_rare(*l))
         .collect();
-    let t = level.test(run.value);
-    let out = t.p < opts.run_p && t.magnitude() > opts.edivisive.min_magnitude;
+    let t = time.test(run.value);
+    // A step within the series' own noise, or smaller than a one-run
+    // step the gate fails on, is left to the change points.
+    let step = (run.value - time.median).abs();
+    let out = t.p < opts.run_p
+        && t.magnitude() > opts.edivisive.min_magnitude
+        && step >= opts.run_min_magnitude * time.median.abs()
+        && step >= opts.run_min_effect * time.noise;
     (!rare.is_empty() || out).then_some((rare, t))
 }
 
@@ -233,10 +279,11 @@ fn off_level(
     since: usize,
     at: usize,
     level: &Level,
+    time: &Level,
     opts: &ChangeOptions,
 ) -> Option<Change> {
     let run = &upto.points[at];
-    let (rare, t) = off_level_at(run, level, opts)?;
+    let (rare, t) = off_level_at(run, level, time, opts)?;
     let split = Split {
         index: at,
         stats: t,
@@ -246,13 +293,113 @@ fn off_level(
     Some(c)
 }
 
+/// Whether two runs ran in the same conditions: as many cells at once
+/// (`concurrency`), and on the same host when both rows name one.
+pub fn same_conditions(a: &Point, b: &Point) -> bool {
+    a.concurrency == b.concurrency && (a.host.is_empty() || b.host.is_empty() || a.host == b.host)
+}
+
+/// How slowly each recent run's guests booted, from every series of the
+/// history up to the run judged: for each run, the median over its series
+/// of its boot over the median boot of that series' runs of its
+/// conditions among the last [`LOAD_WINDOW`]. A loaded host slows every
+/// guest of a run, a kernel change only its own series' (and one series
+/// alone says little: a cold start, a slow first boot).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostLoad {
+    /// Run key -> (the ratio, the series it is the median over).
+    ratio: std::collections::HashMap<String, (f64, usize)>,
+}
+
+impl HostLoad {
+    /// Of `series` up to and with `run_key` (series without it are left
+    /// out). The reference boots are then taken again without the runs
+    /// found loaded (twice), so a loaded stretch as long as the quiet runs
+    /// of the window does not make itself the reference.
+    pub fn of(series: &[Series], run_key: &str) -> HostLoad {
+        let windows: Vec<&[Point]> = series
+            .iter()
+            .filter_map(|s| {
+                let at = s.points.iter().position(|p| p.run_key == run_key)?;
+                Some(&s.points[(at + 1).saturating_sub(LOAD_WINDOW)..=at])
+            })
+            .collect();
+        let mut load = HostLoad::default();
+        for _ in 0..3 {
+            let mut per: std::collections::HashMap<String, Vec<f64>> = Default::default();
+            for window in &windows {
+                // The median boot of each conditions' runs of the window
+                // not (yet) found loaded.
+                let mut groups: Vec<(&Point, Vec<f64>)> = Vec::new();
+                for p in window.iter() {
+                    let Some(b) = p.boot_s else { continue };
+                    if load.loaded(p).is_some() {
+                        continue;
+                    }
+                    match groups.iter_mut().find(|(q, _)| same_conditions(q, p)) {
+                        Some((_, v)) => v.push(b),
+                        None => groups.push((p, vec![b])),
+                    }
+                }
+                let medians: Vec<(&Point, f64, usize)> = groups
+                    .into_iter()
+                    .map(|(p, mut v)| (p, median(&mut v), v.len()))
+                    .collect();
+                for p in window.iter() {
+                    let Some(b) = p.boot_s else { continue };
+                    if let Some((_, m, n)) = medians.iter().find(|(q, _, _)| same_conditions(q, p))
+                    {
+                        if *n >= MIN_HISTORY && *m > 0.0 {
+                            per.entry(p.run_key.clone()).or_default().push(b / m);
+                        }
+                    }
+                }
+            }
+            load = HostLoad {
+                ratio: per
+                    .into_iter()
+                    .map(|(k, mut v)| {
+                        let n = v.len();
+                        (k, (median(&mut v), n))
+                    })
+                    .collect(),
+            };
+        }
+        load
+    }
+
+    /// Why `run`'s host was loaded (its boots at least [`LOADED_BOOT`] x
+    /// the runs around it), or `None`.
+    pub fn loaded(&self, run: &Point) -> Option<String> {
+        let &(r, n) = self.ratio.get(&run.run_key)?;
+        (r >= LOADED_BOOT).then(|| {
+            format!(
+                "the host was loaded: its guests booted {r:.2}x as long as the runs around them \
+                 (the median over its {n} series; loaded from {LOADED_BOOT}x)"
+            )
+        })
+    }
+}
+
+/// The last [`LEVEL_RUNS`] of `kept` that ran in `run`'s conditions.
+fn of_conditions<'a>(upto: &'a Series, kept: &[usize], run: &Point) -> Vec<&'a Point> {
+    let same: Vec<&Point> = kept
+        .iter()
+        .map(|&i| &upto.points[i])
+        .filter(|p| same_conditions(p, run))
+        .collect();
+    same[same.len().saturating_sub(LEVEL_RUNS)..].to_vec()
+}
+
 /// The runs since the latest change (`since`) before `at` a level may be
 /// made of: the first [`MIN_HISTORY`] (the first baseline), and each
 /// later run whose sleep L the level of the runs kept before it had seen
 /// in more than few of them. A run never judged (imported without
 /// `check`, or judged UNKNOWN) is judged so here, and one of an L change
 /// stays out; a run off on time only joins (its time widens the
-/// interval: the gate errs to pass on time, not on L).
+/// interval: the gate errs to pass on time, not on L). Of these, the
+/// runs of a loaded host ([`HostLoad`]) are left out of the level's
+/// time (their L counts).
 pub fn level_runs(upto: &Series, since: usize, at: usize, opts: &ChangeOptions) -> Vec<usize> {
     let mut kept: Vec<usize> = Vec::new();
     for j in since..at {
@@ -260,7 +407,7 @@ pub fn level_runs(upto: &Series, since: usize, at: usize, opts: &ChangeOptions) 
             let last = &kept[kept.len().saturating_sub(LEVEL_RUNS)..];
             let points: Vec<Point> = last.iter().map(|&i| upto.points[i].clone()).collect();
             if let Some(level) = Level::of(&points) {
-                let rare = off_level_at(&upto.points[j], &level, opts)
+                let rare = off_level_at(&upto.points[j], &level, &level, opts)
                     .is_some_and(|(rare, _)| !rare.is_empty());
                 if rare {
                     continue;
@@ -272,12 +419,69 @@ pub fn level_runs(upto: &Series, since: usize, at: usize, opts: &ChangeOptions) 
     kept
 }
 
+/// Why a run's conditions are not the level's: as many cells at once and
+/// the host of the run against the level's runs', in words.
+fn other_conditions(run: &Point, level: &[Point], same: usize) -> String {
+    let mut theirs: BTreeMap<String, usize> = BTreeMap::new();
+    for p in level {
+        let host = if p.host.is_empty() {
+            String::new()
+        } else {
+            format!(" on {}", p.host)
+        };
+        *theirs
+            .entry(format!("concurrency {}{host}", p.concurrency))
+            .or_insert(0) += 1;
+    }
+    let host = if run.host.is_empty() {
+        String::new()
+    } else {
+        format!(" on {}", run.host)
+    };
+    format!(
+        "the run had other conditions than the level's runs: concurrency {} (cells at once){host}, the level's {} run(s) {}; {same} of them ran so, at least {MIN_HISTORY} are needed",
+        run.concurrency,
+        level.len(),
+        theirs
+            .iter()
+            .map(|(k, n)| format!("{n} x {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
 /// What check found in one series before alerts are looked up: the
-/// changes that would fail it.
+/// changes that would fail it; the host's load as this series alone
+/// says it ([`judge_run`] takes every series of the run).
 pub fn judge_series(
     series: &Series,
     run_key: &str,
     opts: &ChangeOptions,
+) -> Option<(SeriesVerdict, Vec<Change>)> {
+    let load = HostLoad::of(std::slice::from_ref(series), run_key);
+    judge_series_in(series, run_key, opts, &load)
+}
+
+/// Each series of the run judged ([`judge_series_in`]), the host's load
+/// from all of them: what `history check` does.
+pub fn judge_run(
+    series: &[Series],
+    run_key: &str,
+    opts: &ChangeOptions,
+) -> Vec<(SeriesVerdict, Vec<Change>)> {
+    let load = HostLoad::of(series, run_key);
+    series
+        .iter()
+        .filter_map(|s| judge_series_in(s, run_key, opts, &load))
+        .collect()
+}
+
+/// [`judge_series`] with the host's load given.
+pub fn judge_series_in(
+    series: &Series,
+    run_key: &str,
+    opts: &ChangeOptions,
+    load: &HostLoad,
 ) -> Option<(SeriesVerdict, Vec<Change>)> {
     let at = series.points.iter().position(|p| p.run_key == run_key)?;
     let upto = Series {
@@ -285,16 +489,73 @@ pub fn judge_series(
         ..series.clone()
     };
     let value = upto.points[at].value;
-    let found = changes::of_series(&upto, opts);
+    let mut found = changes::of_series(&upto, opts);
+    // A change point whose runs since are mostly of a loaded host is the
+    // load, not a regression (yet): set aside, the level is the one before.
+    let mut set_aside = None;
+    if let Some(c) = found.last() {
+        let after = &upto.points[c.index..=at];
+        let loaded = after.iter().filter(|p| load.loaded(p).is_some()).count();
+        if c.sleep_moved.is_none() && loaded * 2 >= after.len() {
+            set_aside = Some(format!(
+                "the change point at {} ({:+.2}%) is set aside: {loaded} of the {} run(s) since it were of a loaded host",
+                c.first_run.run_key,
+                c.change_pct,
+                after.len()
+            ));
+            found.pop();
+        }
+    }
     let since = found.last().map_or(0, |c| c.index);
     let kept = level_runs(&upto, since, at, opts);
     let in_level = &kept[kept.len().saturating_sub(LEVEL_RUNS)..];
     let points: Vec<Point> = in_level.iter().map(|&j| upto.points[j].clone()).collect();
     let level = Level::of(&points);
+    let run = &upto.points[at];
+    // Its time is judged against the level's runs of a host not loaded,
+    // of its conditions (as many cells at once, the same host) when there
+    // are enough of them.
+    let unloaded: Vec<usize> = kept
+        .iter()
+        .copied()
+        .filter(|&j| load.loaded(&upto.points[j]).is_none())
+        .collect();
+    let loaded_out = in_level.len() - in_level.iter().filter(|j| unloaded.contains(j)).count();
+    let same = of_conditions(&upto, &unloaded, run);
+    let time_level = if same.len() >= MIN_HISTORY {
+        Level::of(&same.iter().map(|p| (*p).clone()).collect::<Vec<_>>())
+    } else {
+        let last = &unloaded[unloaded.len().saturating_sub(LEVEL_RUNS)..];
+        Level::of(
+            &last
+                .iter()
+                .map(|&j| upto.points[j].clone())
+                .collect::<Vec<_>>(),
+        )
+        .or_else(|| level.clone())
+    };
     let mut suspects: Vec<Change> = found.last().cloned().into_iter().collect();
     let judged = at - since >= MIN_HISTORY;
-    if let (true, Some(l)) = (judged, &level) {
-        suspects.extend(off_level(&upto, since, at, l, opts));
+    let mut not_judged = None;
+    if let (true, Some(l), Some(t)) = (judged, &level, &time_level) {
+        if let Some(c) = off_level(&upto, since, at, l, t, opts) {
+            let why = if c.sleep_moved.is_some() {
+                None
+            } else if same.len() < MIN_HISTORY {
+                Some(other_conditions(run, &points, same.len()))
+            } else {
+                load.loaded(run)
+            };
+            match why {
+                Some(w) => {
+                    not_judged = Some(format!(
+                        "{w}; {:+.2}% off its level on time, not judged so and left out of the level's time",
+                        c.change_pct
+                    ))
+                }
+                None => suspects.push(c),
+            }
+        }
     }
     let verdict = SeriesVerdict {
         series: series.id.clone(),
@@ -305,7 +566,7 @@ pub fn judge_series(
             Outcome::Unknown
         },
         value: Some(value),
-        level: level.as_ref().map(|l| l.median),
+        level: time_level.as_ref().map(|l| l.median),
         earlier_runs: at - since,
         // The first baseline: the runs not judged when they ran.
         unjudged_in_level: in_level
@@ -313,6 +574,9 @@ pub fn judge_series(
             .filter(|&&j| j - since < MIN_HISTORY)
             .count(),
         left_out_of_level: (at - since) - kept.len(),
+        loaded_left_out: loaded_out,
+        not_judged,
+        set_aside,
         against: None,
         message: String::new(),
         changes: Vec::new(),
@@ -339,6 +603,14 @@ pub fn settle(
     if !open.is_empty() {
         v.outcome = Outcome::Fail;
         v.message = open.join("; ");
+    } else if let Some(why) = &v.not_judged {
+        v.outcome = Outcome::Unknown;
+        v.message = match v.level {
+            Some(l) => {
+                format!("{value:.4} {unit} against its level {l:.4} {unit}, not judged: {why}")
+            }
+            None => format!("{value:.4} {unit}, not judged: {why}"),
+        };
     } else if let (Outcome::Unknown, Some(a)) = (v.outcome, &v.against) {
         v.message =
             format!("{value:.4} {unit}, not judged: {a}, at least {MIN_HISTORY} are needed");
@@ -354,7 +626,7 @@ pub fn settle(
         };
         if let Some(a) = &v.against {
             v.message.push_str(&format!(" (the median of {a})"));
-        } else if v.unjudged_in_level > 0 || v.left_out_of_level > 0 {
+        } else if v.unjudged_in_level > 0 || v.left_out_of_level > 0 || v.loaded_left_out > 0 {
             let n = (v.earlier_runs - v.left_out_of_level).min(LEVEL_RUNS);
             let mut why = Vec::new();
             if v.unjudged_in_level > 0 {
@@ -366,9 +638,18 @@ pub fn settle(
             if v.left_out_of_level > 0 {
                 why.push(format!("{} of an L change left out", v.left_out_of_level));
             }
+            if v.loaded_left_out > 0 {
+                why.push(format!(
+                    "{} of a loaded host left out of its time",
+                    v.loaded_left_out
+                ));
+            }
             v.message
                 .push_str(&format!(" (the median of {n} run(s), {})", why.join("; ")));
         }
+    }
+    if let (Some(a), false) = (&v.set_aside, v.outcome == Outcome::Fail) {
+        v.message.push_str(&format!("; {a}"));
     }
     v
 }
@@ -411,6 +692,9 @@ fn unjudgeable(
         earlier_runs: 0,
         unjudged_in_level: 0,
         left_out_of_level: 0,
+        loaded_left_out: 0,
+        not_judged: None,
+        set_aside: None,
         against: None,
         message,
         changes: Vec::new(),
@@ -471,10 +755,7 @@ pub fn check(
 ) -> Result<CheckReport, HistoryError> {
     let stored = h.stored_rows()?;
     let series = crate::names::build(&stored, metric, None);
-    let judged: Vec<(SeriesVerdict, Vec<Change>)> = series
-        .iter()
-        .filter_map(|s| judge_series(s, run_key, opts))
-        .collect();
+    let judged = judge_run(&series, run_key, opts);
     let all: Vec<Change> = judged.iter().flat_map(|(_, c)| c.iter().cloned()).collect();
     let alerts = h.raise(&all)?;
     let mut verdicts: Vec<SeriesVerdict> = judged
@@ -603,7 +884,7 @@ pub fn judge_against(
     let judged = at >= MIN_HISTORY;
     let mut suspects = Vec::new();
     if let (true, Some(l)) = (judged, &level) {
-        suspects.extend(off_level(&s, 0, at, l, opts));
+        suspects.extend(off_level(&s, 0, at, l, l, opts));
     }
     let kernels = kernels_in(&s.points[..at]);
     let verdict = SeriesVerdict {
@@ -619,6 +900,9 @@ pub fn judge_against(
         earlier_runs: at,
         unjudged_in_level: 0,
         left_out_of_level: 0,
+        loaded_left_out: 0,
+        not_judged: None,
+        set_aside: None,
         against: Some(format!(
             "{at} baseline run(s) of this cell and testbed{kernels}"
         )),

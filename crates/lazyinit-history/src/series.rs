@@ -49,6 +49,16 @@ pub struct Point {
     /// Distinct sleeps L (ticks) the run's rows measured.
     pub sleep_ticks: Vec<u64>,
     pub estimated: bool,
+    /// The conditions the run ran in, as its rows say (`history check`
+    /// judges a run against runs of its own conditions, and a loaded
+    /// host's run is not a regression): the median of its rows' boot
+    /// time (launch to SSH, s; a loaded host boots slowly), the most
+    /// cells its rows ran beside (`concurrency`), and the host names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot_s: Option<f64>,
+    pub concurrency: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub host: String,
 }
 
 /// A series and its points, oldest first.
@@ -142,6 +152,8 @@ struct Acc {
     kernels: Vec<String>,
     /// A single estimated row's prediction interval of `lazyinit_s`.
     prediction: Option<(f64, f64)>,
+    boots: Vec<f64>,
+    hosts: Vec<String>,
 }
 
 impl Builder {
@@ -176,6 +188,13 @@ impl Builder {
             acc.prediction = None;
         }
         acc.values.push(value);
+        if let Some(b) = s.row.boot_s {
+            acc.boots.push(b);
+        }
+        acc.head.concurrency = acc.head.concurrency.max(s.row.concurrency);
+        if !s.row.host.is_empty() && !acc.hosts.contains(&s.row.host) {
+            acc.hosts.push(s.row.host.clone());
+        }
         if !acc.kernels.contains(&s.row.kernel_release) {
             acc.kernels.push(s.row.kernel_release.clone());
         }
@@ -229,10 +248,15 @@ impl Acc {
                 n: 0,
                 sleep_ticks: Vec::new(),
                 estimated: first.row.measured.estimated,
+                boot_s: None,
+                concurrency: 0,
+                host: String::new(),
             },
             values: Vec::new(),
             kernels: Vec::new(),
             prediction,
+            boots: Vec::new(),
+            hosts: Vec::new(),
         }
     }
 
@@ -241,6 +265,17 @@ impl Acc {
         let summary = summarize(&self.values).expect("rows with the metric");
         let ci = summary.ci95.map(|i| (i.lo, i.hi)).or(self.prediction);
         p.kernel = distinct(self.kernels.into_iter()).join(" ");
+        p.host = distinct(self.hosts.into_iter()).join(" ");
+        let mut boots = self.boots;
+        p.boot_s = (!boots.is_empty()).then(|| {
+            boots.sort_by(f64::total_cmp);
+            let n = boots.len();
+            if n % 2 == 1 {
+                boots[n / 2]
+            } else {
+                (boots[n / 2 - 1] + boots[n / 2]) / 2.0
+            }
+        });
         p.sleep_ticks.sort_unstable();
         p.value = summary.mean;
         p.ci_lo = ci.map(|c| c.0);

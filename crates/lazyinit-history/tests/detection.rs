@@ -135,7 +135,9 @@ fn false_alarms_over_shuffles_of_the_untouched_nights() {
 }
 
 /// `check`'s one-run test on the untouched nights in shuffled orders:
-/// how often a night is called off its level (printed; docs/history.md).
+/// how often a night is called off its level (printed; docs/history.md),
+/// each night judged as `history check` judges it (every series of the
+/// run at once: `check::judge_run`, the host's load from all of them).
 #[test]
 fn false_alarms_of_the_one_run_check_over_shuffles() {
     let dir = tempfile::tempdir().unwrap();
@@ -146,33 +148,47 @@ fn false_alarms_of_the_one_run_check_over_shuffles() {
     let all = h.series(Metric::FromFirstGroupS, None).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(30);
     let (shuffles, mut judged, mut failed) = (200, 0usize, 0usize);
+    let mut by_night = std::collections::BTreeMap::new();
     for _ in 0..shuffles {
         let mut order: Vec<usize> = (0..20).collect();
         order.shuffle(&mut rng);
-        for s in &all {
-            let shuffled = series::Series {
+        let shuffled: Vec<series::Series> = all
+            .iter()
+            .map(|s| series::Series {
                 points: order.iter().map(|&i| s.points[i].clone()).collect(),
                 ..s.clone()
-            };
-            for p in &shuffled.points[lazyinit_history::check::MIN_HISTORY..] {
-                let (_, suspects) = lazyinit_history::check::judge_series(
-                    &shuffled,
-                    &p.run_key,
-                    &ChangeOptions::default(),
-                )
-                .unwrap();
+            })
+            .collect();
+        for k in lazyinit_history::check::MIN_HISTORY..20 {
+            let run = &shuffled[0].points[k];
+            let verdicts = lazyinit_history::check::judge_run(
+                &shuffled,
+                &run.run_key,
+                &ChangeOptions::default(),
+            );
+            assert_eq!(verdicts.len(), all.len());
+            for (_, suspects) in verdicts {
                 judged += 1;
-                failed += suspects
+                let off = suspects
                     .iter()
-                    .any(|c| c.kind == changes::ChangeKind::NewRun)
-                    as usize;
+                    .any(|c| c.kind == changes::ChangeKind::NewRun);
+                failed += off as usize;
+                if off {
+                    *by_night.entry(run.folder.clone()).or_insert(0usize) += 1;
+                }
             }
         }
     }
     let rate = failed as f64 / judged as f64;
-    println!("one-run check over {shuffles} shuffles: {failed} of {judged} nights off their level ({:.2}%)", rate * 100.0);
+    println!(
+        "one-run check over {shuffles} shuffles: {failed} of {judged} nights off their level ({:.2}%); \
+         by night: {by_night:?}",
+        rate * 100.0
+    );
     assert!(judged > 10_000);
-    assert!(rate < 0.15, "{rate}");
+    // Measured: 8.08% before the gate knew a loaded host (the one-core
+    // nights mostly) and judged a run against runs of its conditions.
+    assert!(rate <= 0.02, "one-run false-alarm rate {rate}");
 }
 
 /// A nightly of a git tree (`run --source TREE`, one commit a night): the
@@ -231,10 +247,13 @@ fn a_change_in_a_git_tree_nightly_names_its_commit_range_and_the_bisect() {
 
 /// The nightly job replayed: each of the 20 committed nights imported in
 /// order, then `history check` on it, then `history changes` (find, raise,
-/// close). The gate fails one-core nights and raises alerts; `changes`
-/// finds no change point and closes every one of them with its reason,
-/// leaving none open. A new-run alert with fewer than `min_size` runs
-/// after it is not judged yet and stays open.
+/// close). The gate fails no night: each series of a one-core night
+/// passes, or is UNKNOWN naming the loaded host (its guests booted
+/// 1.4-1.6x as long), and a change point of those loaded runs is set
+/// aside; `changes` finds no change point and closes every alert raised
+/// on the way (measured: none is raised) with its reason, leaving none
+/// open. A new-run alert with fewer than `min_size` runs after it is not
+/// judged yet and stays open.
 #[test]
 fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -243,16 +262,46 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
         let mut h = History::open(&url).unwrap();
         let nights = twenty_nights();
         let mut failed_nights = Vec::new();
+        let mut unknown_onecore = 0;
         for (k, n) in nights.iter().enumerate() {
             h.import(n).unwrap();
             let key = format!("{}@{}", n.rows[0].run_id, n.rows[0].started_at);
-            let r = lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts)
-                .unwrap();
+            let r =
+                lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts)
+                    .unwrap();
             if r.verdicts
                 .iter()
                 .any(|v| v.outcome == lazyinit_history::check::Outcome::Fail)
             {
                 failed_nights.push(k + 1);
+            }
+            let onecore = n.folder.contains("onecore");
+            for v in &r.verdicts {
+                use lazyinit_history::check::Outcome;
+                if onecore {
+                    // A loaded night is no regression: PASS, or UNKNOWN
+                    // naming the load, never FAIL.
+                    assert!(
+                        v.outcome == Outcome::Pass
+                            || (v.outcome == Outcome::Unknown
+                                && v.message.contains("the host was loaded")),
+                        "{url}: night {} {}: {} {}",
+                        k + 1,
+                        v.series,
+                        v.outcome.word(),
+                        v.message
+                    );
+                    if v.outcome == Outcome::Unknown {
+                        unknown_onecore += 1;
+                    }
+                }
+                println!(
+                    "{url}: night {} {}: {} {}",
+                    k + 1,
+                    v.series,
+                    v.outcome.word(),
+                    v.message
+                );
             }
             if k + 1 == 10 {
                 // Night 10 (the last one-core night) is judged by nobody yet.
@@ -263,12 +312,10 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
                 assert!(closed.iter().all(|c| c.run_key != key), "{closed:#?} {key}");
             }
         }
-        assert!(
-            failed_nights.iter().any(|n| (6..=10).contains(n)),
-            "{url}: the gate fails a one-core night: {failed_nights:?}"
-        );
-        let raised = h.alerts().unwrap();
-        assert!(!raised.is_empty());
+        // Measured: no night fails; 12 of the one-core nights' 20 series
+        // are UNKNOWN (the host was loaded), the other 8 pass.
+        assert_eq!(failed_nights, Vec::<usize>::new(), "{url}");
+        assert!(unknown_onecore >= 10, "{url}: {unknown_onecore}");
         let series = h.series(Metric::FromFirstGroupS, None).unwrap();
         let found = changes::find(&series, &opts);
         assert_eq!(
@@ -293,7 +340,7 @@ fn a_loaded_night_is_no_change_and_its_alerts_are_closed_with_the_reason() {
         let again = h.close_unsupported(&series, &found, &opts).unwrap();
         assert_eq!(again, vec![]);
         println!(
-            "{url}: the gate failed nights {failed_nights:?}, {} alert(s); all closed: {}",
+            "{url}: the gate failed nights {failed_nights:?}, {unknown_onecore} one-core series UNKNOWN; {} alert(s); all closed: {}",
             after.len(),
             after
                 .iter()
@@ -312,10 +359,33 @@ fn a_supported_alert_stays_open() {
     let opts = ChangeOptions::default();
     let mut h = History::open(&fresh_sqlite(dir.path())).unwrap();
     let nights = with_l_change(twenty_nights());
-    for n in &nights {
+    for (k, n) in nights.iter().enumerate() {
         h.import(n).unwrap();
         let key = format!("{}@{}", n.rows[0].run_id, n.rows[0].started_at);
-        lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts).unwrap();
+        let r = lazyinit_history::check::check(&mut h, &key, &[], Metric::FromFirstGroupS, &opts)
+            .unwrap();
+        let failed: Vec<&str> = r
+            .verdicts
+            .iter()
+            .filter(|v| v.outcome == lazyinit_history::check::Outcome::Fail)
+            .map(|v| v.series.as_str())
+            .collect();
+        if k + 1 == 14 {
+            // The gate fails the L change on its first night.
+            assert_eq!(failed.len(), 1, "{failed:?}");
+            assert!(
+                failed[0].contains("x86_64/debian-6.1/hz250/fix"),
+                "{failed:?}"
+            );
+            let v = r.verdicts.iter().find(|v| v.series == failed[0]).unwrap();
+            assert!(
+                v.message.contains("an L change: L [8] -> [7]"),
+                "{}",
+                v.message
+            );
+        } else if k + 1 < 14 {
+            assert_eq!(failed, Vec::<&str>::new(), "night {}", k + 1);
+        }
     }
     let series = h.series(Metric::FromFirstGroupS, None).unwrap();
     let found = changes::find(&series, &opts);

@@ -96,6 +96,10 @@ pub struct TestArgs {
     /// runs since the latest change, fails.
     #[arg(long, default_value_t = 0.01)]
     pub run_p: f64,
+    /// `check`: the smallest step of the new run alone off its level that
+    /// fails on time, in percent of the level (an L change fails at any).
+    #[arg(long, default_value_t = 1.5)]
+    pub run_min_change_pct: f64,
 }
 
 impl TestArgs {
@@ -109,8 +113,12 @@ impl TestArgs {
         if !(self.run_p > 0.0 && self.run_p < 1.0) {
             return Err(bad_input("--run-p: use a level between 0 and 1, e.g. 0.01").into());
         }
+        if self.run_min_change_pct.is_nan() || self.run_min_change_pct < 0.0 {
+            return Err(bad_input("--run-min-change-pct: use a percentage >= 0").into());
+        }
         let mut o = ChangeOptions {
             run_p: self.run_p,
+            run_min_magnitude: self.run_min_change_pct / 100.0,
             ..ChangeOptions::default()
         };
         o.edivisive.max_p = self.max_p;
