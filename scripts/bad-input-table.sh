@@ -144,6 +144,13 @@ sleep 0.5
 row '`history show --db postgres://u@127.0.0.1:PORT/h?connect_timeout=2` (a server that never answers)' $b history show --db "postgres://u@127.0.0.1:$silent_port/h?connect_timeout=2"
 row '`history changes --db postgres://u@127.0.0.1:PORT/h` (never answers; 10 s default)' $b history changes --db "postgres://u@127.0.0.1:$silent_port/h"
 kill "$silent_pid" 2>/dev/null || true
+setfirst 1.7e308 huge.csv
+row '`report huge.csv --svg h.svg` (`lazyinit_s` = 1.7e308)' $b report huge.csv --svg h.svg
+row '`plan quick --shards 100000`' $b plan quick --shards 100000
+row '`plan quick --shards 4294967295`' $b plan quick --shards 4294967295
+row '`plan quick --shard 1/100000`' $b plan quick --shard 1/100000
+row '`plan quick --shard auto` with JOB_COMPLETION_INDEX=18446744073709551615' env JOB_COMPLETION_INDEX=18446744073709551615 LAZYINIT_SHARD_COUNT=4 $b plan quick --shard auto
+row '`history changes --db sqlite:h.db --min-change-pct=inf`' $b history changes --db sqlite:h.db --min-change-pct=inf
 
 {
   echo "# Bad input: every case of issue 25 (CLI, CSV and spec edges)"

@@ -431,3 +431,63 @@ fn bad_output_places_are_refused_before_the_banner() {
         "--config /nonexistent: not a file",
     );
 }
+
+/// `args` with a deadline: the output, or a panic naming the hang (the
+/// child is killed first).
+fn bin_within(args: &[&str], secs: u64) -> Output {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lazyinit-bench"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed().as_secs() >= secs {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{args:?} did not end within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 41: a finite but absurd `lazyinit_s` (1.7e308: the plot range
+/// overflowed and `report --svg` never ended, leaving `.tmp` files) is
+/// refused where the CSV is read, with the file and line; so are absurd
+/// thresholds.
+#[test]
+fn absurd_finite_values_and_thresholds_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cand = run_copy(d.path());
+    let svg = d.path().join("plot.svg");
+    for (v, needle) in [
+        ("1.7e308", ":2: column `lazyinit_s`: 1.7e308 is not a measurement (at most 1e9 s"),
+        ("1e10", ":2: column `lazyinit_s`: 1e10 is not a measurement (at most 1e9 s"),
+    ] {
+        with_first_lazyinit(&cand, v);
+        let before = tree(d.path());
+        for args in [
+            vec!["report", s(&cand), "--svg", s(&svg)],
+            vec!["report", s(&cand)],
+            vec!["replay", s(&cand)],
+        ] {
+            let o = bin_within(&args, 60);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+            let line = error_line(&o);
+            assert!(line.contains(needle), "{args:?}: {line}");
+            assert_eq!(tree(d.path()), before, "{args:?} changed the folder (a .tmp left?)");
+        }
+    }
+    for v in ["inf", "nan", "-1", "1e300"] {
+        let db = format!("sqlite:{}", d.path().join("h.db").display());
+        let flag = format!("--min-change-pct={v}");
+        let o = bin_within(&["history", "changes", "--db", &db, &flag], 30);
+        assert_eq!(o.status.code(), Some(2), "{v}: {o:?}");
+        let line = error_line(&o);
+        assert!(line.contains("--min-change-pct"), "{v}: {line}");
+    }
+}

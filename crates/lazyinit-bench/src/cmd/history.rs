@@ -98,13 +98,23 @@ pub struct TestArgs {
     pub run_p: f64,
 }
 
+/// The largest `--min-change-pct`: a change of 100 times the level.
+const MAX_CHANGE_PCT: f64 = 10_000.0;
+
 impl TestArgs {
     fn options(&self) -> anyhow::Result<ChangeOptions> {
         if !(self.max_p > 0.0 && self.max_p < 1.0) {
             return Err(bad_input("--max-p: use a level between 0 and 1, e.g. 0.001").into());
         }
-        if self.min_change_pct.is_nan() || self.min_change_pct < 0.0 {
-            return Err(bad_input("--min-change-pct: use a percentage >= 0").into());
+        // Finite and bounded (issue 41): inf or nan is no threshold.
+        if !(self.min_change_pct.is_finite()
+            && (0.0..=MAX_CHANGE_PCT).contains(&self.min_change_pct))
+        {
+            return Err(bad_input(format!(
+                "--min-change-pct: {} is not a threshold; use a percentage from 0 to {MAX_CHANGE_PCT}",
+                self.min_change_pct
+            ))
+            .into());
         }
         if !(self.run_p > 0.0 && self.run_p < 1.0) {
             return Err(bad_input("--run-p: use a level between 0 and 1, e.g. 0.01").into());
