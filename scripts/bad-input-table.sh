@@ -151,6 +151,13 @@ row '`plan quick --shards 4294967295`' $b plan quick --shards 4294967295
 row '`plan quick --shard 1/100000`' $b plan quick --shard 1/100000
 row '`plan quick --shard auto` with JOB_COMPLETION_INDEX=18446744073709551615' env JOB_COMPLETION_INDEX=18446744073709551615 LAZYINIT_SHARD_COUNT=4 $b plan quick --shard auto
 row '`history changes --db sqlite:h.db --min-change-pct=inf`' $b history changes --db sqlite:h.db --min-change-pct=inf
+mkfifo fifo.csv fifo.toml
+truncate -s 268435457 big-sparse.csv
+row '`report fifo.csv` (a FIFO)' $b report fifo.csv
+row '`report /dev/zero`' $b report /dev/zero
+row '`report big-sparse.csv` (256 MiB + 1 byte)' $b report big-sparse.csv
+row '`plan fifo.toml` (a FIFO)' $b plan fifo.toml
+row '`plan /dev/zero`' $b plan /dev/zero
 
 {
   echo "# Bad input: every case of issue 25 (CLI, CSV and spec edges)"

@@ -491,3 +491,63 @@ fn absurd_finite_values_and_thresholds_are_refused() {
         assert!(line.contains("--min-change-pct"), "{v}: {line}");
     }
 }
+
+/// Issue 41: a results.csv or spec.toml that is a FIFO (the read blocked
+/// forever), /dev/zero (read until out of memory) or larger than its bound
+/// is refused from its metadata, before it is read: one line, exit 2.
+#[test]
+fn inputs_that_are_not_bounded_regular_files_are_refused_before_reading() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("results.csv");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let big = d.path().join("big.csv");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len((256 << 20) + 1).unwrap();
+    drop(f);
+    let toml = d.path().join("spec.toml");
+    assert!(Command::new("mkfifo").arg(&toml).status().unwrap().success());
+    let bigtoml = d.path().join("big.toml");
+    std::fs::File::create(&bigtoml).unwrap().set_len((1 << 20) + 1).unwrap();
+    let base = fixture("qemu-64g/results.csv");
+    for (p, needle) in [
+        (fifo.as_path(), "a FIFO, not a regular file"),
+        (Path::new("/dev/zero"), "a character device, not a regular file"),
+        (big.as_path(), "268435457 bytes, more than the 256 MiB a results file may have"),
+    ] {
+        for args in [
+            vec!["report", s(p)],
+            vec!["report", s(p), "--svg", s(&d.path().join("p.svg"))],
+            vec!["replay", s(p)],
+            vec!["compare", "--baseline", s(&base), "--candidate", s(p)],
+        ] {
+            let before = tree_no_read(d.path());
+            let o = bin_within(&args, 30);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+            let line = error_line(&o);
+            assert!(line.contains(needle), "{args:?}: {line}");
+            assert_eq!(tree_no_read(d.path()), before, "{args:?} changed the folder");
+        }
+    }
+    for (p, needle) in [
+        (toml.as_path(), "a FIFO, not a regular file"),
+        (Path::new("/dev/zero"), "a character device, not a regular file"),
+        (bigtoml.as_path(), "1048577 bytes, more than the 1 MiB a spec may have"),
+    ] {
+        let o = bin_within(&["plan", s(p)], 30);
+        assert_eq!(o.status.code(), Some(2), "{p:?}: {o:?}");
+        let line = error_line(&o);
+        assert!(line.contains(needle), "{p:?}: {line}");
+    }
+}
+
+/// Every entry under `dir` by kind and length, without reading any (a FIFO
+/// must not be opened).
+fn tree_no_read(dir: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        out.insert(p, format!("{:?} {}", m.file_type(), m.len()));
+    }
+    out
+}

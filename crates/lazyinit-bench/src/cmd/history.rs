@@ -205,7 +205,12 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
 pub fn read_run(folder: &Path) -> anyhow::Result<(RunImport, Vec<String>)> {
     let name = folder.display().to_string();
     let spec_path = folder.join(lazyinit_core::layout::RunFolder::SPEC_TOML);
-    let text = std::fs::read_to_string(&spec_path).map_err(|e| {
+    let text = lazyinit_core::input::read_text_bounded(
+        &spec_path,
+        lazyinit_core::input::MAX_SPEC_BYTES,
+        "spec",
+    )
+    .map_err(|e| {
         bad_input(format!(
             "{name}: cannot read spec.toml ({e}): give a run folder (results.csv beside spec.toml)"
         ))
