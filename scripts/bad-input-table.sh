@@ -158,6 +158,7 @@ row '`report /dev/zero`' $b report /dev/zero
 row '`report big-sparse.csv` (256 MiB + 1 byte)' $b report big-sparse.csv
 row '`plan fifo.toml` (a FIFO)' $b plan fifo.toml
 row '`plan /dev/zero`' $b plan /dev/zero
+row '`bisect-step --no-such-flag` (must be 255, git bisect run'"'"'s abort)' $b bisect-step --no-such-flag
 
 {
   echo "# Bad input: every case of issue 25 (CLI, CSV and spec edges)"
