@@ -465,8 +465,14 @@ fn absurd_finite_values_and_thresholds_are_refused() {
     let cand = run_copy(d.path());
     let svg = d.path().join("plot.svg");
     for (v, needle) in [
-        ("1.7e308", ":2: column `lazyinit_s`: 1.7e308 is not a measurement (at most 1e9 s"),
-        ("1e10", ":2: column `lazyinit_s`: 1e10 is not a measurement (at most 1e9 s"),
+        (
+            "1.7e308",
+            ":2: column `lazyinit_s`: 1.7e308 is not a measurement (at most 1e9 s",
+        ),
+        (
+            "1e10",
+            ":2: column `lazyinit_s`: 1e10 is not a measurement (at most 1e9 s",
+        ),
     ] {
         with_first_lazyinit(&cand, v);
         let before = tree(d.path());
@@ -479,7 +485,11 @@ fn absurd_finite_values_and_thresholds_are_refused() {
             assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
             let line = error_line(&o);
             assert!(line.contains(needle), "{args:?}: {line}");
-            assert_eq!(tree(d.path()), before, "{args:?} changed the folder (a .tmp left?)");
+            assert_eq!(
+                tree(d.path()),
+                before,
+                "{args:?} changed the folder (a .tmp left?)"
+            );
         }
     }
     for v in ["inf", "nan", "-1", "1e300"] {
@@ -499,20 +509,37 @@ fn absurd_finite_values_and_thresholds_are_refused() {
 fn inputs_that_are_not_bounded_regular_files_are_refused_before_reading() {
     let d = tempfile::tempdir().unwrap();
     let fifo = d.path().join("results.csv");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     let big = d.path().join("big.csv");
     let f = std::fs::File::create(&big).unwrap();
     f.set_len((256 << 20) + 1).unwrap();
     drop(f);
     let toml = d.path().join("spec.toml");
-    assert!(Command::new("mkfifo").arg(&toml).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&toml)
+        .status()
+        .unwrap()
+        .success());
     let bigtoml = d.path().join("big.toml");
-    std::fs::File::create(&bigtoml).unwrap().set_len((1 << 20) + 1).unwrap();
+    std::fs::File::create(&bigtoml)
+        .unwrap()
+        .set_len((1 << 20) + 1)
+        .unwrap();
     let base = fixture("qemu-64g/results.csv");
     for (p, needle) in [
         (fifo.as_path(), "a FIFO, not a regular file"),
-        (Path::new("/dev/zero"), "a character device, not a regular file"),
-        (big.as_path(), "268435457 bytes, more than the 256 MiB a results file may have"),
+        (
+            Path::new("/dev/zero"),
+            "a character device, not a regular file",
+        ),
+        (
+            big.as_path(),
+            "268435457 bytes, more than the 256 MiB a results file may have",
+        ),
     ] {
         for args in [
             vec!["report", s(p)],
@@ -525,13 +552,23 @@ fn inputs_that_are_not_bounded_regular_files_are_refused_before_reading() {
             assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
             let line = error_line(&o);
             assert!(line.contains(needle), "{args:?}: {line}");
-            assert_eq!(tree_no_read(d.path()), before, "{args:?} changed the folder");
+            assert_eq!(
+                tree_no_read(d.path()),
+                before,
+                "{args:?} changed the folder"
+            );
         }
     }
     for (p, needle) in [
         (toml.as_path(), "a FIFO, not a regular file"),
-        (Path::new("/dev/zero"), "a character device, not a regular file"),
-        (bigtoml.as_path(), "1048577 bytes, more than the 1 MiB a spec may have"),
+        (
+            Path::new("/dev/zero"),
+            "a character device, not a regular file",
+        ),
+        (
+            bigtoml.as_path(),
+            "1048577 bytes, more than the 1 MiB a spec may have",
+        ),
     ] {
         let o = bin_within(&["plan", s(p)], 30);
         assert_eq!(o.status.code(), Some(2), "{p:?}: {o:?}");

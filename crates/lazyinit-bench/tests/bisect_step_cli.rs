@@ -60,7 +60,10 @@ fn a_bad_bisect_step_argument_aborts_git_bisect_run() {
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
-        assert!(!o.status.success(), "{step_args:?}: git bisect run succeeded: {text}");
+        assert!(
+            !o.status.success(),
+            "{step_args:?}: git bisect run succeeded: {text}"
+        );
         assert!(
             !text.contains("is the first bad commit"),
             "{step_args:?}: git named a commit without a measurement: {text}"
@@ -75,9 +78,15 @@ fn a_bad_bisect_step_argument_aborts_git_bisect_run() {
         assert_eq!(o.status.code(), Some(255), "{step_args:?}: {o:?}");
     }
     // --help is no error: it still exits 0.
-    let o = Command::new(bin).args(["bisect-step", "--help"]).output().unwrap();
+    let o = Command::new(bin)
+        .args(["bisect-step", "--help"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(0));
     // Other commands keep exit 2 for bad arguments.
-    let o = Command::new(bin).args(["report", "--no-such-flag"]).output().unwrap();
+    let o = Command::new(bin)
+        .args(["report", "--no-such-flag"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }

@@ -818,16 +818,35 @@ fn a_silent_postgres_ends_every_command_within_its_deadline() {
     let out = site.path().join("site");
     let run = "results/nightly-quiet";
     let cases: Vec<(Vec<String>, u64)> = vec![
-        (vec!["import".into(), "--db".into(), quick.clone(), run.into()], 2),
+        (
+            vec!["import".into(), "--db".into(), quick.clone(), run.into()],
+            2,
+        ),
         (vec!["show".into(), "--db".into(), quick.clone()], 2),
         (vec!["changes".into(), "--db".into(), quick.clone()], 2),
-        (vec!["check".into(), "--db".into(), quick.clone(), run.into()], 2),
         (
-            vec!["ack".into(), "--db".into(), quick.clone(), "deadbeef".into(), "--note".into(), "x".into()],
+            vec!["check".into(), "--db".into(), quick.clone(), run.into()],
             2,
         ),
         (
-            vec!["publish".into(), "--db".into(), quick.clone(), "--out".into(), out.display().to_string()],
+            vec![
+                "ack".into(),
+                "--db".into(),
+                quick.clone(),
+                "deadbeef".into(),
+                "--note".into(),
+                "x".into(),
+            ],
+            2,
+        ),
+        (
+            vec![
+                "publish".into(),
+                "--db".into(),
+                quick.clone(),
+                "--out".into(),
+                out.display().to_string(),
+            ],
             2,
         ),
         (vec!["show".into(), "--db".into(), plain.clone()], 10),

@@ -89,7 +89,11 @@ fn bad_shards_are_refused_with_exit_2_and_nothing_created() {
     for n in ["1025", "100000", "4294967295", "18446744073709551616"] {
         let t = std::time::Instant::now();
         refused(&["plan", "quick", "--shards", n], "--shards");
-        assert!(t.elapsed().as_secs() < 20, "--shards {n} took {:?}", t.elapsed());
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "--shards {n} took {:?}",
+            t.elapsed()
+        );
     }
     refused(
         &["run", "quick", "--shard", "1/100000", "--out", "x"],
@@ -113,12 +117,30 @@ fn bad_shards_are_refused_with_exit_2_and_nothing_created() {
 fn extreme_shard_environments_are_refused_not_panics() {
     let max = u64::MAX.to_string();
     for vars in [
-        vec![("JOB_COMPLETION_INDEX", max.as_str()), ("LAZYINIT_SHARD_COUNT", "4")],
-        vec![("JOB_COMPLETION_INDEX", max.as_str()), ("LAZYINIT_SHARD_COUNT", max.as_str())],
-        vec![("JOB_COMPLETION_INDEX", "0"), ("LAZYINIT_SHARD_COUNT", "100000")],
-        vec![("CI_NODE_INDEX", max.as_str()), ("CI_NODE_TOTAL", max.as_str())],
-        vec![("SLURM_ARRAY_TASK_ID", max.as_str()), ("SLURM_ARRAY_TASK_COUNT", max.as_str())],
-        vec![("JOB_COMPLETION_INDEX", "18446744073709551616"), ("LAZYINIT_SHARD_COUNT", "4")],
+        vec![
+            ("JOB_COMPLETION_INDEX", max.as_str()),
+            ("LAZYINIT_SHARD_COUNT", "4"),
+        ],
+        vec![
+            ("JOB_COMPLETION_INDEX", max.as_str()),
+            ("LAZYINIT_SHARD_COUNT", max.as_str()),
+        ],
+        vec![
+            ("JOB_COMPLETION_INDEX", "0"),
+            ("LAZYINIT_SHARD_COUNT", "100000"),
+        ],
+        vec![
+            ("CI_NODE_INDEX", max.as_str()),
+            ("CI_NODE_TOTAL", max.as_str()),
+        ],
+        vec![
+            ("SLURM_ARRAY_TASK_ID", max.as_str()),
+            ("SLURM_ARRAY_TASK_COUNT", max.as_str()),
+        ],
+        vec![
+            ("JOB_COMPLETION_INDEX", "18446744073709551616"),
+            ("LAZYINIT_SHARD_COUNT", "4"),
+        ],
     ] {
         for args in [
             &["plan", "quick", "--shard", "auto"][..],

@@ -85,8 +85,12 @@ pub fn read_limited(r: impl Read, limit: u64, what: &str) -> io::Result<Vec<u8>>
 
 /// [`read_bounded`] as UTF-8 text.
 pub fn read_text_bounded(path: &Path, limit: u64, what: &str) -> io::Result<String> {
-    String::from_utf8(read_bounded(path, limit, what)?)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+    String::from_utf8(read_bounded(path, limit, what)?).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -97,7 +101,10 @@ mod tests {
     fn fifos_devices_folders_and_big_files_are_refused_before_reading() {
         let d = tempfile::tempdir().unwrap();
         let fifo = d.path().join("fifo");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
         assert!(made.success());
         let e = read_bounded(&fifo, 100, "results file").unwrap_err();
         assert!(e.to_string().contains("a FIFO, not a regular file"), "{e}");

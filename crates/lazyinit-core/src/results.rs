@@ -545,15 +545,12 @@ pub fn repair_torn_tail(path: impl AsRef<Path>) -> Result<Option<String>, Result
         path: path.into(),
         source,
     };
-    let bytes = match crate::input::read_bounded(
-        path,
-        crate::input::MAX_RESULTS_BYTES,
-        "results file",
-    ) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(err(e)),
-    };
+    let bytes =
+        match crate::input::read_bounded(path, crate::input::MAX_RESULTS_BYTES, "results file") {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(err(e)),
+        };
     let whole = whole_lines(&bytes);
     if whole == bytes.len() {
         return Ok(None);

@@ -88,7 +88,6 @@ impl Postgres {
             Err(_) => Err(silent(cannot(), deadline)),
         }
     }
-
 }
 
 /// `fut` on the server, or an error once STATEMENT_DEADLINE has passed.

@@ -176,10 +176,9 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
             hint: "set it to the Indexed Job's `completions` in the pod's env",
         })?;
         // From 0: u64::MAX has no shard after it (checked, never a wrap).
-        let k = i.checked_add(1).ok_or(ShardError::OutOfRange {
-            index: i,
-            count: n,
-        })?;
+        let k = i
+            .checked_add(1)
+            .ok_or(ShardError::OutOfRange { index: i, count: n })?;
         let s = make(k, n)?;
         return Ok((
             s,
@@ -413,7 +412,9 @@ mod tests {
             assert!(
                 matches!(
                     e,
-                    ShardError::Syntax(_) | ShardError::OutOfRange { .. } | ShardError::TooMany { .. }
+                    ShardError::Syntax(_)
+                        | ShardError::OutOfRange { .. }
+                        | ShardError::TooMany { .. }
                 ),
                 "{bad}: {e}"
             );
@@ -597,13 +598,22 @@ mod tests {
         let max = u64::MAX.to_string();
         let big = u64::from(MAX_SHARDS + 1).to_string();
         for vars in [
-            vec![("JOB_COMPLETION_INDEX", max.as_str()), (COUNT_VAR, max.as_str())],
+            vec![
+                ("JOB_COMPLETION_INDEX", max.as_str()),
+                (COUNT_VAR, max.as_str()),
+            ],
             vec![("JOB_COMPLETION_INDEX", max.as_str()), (COUNT_VAR, "4")],
             vec![("JOB_COMPLETION_INDEX", "0"), (COUNT_VAR, big.as_str())],
-            vec![("CI_NODE_INDEX", max.as_str()), ("CI_NODE_TOTAL", max.as_str())],
+            vec![
+                ("CI_NODE_INDEX", max.as_str()),
+                ("CI_NODE_TOTAL", max.as_str()),
+            ],
             vec![("CI_NODE_INDEX", "1"), ("CI_NODE_TOTAL", big.as_str())],
             vec![("CI_NODE_INDEX", "0"), ("CI_NODE_TOTAL", "0")],
-            vec![("SLURM_ARRAY_TASK_ID", max.as_str()), ("SLURM_ARRAY_TASK_COUNT", max.as_str())],
+            vec![
+                ("SLURM_ARRAY_TASK_ID", max.as_str()),
+                ("SLURM_ARRAY_TASK_COUNT", max.as_str()),
+            ],
             vec![
                 ("SLURM_ARRAY_TASK_ID", max.as_str()),
                 ("SLURM_ARRAY_TASK_COUNT", max.as_str()),

@@ -140,8 +140,14 @@ mod tests {
             ("-1", "column `lazyinit_s`: -1 is not a measurement"),
             ("NaN", "column `lazyinit_s`: NaN is not a measurement"),
             ("inf", "column `lazyinit_s`: inf is not a measurement"),
-            ("1.7e308", "column `lazyinit_s`: 1.7e308 is not a measurement (at most 1e9 s"),
-            ("1000000001", "column `lazyinit_s`: 1.000000001e9 is not a measurement (at most 1e9 s"),
+            (
+                "1.7e308",
+                "column `lazyinit_s`: 1.7e308 is not a measurement (at most 1e9 s",
+            ),
+            (
+                "1000000001",
+                "column `lazyinit_s`: 1.000000001e9 is not a measurement (at most 1e9 s",
+            ),
             ("", "column `lazyinit_s` is empty on an `ok` row"),
             ("abc", "column `lazyinit_s`: invalid float"),
         ] {
