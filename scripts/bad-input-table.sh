@@ -129,6 +129,36 @@ row '`report loop1.csv` (a symlink loop)' $b report loop1.csv
 row '`report adir` (a directory)' $b report adir
 row 'spec `sizes = [-1]` (`plan`)' $b plan neg-size.toml
 row 'CSV value error on the first data row (`report bad.csv`)' $b report bad.csv
+# Issue 41: a PostgreSQL that accepts and never answers (a loopback
+# listener holding each socket; python3 is on every host that runs this).
+silent_port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+python3 -c 'import socket,sys,time
+s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)
+s.bind(("127.0.0.1",int(sys.argv[1])));s.listen(8);s.settimeout(30);h=[]
+t=time.time()
+while time.time()-t<30:
+  try: h.append(s.accept())
+  except OSError: break' "$silent_port" &
+silent_pid=$!
+sleep 0.5
+row '`history show --db postgres://u@127.0.0.1:PORT/h?connect_timeout=2` (a server that never answers)' $b history show --db "postgres://u@127.0.0.1:$silent_port/h?connect_timeout=2"
+row '`history changes --db postgres://u@127.0.0.1:PORT/h` (never answers; 10 s default)' $b history changes --db "postgres://u@127.0.0.1:$silent_port/h"
+kill "$silent_pid" 2>/dev/null || true
+setfirst 1.7e308 huge.csv
+row '`report huge.csv --svg h.svg` (`lazyinit_s` = 1.7e308)' $b report huge.csv --svg h.svg
+row '`plan quick --shards 100000`' $b plan quick --shards 100000
+row '`plan quick --shards 4294967295`' $b plan quick --shards 4294967295
+row '`plan quick --shard 1/100000`' $b plan quick --shard 1/100000
+row '`plan quick --shard auto` with JOB_COMPLETION_INDEX=18446744073709551615' env JOB_COMPLETION_INDEX=18446744073709551615 LAZYINIT_SHARD_COUNT=4 $b plan quick --shard auto
+row '`history changes --db sqlite:h.db --min-change-pct=inf`' $b history changes --db sqlite:h.db --min-change-pct=inf
+mkfifo fifo.csv fifo.toml
+truncate -s 268435457 big-sparse.csv
+row '`report fifo.csv` (a FIFO)' $b report fifo.csv
+row '`report /dev/zero`' $b report /dev/zero
+row '`report big-sparse.csv` (256 MiB + 1 byte)' $b report big-sparse.csv
+row '`plan fifo.toml` (a FIFO)' $b plan fifo.toml
+row '`plan /dev/zero`' $b plan /dev/zero
+row '`bisect-step --no-such-flag` (must be 255, git bisect run'"'"'s abort)' $b bisect-step --no-such-flag
 
 {
   echo "# Bad input: every case of issue 25 (CLI, CSV and spec edges)"

@@ -52,14 +52,49 @@ enum Command {
     History(cmd::history::HistoryCmd),
 }
 
+/// `git bisect run`'s "abort": what `bisect-step` exits on any error
+/// (git reads 1-127 but 125 as "bad").
+const BISECT_ABORT: u8 = 255;
+
+/// Whether this process is `bisect-step` (the first word that is not a
+/// flag), decided before the arguments are parsed: a bad argument of
+/// `bisect-step` must abort `git bisect run`, not exit 2 (issue 41).
+fn is_bisect_step() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .find(|a| !a.to_string_lossy().starts_with('-'))
+        .is_some_and(|a| a == "bisect-step")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let step = is_bisect_step();
+    if step {
+        // A panic is 101, which git would read as "bad": abort instead.
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            default(info);
+            std::process::exit(BISECT_ABORT.into());
+        }));
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version are not errors: they print and exit 0.
+        Err(e) if step && e.use_stderr() => {
+            let _ = e.print();
+            eprintln!("note: bisect-step exits {BISECT_ABORT} on bad arguments, so that `git bisect run` stops");
+            return ExitCode::from(BISECT_ABORT);
+        }
+        Err(e) => e.exit(),
+    };
     cmd::init_logging(cli.verbose);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(lazyinit_core::exit::INFRASTRUCTURE);
+            return ExitCode::from(match step {
+                true => BISECT_ABORT,
+                false => lazyinit_core::exit::INFRASTRUCTURE,
+            });
         }
     };
     let result = rt.block_on(async {

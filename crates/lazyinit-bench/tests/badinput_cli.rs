@@ -431,3 +431,160 @@ fn bad_output_places_are_refused_before_the_banner() {
         "--config /nonexistent: not a file",
     );
 }
+
+/// `args` with a deadline: the output, or a panic naming the hang (the
+/// child is killed first).
+fn bin_within(args: &[&str], secs: u64) -> Output {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lazyinit-bench"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed().as_secs() >= secs {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{args:?} did not end within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 41: a finite but absurd `lazyinit_s` (1.7e308: the plot range
+/// overflowed and `report --svg` never ended, leaving `.tmp` files) is
+/// refused where the CSV is read, with the file and line; so are absurd
+/// thresholds.
+#[test]
+fn absurd_finite_values_and_thresholds_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cand = run_copy(d.path());
+    let svg = d.path().join("plot.svg");
+    for (v, needle) in [
+        (
+            "1.7e308",
+            ":2: column `lazyinit_s`: 1.7e308 is not a measurement (at most 1e9 s",
+        ),
+        (
+            "1e10",
+            ":2: column `lazyinit_s`: 1e10 is not a measurement (at most 1e9 s",
+        ),
+    ] {
+        with_first_lazyinit(&cand, v);
+        let before = tree(d.path());
+        for args in [
+            vec!["report", s(&cand), "--svg", s(&svg)],
+            vec!["report", s(&cand)],
+            vec!["replay", s(&cand)],
+        ] {
+            let o = bin_within(&args, 60);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+            let line = error_line(&o);
+            assert!(line.contains(needle), "{args:?}: {line}");
+            assert_eq!(
+                tree(d.path()),
+                before,
+                "{args:?} changed the folder (a .tmp left?)"
+            );
+        }
+    }
+    for v in ["inf", "nan", "-1", "1e300"] {
+        let db = format!("sqlite:{}", d.path().join("h.db").display());
+        let flag = format!("--min-change-pct={v}");
+        let o = bin_within(&["history", "changes", "--db", &db, &flag], 30);
+        assert_eq!(o.status.code(), Some(2), "{v}: {o:?}");
+        let line = error_line(&o);
+        assert!(line.contains("--min-change-pct"), "{v}: {line}");
+    }
+}
+
+/// Issue 41: a results.csv or spec.toml that is a FIFO (the read blocked
+/// forever), /dev/zero (read until out of memory) or larger than its bound
+/// is refused from its metadata, before it is read: one line, exit 2.
+#[test]
+fn inputs_that_are_not_bounded_regular_files_are_refused_before_reading() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("results.csv");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let big = d.path().join("big.csv");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len((256 << 20) + 1).unwrap();
+    drop(f);
+    let toml = d.path().join("spec.toml");
+    assert!(Command::new("mkfifo")
+        .arg(&toml)
+        .status()
+        .unwrap()
+        .success());
+    let bigtoml = d.path().join("big.toml");
+    std::fs::File::create(&bigtoml)
+        .unwrap()
+        .set_len((1 << 20) + 1)
+        .unwrap();
+    let base = fixture("qemu-64g/results.csv");
+    for (p, needle) in [
+        (fifo.as_path(), "a FIFO, not a regular file"),
+        (
+            Path::new("/dev/zero"),
+            "a character device, not a regular file",
+        ),
+        (
+            big.as_path(),
+            "268435457 bytes, more than the 256 MiB a results file may have",
+        ),
+    ] {
+        for args in [
+            vec!["report", s(p)],
+            vec!["report", s(p), "--svg", s(&d.path().join("p.svg"))],
+            vec!["replay", s(p)],
+            vec!["compare", "--baseline", s(&base), "--candidate", s(p)],
+        ] {
+            let before = tree_no_read(d.path());
+            let o = bin_within(&args, 30);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+            let line = error_line(&o);
+            assert!(line.contains(needle), "{args:?}: {line}");
+            assert_eq!(
+                tree_no_read(d.path()),
+                before,
+                "{args:?} changed the folder"
+            );
+        }
+    }
+    for (p, needle) in [
+        (toml.as_path(), "a FIFO, not a regular file"),
+        (
+            Path::new("/dev/zero"),
+            "a character device, not a regular file",
+        ),
+        (
+            bigtoml.as_path(),
+            "1048577 bytes, more than the 1 MiB a spec may have",
+        ),
+    ] {
+        let o = bin_within(&["plan", s(p)], 30);
+        assert_eq!(o.status.code(), Some(2), "{p:?}: {o:?}");
+        let line = error_line(&o);
+        assert!(line.contains(needle), "{p:?}: {line}");
+    }
+}
+
+/// Every entry under `dir` by kind and length, without reading any (a FIFO
+/// must not be opened).
+fn tree_no_read(dir: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        out.insert(p, format!("{:?} {}", m.file_type(), m.len()));
+    }
+    out
+}

@@ -794,3 +794,87 @@ fn check_against_a_baseline_names_it() {
     let o = history(&["check", "--db", &db, &nights[13], "--baseline", "release"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// Issue 41: a PostgreSQL that accepts and never answers (here a listener
+/// on loopback that holds every socket) ends every history command within
+/// its deadline, the URL's connect_timeout or 10 s without one: one line,
+/// exit 3 (infrastructure), no hang.
+#[test]
+fn a_silent_postgres_ends_every_command_within_its_deadline() {
+    use std::time::{Duration, Instant};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        // Bounded: the commands below connect 7 times.
+        for s in listener.incoming().take(32) {
+            held.push(s);
+        }
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    let quick = format!("postgres://u@127.0.0.1:{port}/h?connect_timeout=2");
+    let plain = format!("postgres://u@127.0.0.1:{port}/h");
+    let site = tempfile::tempdir().unwrap();
+    let out = site.path().join("site");
+    let run = "results/nightly-quiet";
+    let cases: Vec<(Vec<String>, u64)> = vec![
+        (
+            vec!["import".into(), "--db".into(), quick.clone(), run.into()],
+            2,
+        ),
+        (vec!["show".into(), "--db".into(), quick.clone()], 2),
+        (vec!["changes".into(), "--db".into(), quick.clone()], 2),
+        (
+            vec!["check".into(), "--db".into(), quick.clone(), run.into()],
+            2,
+        ),
+        (
+            vec![
+                "ack".into(),
+                "--db".into(),
+                quick.clone(),
+                "deadbeef".into(),
+                "--note".into(),
+                "x".into(),
+            ],
+            2,
+        ),
+        (
+            vec![
+                "publish".into(),
+                "--db".into(),
+                quick.clone(),
+                "--out".into(),
+                out.display().to_string(),
+            ],
+            2,
+        ),
+        (vec!["show".into(), "--db".into(), plain.clone()], 10),
+    ];
+    let runs: Vec<_> = cases
+        .into_iter()
+        .map(|(args, secs)| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let o = history(&args);
+                (args.join(" "), secs, t.elapsed(), o)
+            })
+        })
+        .collect();
+    for r in runs {
+        let (args, secs, took, o) = r.join().unwrap();
+        let msg = text(&o);
+        assert_eq!(o.status.code(), Some(3), "{args}: {msg}");
+        assert_eq!(msg.trim_end().lines().count(), 1, "{args}: one line: {msg}");
+        assert!(
+            msg.contains(&format!("did not answer within {secs} s")),
+            "{args}: {msg}"
+        );
+        assert!(
+            took < Duration::from_secs(secs + 5),
+            "{args} took {took:?}, deadline {secs} s"
+        );
+    }
+    assert!(!out.exists(), "publish wrote nothing");
+}

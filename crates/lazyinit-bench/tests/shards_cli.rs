@@ -84,11 +84,87 @@ fn bad_shards_are_refused_with_exit_2_and_nothing_created() {
         "--shard auto found no shard in the environment: set LAZYINIT_SHARD=K/N",
     );
     refused(&["plan", "quick", "--shards", "0"], "--shards");
+    // Issue 41: a documented maximum, refused before anything is
+    // allocated (4294967295 asked for 34 GB, 100000 never ended).
+    for n in ["1025", "100000", "4294967295", "18446744073709551616"] {
+        let t = std::time::Instant::now();
+        refused(&["plan", "quick", "--shards", n], "--shards");
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "--shards {n} took {:?}",
+            t.elapsed()
+        );
+    }
+    refused(
+        &["run", "quick", "--shard", "1/100000", "--out", "x"],
+        "100000 shards: at most 1024",
+    );
+    refused(
+        &["plan", "quick", "--shard", "1/4294967295"],
+        "4294967295 shards: at most 1024",
+    );
     refused(
         &["merge", "nowhere", "--out", "m"],
         "nowhere: no such folder",
     );
     refused(&["merge", ".", "--out", "m"], "is not a shard's folder");
+}
+
+/// Issue 41: `--shard auto` with an engine's numbers at their extremes is
+/// one line and exit 2, never a panic (JOB_COMPLETION_INDEX at u64::MAX
+/// overflowed in shard.rs).
+#[test]
+fn extreme_shard_environments_are_refused_not_panics() {
+    let max = u64::MAX.to_string();
+    for vars in [
+        vec![
+            ("JOB_COMPLETION_INDEX", max.as_str()),
+            ("LAZYINIT_SHARD_COUNT", "4"),
+        ],
+        vec![
+            ("JOB_COMPLETION_INDEX", max.as_str()),
+            ("LAZYINIT_SHARD_COUNT", max.as_str()),
+        ],
+        vec![
+            ("JOB_COMPLETION_INDEX", "0"),
+            ("LAZYINIT_SHARD_COUNT", "100000"),
+        ],
+        vec![
+            ("CI_NODE_INDEX", max.as_str()),
+            ("CI_NODE_TOTAL", max.as_str()),
+        ],
+        vec![
+            ("SLURM_ARRAY_TASK_ID", max.as_str()),
+            ("SLURM_ARRAY_TASK_COUNT", max.as_str()),
+        ],
+        vec![
+            ("JOB_COMPLETION_INDEX", "18446744073709551616"),
+            ("LAZYINIT_SHARD_COUNT", "4"),
+        ],
+    ] {
+        for args in [
+            &["plan", "quick", "--shard", "auto"][..],
+            &["run", "quick", "--shard", "auto", "--out", "x"][..],
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut c = Command::new(env!("CARGO_BIN_EXE_lazyinit-bench"));
+            c.args(args)
+                .current_dir(tmp.path())
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap())
+                .env("HOME", tmp.path());
+            for (k, v) in &vars {
+                c.env(k, v);
+            }
+            let out = c.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{vars:?} {args:?}: {err}");
+            assert!(!err.contains("panicked"), "{vars:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{vars:?}: {err}");
+            let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+            assert!(left.is_empty(), "{vars:?} created {left:?}");
+        }
+    }
 }
 
 /// The committed shards of results/quick-shards merge again into the

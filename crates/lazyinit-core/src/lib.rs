@@ -15,6 +15,7 @@ pub mod events;
 pub mod evidence;
 pub mod exit;
 pub mod identity;
+pub mod input;
 pub mod layout;
 pub mod model;
 pub mod output;

@@ -545,11 +545,12 @@ pub fn repair_torn_tail(path: impl AsRef<Path>) -> Result<Option<String>, Result
         path: path.into(),
         source,
     };
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(err(e)),
-    };
+    let bytes =
+        match crate::input::read_bounded(path, crate::input::MAX_RESULTS_BYTES, "results file") {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(err(e)),
+        };
     let whole = whole_lines(&bytes);
     if whole == bytes.len() {
         return Ok(None);
@@ -570,22 +571,27 @@ fn whole_lines(bytes: &[u8]) -> usize {
 /// what a resume may count before it has the folder's lock to repair it.
 pub fn read_whole_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|io| ResultsError::Open {
-        path: path.into(),
-        io,
-    })?;
+    let bytes = read_results_file(path)?;
     read_rows_from(&bytes[..whole_lines(&bytes)], path)
 }
 
 /// Reads every row of a results CSV, with line-numbered errors.
 pub fn read_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
     let path = path.as_ref();
-    // Read whole: a folder opens, and only reading says what it is.
-    let bytes = std::fs::read(path).map_err(|io| ResultsError::Open {
-        path: path.into(),
-        io,
-    })?;
+    let bytes = read_results_file(path)?;
     read_rows_from(&bytes[..], path)
+}
+
+/// The bytes of a results file: a regular file of at most
+/// `input::MAX_RESULTS_BYTES` (a FIFO, a device or a larger file is
+/// refused before it is read).
+fn read_results_file(path: &Path) -> Result<Vec<u8>, ResultsError> {
+    crate::input::read_bounded(path, crate::input::MAX_RESULTS_BYTES, "results file").map_err(
+        |io| ResultsError::Open {
+            path: path.into(),
+            io,
+        },
+    )
 }
 
 /// Reads rows with errors naming the file and line (the header is line

@@ -88,12 +88,12 @@ pub enum DbError {
     Sqlite(rusqlite::Error),
     /// The server's own severity and message when it sent one.
     #[error("{}", postgres_text(.0))]
-    Postgres(::postgres::Error),
+    Postgres(::tokio_postgres::Error),
     #[error("{0}")]
     Io(std::io::Error),
 }
 
-fn postgres_text(e: &::postgres::Error) -> String {
+fn postgres_text(e: &::tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => e.to_string(),

@@ -1,17 +1,49 @@
 //! The PostgreSQL backend: one history shared by a team's nightly hosts.
+//!
+//! Every call to the server has a deadline (issue 41): a server that
+//! accepts the connection and never answers ends the command with one
+//! line and exit 3 instead of hanging. The blocking `postgres` crate cannot
+//! do that (its `connect_timeout` bounds only the TCP connect, and a read
+//! timeout, keepalives or `statement_timeout` do nothing against a peer
+//! whose kernel acknowledges and whose server stays silent), so this is
+//! `tokio-postgres` on a one-thread runtime with `tokio::time::timeout`
+//! around the connect (TCP, startup, authentication, the first SET) and
+//! around every statement.
 
-use postgres::types::{ToSql, Type};
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::backend::{Backend, Cell, Row, Value};
 use crate::{DbError, HistoryError};
 
+/// The whole connect when the URL names no `connect_timeout`.
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
+/// One statement, an advisory lock's wait for another writer included.
+pub const STATEMENT_DEADLINE: Duration = Duration::from_secs(300);
+
 pub struct Postgres {
-    client: postgres::Client,
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+    /// A statement ran out of time: the connection's state is unknown, so
+    /// nothing more is sent on it.
+    broken: bool,
 }
 
-fn err(e: postgres::Error) -> HistoryError {
+fn err(e: tokio_postgres::Error) -> HistoryError {
     // The server's own message (with its detail) says what went wrong.
     HistoryError::db("postgres", DbError::Postgres(e))
+}
+
+fn silent(context: String, d: Duration) -> HistoryError {
+    HistoryError::db(
+        context,
+        DbError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the server did not answer within {} s", d.as_secs_f64()),
+        )),
+    )
 }
 
 /// An arbitrary constant: the advisory lock every writer of the history
@@ -20,16 +52,62 @@ const WRITE_LOCK: i64 = 0x1a2e_0028;
 
 impl Postgres {
     pub fn connect(url: &str) -> Result<Self, HistoryError> {
-        let client = postgres::Client::connect(url, postgres::NoTls).map_err(|e| {
-            HistoryError::db(
-                format!("cannot connect to {}", crate::url::redact(url)),
-                DbError::Postgres(e),
-            )
-        })?;
-        let mut pg = Self { client };
-        // Keep the server's notices ("relation exists, skipping") quiet.
-        pg.batch("SET client_min_messages = warning")?;
-        Ok(pg)
+        let cannot = || format!("cannot connect to {}", crate::url::redact(url));
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| HistoryError::db(cannot(), DbError::Postgres(e)))?;
+        let deadline = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(CONNECT_DEADLINE);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| HistoryError::db(cannot(), DbError::Io(e)))?;
+        let connected = rt.block_on(async {
+            tokio::time::timeout(deadline, async {
+                let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+                // The connection runs whenever a call below blocks on the
+                // runtime; it ends with the client.
+                tokio::spawn(connection);
+                // Keep the server's notices ("relation exists, skipping") quiet.
+                client
+                    .batch_execute("SET client_min_messages = warning")
+                    .await?;
+                Ok::<_, tokio_postgres::Error>(client)
+            })
+            .await
+        });
+        match connected {
+            Ok(Ok(client)) => Ok(Self {
+                rt,
+                client,
+                broken: false,
+            }),
+            Ok(Err(e)) => Err(HistoryError::db(cannot(), DbError::Postgres(e))),
+            Err(_) => Err(silent(cannot(), deadline)),
+        }
+    }
+}
+
+/// `fut` on the server, or an error once STATEMENT_DEADLINE has passed.
+fn deadline<T>(
+    rt: &tokio::runtime::Runtime,
+    broken: &mut bool,
+    fut: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, HistoryError> {
+    if *broken {
+        return Err(silent(
+            "postgres: an earlier statement got no answer".into(),
+            STATEMENT_DEADLINE,
+        ));
+    }
+    match rt.block_on(async { tokio::time::timeout(STATEMENT_DEADLINE, fut).await }) {
+        Ok(r) => r.map_err(err),
+        Err(_) => {
+            *broken = true;
+            Err(silent("postgres".into(), STATEMENT_DEADLINE))
+        }
     }
 }
 
@@ -46,8 +124,7 @@ fn params(values: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
         })
         .collect()
 }
-
-fn cell(row: &postgres::Row, i: usize) -> Result<Cell, postgres::Error> {
+fn cell(row: &tokio_postgres::Row, i: usize) -> Result<Cell, tokio_postgres::Error> {
     let ty = row.columns()[i].type_();
     Ok(match *ty {
         Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Cell::Int),
@@ -72,10 +149,12 @@ impl Backend for Postgres {
         "postgres"
     }
     fn execute(&mut self, sql: &str, values: &[Value]) -> Result<u64, HistoryError> {
-        self.client.execute(sql, &params(values)).map_err(err)
+        let p = params(values);
+        deadline(&self.rt, &mut self.broken, self.client.execute(sql, &p))
     }
     fn query(&mut self, sql: &str, values: &[Value]) -> Result<Vec<Row>, HistoryError> {
-        let rows = self.client.query(sql, &params(values)).map_err(err)?;
+        let p = params(values);
+        let rows = deadline(&self.rt, &mut self.broken, self.client.query(sql, &p))?;
         rows.iter()
             .map(|r| {
                 (0..r.len())
@@ -86,7 +165,7 @@ impl Backend for Postgres {
             .collect()
     }
     fn batch(&mut self, sql: &str) -> Result<(), HistoryError> {
-        self.client.batch_execute(sql).map_err(err)
+        deadline(&self.rt, &mut self.broken, self.client.batch_execute(sql))
     }
     fn begin_exclusive(&mut self) -> Result<(), HistoryError> {
         self.batch(&format!(

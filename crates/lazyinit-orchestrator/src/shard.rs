@@ -17,6 +17,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::{makespan, KernelNeed, Plan, PlannedCell};
 
+/// The most shards a plan splits into (`plan --shards N`, `run --shard
+/// K/N`, an engine's count): more is refused before anything is allocated
+/// (issue 41; a matrix has at most 10000 cells, and a shard is a machine).
+pub const MAX_SHARDS: u32 = 1024;
+
 /// Shard `index` of `count`, both from 1 (as `run --shard K/N` says it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Shard {
@@ -31,6 +36,8 @@ pub enum ShardError {
     Syntax(String),
     #[error("shard {index}/{count} does not exist: K must be between 1 and N")]
     OutOfRange { index: u64, count: u64 },
+    #[error("{count} shards: at most {MAX_SHARDS} (and at least 1)")]
+    TooMany { count: u64 },
     #[error("{var} is `{value}`, not a whole number")]
     NotANumber { var: &'static str, value: String },
     #[error("{index_var} is set but {count_var} is not: {hint}")]
@@ -47,6 +54,7 @@ pub enum ShardError {
 
 impl Shard {
     pub fn new(index: u32, count: u32) -> Result<Shard, ShardError> {
+        check_count(count.into())?;
         if index == 0 || index > count {
             return Err(ShardError::OutOfRange {
                 index: index.into(),
@@ -68,6 +76,23 @@ impl Shard {
     }
 }
 
+/// `count` shards are allowed: 1 to MAX_SHARDS.
+pub fn check_count(count: u64) -> Result<(), ShardError> {
+    if count == 0 || count > u64::from(MAX_SHARDS) {
+        return Err(ShardError::TooMany { count });
+    }
+    Ok(())
+}
+
+/// K/N from 1 in u64 (as an environment or a flag said it), checked.
+fn checked(k: u64, n: u64) -> Result<Shard, ShardError> {
+    check_count(n)?;
+    match (u32::try_from(k), u32::try_from(n)) {
+        (Ok(k), Ok(n)) => Shard::new(k, n),
+        _ => Err(ShardError::OutOfRange { index: k, count: n }),
+    }
+}
+
 impl fmt::Display for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.index, self.count)
@@ -81,10 +106,7 @@ impl FromStr for Shard {
         let (k, n) = s.trim().split_once('/').ok_or_else(syntax)?;
         let k: u64 = k.trim().parse().map_err(|_| syntax())?;
         let n: u64 = n.trim().parse().map_err(|_| syntax())?;
-        match (u32::try_from(k), u32::try_from(n)) {
-            (Ok(k), Ok(n)) => Shard::new(k, n),
-            _ => Err(ShardError::OutOfRange { index: k, count: n }),
-        }
+        checked(k, n)
     }
 }
 
@@ -142,10 +164,7 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
                 .map_err(|_| ShardError::NotANumber { var, value: v }),
         }
     };
-    let make = |k: u64, n: u64| match (u32::try_from(k), u32::try_from(n)) {
-        (Ok(k), Ok(n)) => Shard::new(k, n),
-        _ => Err(ShardError::OutOfRange { index: k, count: n }),
-    };
+    let make = checked;
     if let Some(v) = get(SHARD_VAR) {
         let s: Shard = v.parse()?;
         return Ok((s, format!("{SHARD_VAR}={v}")));
@@ -156,7 +175,11 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
             count_var: COUNT_VAR,
             hint: "set it to the Indexed Job's `completions` in the pod's env",
         })?;
-        let s = make(i + 1, n)?;
+        // From 0: u64::MAX has no shard after it (checked, never a wrap).
+        let k = i
+            .checked_add(1)
+            .ok_or(ShardError::OutOfRange { index: i, count: n })?;
+        let s = make(k, n)?;
         return Ok((
             s,
             format!(
@@ -239,7 +262,13 @@ impl Plan {
     /// its own predicted times (with as many cells at once as the whole
     /// plan's, or fewer when the shard has fewer cells).
     pub fn shard(&self, shard: Shard) -> Plan {
-        let mine = &split(&self.cells, shard.count())[shard.index() as usize - 1];
+        self.shard_of(&split(&self.cells, shard.count()), shard)
+    }
+
+    /// The plan of `shard` from a split already made (`split` of this
+    /// plan's cells into `shard.count()`).
+    fn shard_of(&self, split: &[Vec<usize>], shard: Shard) -> Plan {
+        let mine = &split[shard.index() as usize - 1];
         let cells: Vec<PlannedCell> = mine.iter().map(|&i| self.cells[i].clone()).collect();
         let kernels: BTreeSet<KernelNeed> = cells
             .iter()
@@ -282,9 +311,13 @@ pub struct ShardPlan {
 
 /// Every shard of `plan` split `count` ways.
 pub fn shard_plans(plan: &Plan, count: u32) -> Result<Vec<ShardPlan>, ShardError> {
+    // Before anything is allocated: 4294967295 shards is one line, not 34 GB.
+    check_count(count.into())?;
+    // One split for every shard (not one per shard: N times the work).
+    let split = split(&plan.cells, count);
     (1..=count)
         .map(|k| {
-            let p = plan.shard(Shard::new(k, count)?);
+            let p = plan.shard_of(&split, Shard::new(k, count)?);
             Ok(ShardPlan {
                 shard: Shard::new(k, count)?,
                 cells: p.cells.iter().map(|c| c.id.clone()).collect(),
@@ -377,7 +410,12 @@ mod tests {
         ] {
             let e = bad.parse::<ShardArg>().unwrap_err();
             assert!(
-                matches!(e, ShardError::Syntax(_) | ShardError::OutOfRange { .. }),
+                matches!(
+                    e,
+                    ShardError::Syntax(_)
+                        | ShardError::OutOfRange { .. }
+                        | ShardError::TooMany { .. }
+                ),
                 "{bad}: {e}"
             );
         }
@@ -550,5 +588,54 @@ mod tests {
         assert!(text.contains("\nshard 2/2:\n  qemu-"), "{text}");
         let cells: usize = shards.iter().map(|s| s.cells.len()).sum();
         assert_eq!(cells, 8);
+    }
+
+    /// Issue 41: every number from an environment is checked, never
+    /// wrapped (JOB_COMPLETION_INDEX at u64::MAX panicked in debug), and a
+    /// count past MAX_SHARDS is refused.
+    #[test]
+    fn extreme_environments_are_refused_not_panics() {
+        let max = u64::MAX.to_string();
+        let big = u64::from(MAX_SHARDS + 1).to_string();
+        for vars in [
+            vec![
+                ("JOB_COMPLETION_INDEX", max.as_str()),
+                (COUNT_VAR, max.as_str()),
+            ],
+            vec![("JOB_COMPLETION_INDEX", max.as_str()), (COUNT_VAR, "4")],
+            vec![("JOB_COMPLETION_INDEX", "0"), (COUNT_VAR, big.as_str())],
+            vec![
+                ("CI_NODE_INDEX", max.as_str()),
+                ("CI_NODE_TOTAL", max.as_str()),
+            ],
+            vec![("CI_NODE_INDEX", "1"), ("CI_NODE_TOTAL", big.as_str())],
+            vec![("CI_NODE_INDEX", "0"), ("CI_NODE_TOTAL", "0")],
+            vec![
+                ("SLURM_ARRAY_TASK_ID", max.as_str()),
+                ("SLURM_ARRAY_TASK_COUNT", max.as_str()),
+            ],
+            vec![
+                ("SLURM_ARRAY_TASK_ID", max.as_str()),
+                ("SLURM_ARRAY_TASK_COUNT", max.as_str()),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_STEP", max.as_str()),
+            ],
+            vec![(SHARD_VAR, "1/4294967295")],
+            vec![(SHARD_VAR, "18446744073709551615/18446744073709551615")],
+        ] {
+            let e = from_env(env(&vars)).unwrap_err();
+            assert!(!e.to_string().contains('\n'), "{vars:?}: {e}");
+        }
+        assert!(from_env(env(&[("CI_NODE_INDEX", "1024"), ("CI_NODE_TOTAL", "1024")])).is_ok());
+    }
+
+    #[test]
+    fn more_than_max_shards_is_refused_before_the_split() {
+        let p = plan_of("quick");
+        for n in [0, MAX_SHARDS + 1, 100_000, u32::MAX] {
+            let e = shard_plans(&p, n).unwrap_err();
+            assert!(e.to_string().contains("at most 1024"), "{n}: {e}");
+        }
+        assert_eq!(shard_plans(&p, MAX_SHARDS).unwrap().len(), 1024);
     }
 }

@@ -197,7 +197,13 @@ impl<C: ProviderConfigs> Spec<C> {
     }
 
     pub fn load(path: &Path) -> Result<Self, SpecError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        // A regular file of at most 1 MiB (issue 41): not a FIFO, not /dev/zero.
+        let text = lazyinit_core::input::read_text_bounded(
+            path,
+            lazyinit_core::input::MAX_SPEC_BYTES,
+            "spec",
+        )
+        .map_err(|source| SpecError::Read {
             path: path.display().to_string(),
             source,
         })?;

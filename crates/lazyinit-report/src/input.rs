@@ -194,18 +194,34 @@ pub fn parse_groups(text: &str) -> Result<Groups, String> {
 /// published run keeps it compressed; None when neither exists.
 pub fn read_groups(cell: &CellFolder) -> Option<std::io::Result<String>> {
     let csv = cell.groups_csv();
+    use lazyinit_core::input::{check_regular, read_limited, read_text_bounded, MAX_GROUPS_BYTES};
     if csv.exists() {
-        return Some(std::fs::read_to_string(csv));
+        return Some(read_text_bounded(&csv, MAX_GROUPS_BYTES, "groups.csv"));
     }
     let gz = cell.groups_csv_gz();
     if !gz.exists() {
         return None;
     }
-    Some(std::fs::File::open(&gz).and_then(|f| {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(f), &mut text)?;
-        Ok(text)
-    }))
+    // Bounded twice (issue 41): the compressed file, and what it unpacks to.
+    Some(
+        check_regular(&gz, MAX_GROUPS_BYTES, "groups.csv.gz")
+            .and_then(|_| std::fs::File::open(&gz))
+            .and_then(|f| {
+                read_limited(
+                    flate2::read::GzDecoder::new(f),
+                    MAX_GROUPS_BYTES,
+                    "groups.csv.gz unpacked",
+                )
+            })
+            .and_then(|b| {
+                String::from_utf8(b).map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "stream did not contain valid UTF-8",
+                    )
+                })
+            }),
+    )
 }
 
 /// Cycle series of every row that has per-group data; absent files are

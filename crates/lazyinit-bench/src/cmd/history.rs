@@ -102,13 +102,23 @@ pub struct TestArgs {
     pub run_min_change_pct: f64,
 }
 
+/// The largest `--min-change-pct`: a change of 100 times the level.
+const MAX_CHANGE_PCT: f64 = 10_000.0;
+
 impl TestArgs {
     fn options(&self) -> anyhow::Result<ChangeOptions> {
         if !(self.max_p > 0.0 && self.max_p < 1.0) {
             return Err(bad_input("--max-p: use a level between 0 and 1, e.g. 0.001").into());
         }
-        if self.min_change_pct.is_nan() || self.min_change_pct < 0.0 {
-            return Err(bad_input("--min-change-pct: use a percentage >= 0").into());
+        // Finite and bounded (issue 41): inf or nan is no threshold.
+        if !(self.min_change_pct.is_finite()
+            && (0.0..=MAX_CHANGE_PCT).contains(&self.min_change_pct))
+        {
+            return Err(bad_input(format!(
+                "--min-change-pct: {} is not a threshold; use a percentage from 0 to {MAX_CHANGE_PCT}",
+                self.min_change_pct
+            ))
+            .into());
         }
         if !(self.run_p > 0.0 && self.run_p < 1.0) {
             return Err(bad_input("--run-p: use a level between 0 and 1, e.g. 0.01").into());
@@ -203,7 +213,12 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
 pub fn read_run(folder: &Path) -> anyhow::Result<(RunImport, Vec<String>)> {
     let name = folder.display().to_string();
     let spec_path = folder.join(lazyinit_core::layout::RunFolder::SPEC_TOML);
-    let text = std::fs::read_to_string(&spec_path).map_err(|e| {
+    let text = lazyinit_core::input::read_text_bounded(
+        &spec_path,
+        lazyinit_core::input::MAX_SPEC_BYTES,
+        "spec",
+    )
+    .map_err(|e| {
         bad_input(format!(
             "{name}: cannot read spec.toml ({e}): give a run folder (results.csv beside spec.toml)"
         ))

@@ -111,7 +111,8 @@ pub struct PlanArgs {
     pub json: bool,
     /// Show the plan split into N shards (`run --shard K/N`): each shard's
     /// cells and predicted wall time, against the whole plan's.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// At most 1024 (lazyinit_orchestrator::shard::MAX_SHARDS).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(lazyinit_orchestrator::shard::MAX_SHARDS)))]
     pub shards: Option<u32>,
     /// Show only the plan of shard K of N, or of the shard `auto` finds
     /// in the environment (as `run --shard` would run it).

@@ -13,6 +13,12 @@ pub(super) fn required_columns() -> impl Iterator<Item = &'static str> {
 /// The first column added after the format was published.
 const FIRST_APPENDED: &str = "z1_ms";
 
+/// The longest time a results file may hold, in seconds (1e9 s, about 31
+/// years; the `_ms` columns: 1e12 ms).
+pub const MAX_TIME_S: f64 = 1e9;
+/// The most ticks `crossed_ticks` may say, either way.
+pub const MAX_TICKS: f64 = 1e12;
+
 /// Why `row` is not a measurement, if it is not: a time, rate or count
 /// that is negative or not finite, or an `ok` row without `lazyinit_s`.
 pub(super) fn check(row: &ResultRow) -> Result<(), String> {
@@ -42,13 +48,28 @@ pub(super) fn check(row: &ResultRow) -> Result<(), String> {
                      fix or remove the row"
                 ));
             }
+            // Finite but absurd (1.7e308 s): no plot range or sum of such
+            // values is finite, so it is refused here (issue 41).
+            let (max, unit) = match name.ends_with("_ms") || name == "ms_per_group" {
+                true => (MAX_TIME_S * 1000.0, "ms"),
+                false => (MAX_TIME_S, "s"),
+            };
+            if v > max {
+                return Err(format!(
+                    "column `{name}`: {v:e} is not a measurement (at most {max:e} {unit}, about 31 years); \
+                     fix or remove the row"
+                ));
+            }
         }
     }
     // A mean of cycle lengths less L + 1 ticks on the guest's tick grid:
     // slightly below zero where cycles read a little short of the grid.
-    if let Some(v) = m.crossed_ticks.filter(|v| !v.is_finite()) {
+    if let Some(v) = m
+        .crossed_ticks
+        .filter(|v| !v.is_finite() || v.abs() > MAX_TICKS)
+    {
         return Err(format!(
-            "column `crossed_ticks`: {v} is not a measurement (it is finite); fix or remove the row"
+            "column `crossed_ticks`: {v} is not a measurement (it is finite, at most {MAX_TICKS:e} ticks); fix or remove the row"
         ));
     }
     if row.status == Status::Ok && m.lazyinit_s.is_none() {
@@ -119,6 +140,14 @@ mod tests {
             ("-1", "column `lazyinit_s`: -1 is not a measurement"),
             ("NaN", "column `lazyinit_s`: NaN is not a measurement"),
             ("inf", "column `lazyinit_s`: inf is not a measurement"),
+            (
+                "1.7e308",
+                "column `lazyinit_s`: 1.7e308 is not a measurement (at most 1e9 s",
+            ),
+            (
+                "1000000001",
+                "column `lazyinit_s`: 1.000000001e9 is not a measurement (at most 1e9 s",
+            ),
             ("", "column `lazyinit_s` is empty on an `ok` row"),
             ("abc", "column `lazyinit_s`: invalid float"),
         ] {
