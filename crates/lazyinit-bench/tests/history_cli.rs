@@ -353,34 +353,7 @@ fn check_fails_on_an_l_change_until_acknowledged() {
         // Night 15 with the x86_64 fix row of another L.
         let night = dir.path().join(format!("night15-{}", db.len()));
         copy_run(&nights[14], &night);
-        let other =
-            std::fs::read_to_string(repo().join("results/distro-config-64GiB-fix/results.csv"))
-                .unwrap();
-        let l7 = other
-            .lines()
-            .find(|l| l.contains("hz250-fix") && l.contains(",ok,"))
-            .unwrap();
-        let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
-        let mine = csv
-            .lines()
-            .find(|l| l.contains("x86_64-debian-6.1-hz250-fix"))
-            .unwrap();
-        let (m, o): (Vec<&str>, Vec<&str>) = (mine.split(',').collect(), l7.split(',').collect());
-        // Its identity (run, cell, kernel, start) stays; the measurement is the L = 7 row's.
-        let mixed: Vec<&str> = (0..m.len())
-            .map(|i| {
-                if [0, 1, 6, 7, 20].contains(&i) {
-                    m[i]
-                } else {
-                    o[i]
-                }
-            })
-            .collect();
-        std::fs::write(
-            night.join("results.csv"),
-            csv.replace(mine, &mixed.join(",")),
-        )
-        .unwrap();
+        graft_l7(&night, &l7_row());
         let junit = dir.path().join("check.xml");
         let night_s = night.to_str().unwrap();
         let fail = history(&[
@@ -555,17 +528,48 @@ fn import_of_every_results_folder_imports_every_run() {
     );
 }
 
+/// The x86_64 HZ=250 with-fix row of a committed run whose kernel chose
+/// L = 7.
+fn l7_row() -> String {
+    let other = std::fs::read_to_string(repo().join("results/distro-config-64GiB-fix/results.csv"))
+        .unwrap();
+    other
+        .lines()
+        .find(|l| l.contains("hz250-fix") && l.contains(",ok,"))
+        .unwrap()
+        .to_string()
+}
+
+/// The run folder `night` with its x86_64 fix row's measurement replaced
+/// by `l7`'s: its identity (run, cell, kernel, start) stays.
+fn graft_l7(night: &Path, l7: &str) {
+    let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
+    let mine = csv
+        .lines()
+        .find(|l| l.contains("x86_64-debian-6.1-hz250-fix"))
+        .unwrap();
+    let (m, o): (Vec<&str>, Vec<&str>) = (mine.split(',').collect(), l7.split(',').collect());
+    let mixed: Vec<&str> = (0..m.len())
+        .map(|i| {
+            if [0, 1, 6, 7, 20].contains(&i) {
+                m[i]
+            } else {
+                o[i]
+            }
+        })
+        .collect();
+    std::fs::write(
+        night.join("results.csv"),
+        csv.replace(mine, &mixed.join(",")),
+    )
+    .unwrap();
+}
+
 /// The 20 nights with the x86_64 fix cell's row from night 14 on taken
 /// from a run whose kernel chose L = 7 (its identity kept): copies under
 /// `dir` for nights 14..20, the committed folders before.
 fn nights_with_an_l_change(dir: &Path) -> Vec<String> {
-    let other = std::fs::read_to_string(repo().join("results/distro-config-64GiB-fix/results.csv"))
-        .unwrap();
-    let l7 = other
-        .lines()
-        .find(|l| l.contains("hz250-fix") && l.contains(",ok,"))
-        .unwrap()
-        .to_string();
+    let l7 = l7_row();
     let mut out = Vec::new();
     for (i, n) in nights().into_iter().enumerate() {
         if i < 13 {
@@ -574,26 +578,7 @@ fn nights_with_an_l_change(dir: &Path) -> Vec<String> {
         }
         let night = dir.join(format!("night{}", i + 1));
         copy_run(&n, &night);
-        let csv = std::fs::read_to_string(night.join("results.csv")).unwrap();
-        let mine = csv
-            .lines()
-            .find(|l| l.contains("x86_64-debian-6.1-hz250-fix"))
-            .unwrap();
-        let (m, o): (Vec<&str>, Vec<&str>) = (mine.split(',').collect(), l7.split(',').collect());
-        let mixed: Vec<&str> = (0..m.len())
-            .map(|i| {
-                if [0, 1, 6, 7, 20].contains(&i) {
-                    m[i]
-                } else {
-                    o[i]
-                }
-            })
-            .collect();
-        std::fs::write(
-            night.join("results.csv"),
-            csv.replace(mine, &mixed.join(",")),
-        )
-        .unwrap();
+        graft_l7(&night, &l7);
         out.push(night.display().to_string());
     }
     out

@@ -474,11 +474,7 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
     }
     ctx.step(format!("unpack {}", plan.resolved.source));
     let tmp = slot.join("linux.tmp");
-    for d in [&tree, &tmp] {
-        if d.exists() {
-            std::fs::remove_dir_all(d).map_err(|e| KernelError::io(d, e))?;
-        }
-    }
+    remove_dirs(&[&tree, &tmp])?;
     let kind = plan.resolved.kind.clone();
     let tmp_c = tmp.clone();
     tokio::task::spawn_blocking(move || source::unpack(&kind, &tmp_c))
@@ -525,16 +521,14 @@ async fn seed_git_tree(
     let Some(commit) = crate::gittree::identity_commit(&identity).map(str::to_string) else {
         return Ok(false);
     };
+    // The commit's own identity, before the work tree's changes.
+    let clean = format!("git:{commit}");
     let Some(from) = crate::seed::find(slot, ctx.spec.arch, ctx.spec.hz, root) else {
         return Ok(false);
     };
     let tree = slot.join("linux");
     let tmp = slot.join("linux.tmp");
-    for d in [&tree, &tmp] {
-        if d.exists() {
-            std::fs::remove_dir_all(d).map_err(|e| KernelError::io(d, e))?;
-        }
-    }
+    remove_dirs(&[&tree, &tmp])?;
     ctx.step(format!(
         "seed the build tree from {} (its objects kept), then bring it to {commit} by content (incremental)",
         from.display()
@@ -571,10 +565,6 @@ async fn seed_git_tree(
         let _ = std::fs::remove_file(tmp.join(m));
     }
     write_git_dirty(&tmp, &[])?;
-    let clean = format!(
-        "git:{}",
-        crate::gittree::identity_commit(&identity).unwrap_or_default()
-    );
     std::fs::write(tmp.join(SOURCE_MARKER), format!("{clean}\n"))
         .map_err(|e| KernelError::io(&tmp, e))?;
     std::fs::rename(&tmp, &tree).map_err(|e| KernelError::io(&tree, e))?;
@@ -583,6 +573,16 @@ async fn seed_git_tree(
         sync_git_tree(ctx, root, &tree, &identity).await?;
     }
     Ok(true)
+}
+
+/// Removes each folder that exists (a slot's tree and its half-made copy).
+fn remove_dirs(dirs: &[&Path]) -> Result<(), KernelError> {
+    for d in dirs {
+        if d.exists() {
+            std::fs::remove_dir_all(d).map_err(|e| KernelError::io(d, e))?;
+        }
+    }
+    Ok(())
 }
 
 fn write_git_dirty(tree: &Path, names: &[String]) -> Result<(), KernelError> {

@@ -37,7 +37,7 @@ fn git(root: &Path) -> Command {
     c
 }
 
-fn output(cmd: &mut Command, what: &str) -> Result<Vec<u8>, KernelError> {
+pub(crate) fn output(cmd: &mut Command, what: &str) -> Result<Vec<u8>, KernelError> {
     let out = cmd
         .output()
         .map_err(|e| KernelError::Step(format!("{what}: {e}")))?;
@@ -78,7 +78,7 @@ pub fn dirty_digest(diff: &[u8], untracked: &[(String, Vec<u8>)]) -> Option<Stri
     Some(lazyinit_core::paths::sha256_hex(&acc))
 }
 
-fn nul_list(bytes: &[u8]) -> Vec<String> {
+pub(crate) fn nul_list(bytes: &[u8]) -> Vec<String> {
     bytes
         .split(|b| *b == 0)
         .filter(|s| !s.is_empty())

@@ -24,6 +24,7 @@ use std::process::Command;
 use lazyinit_core::{Arch, Hz};
 
 use crate::error::KernelError;
+use crate::gittree::{nul_list, output};
 
 /// In a tarball's unpacked tree: the names of its own files (NUL-separated),
 /// recorded before anything is built in it.
@@ -106,33 +107,10 @@ pub fn find(slot: &Path, arch: Arch, hz: Hz, root: &Path) -> Option<PathBuf> {
     found.into_iter().next()
 }
 
-/// The names of a NUL-separated list.
-pub fn nul_names(bytes: &[u8]) -> Vec<String> {
-    bytes
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect()
-}
-
-/// A git command over the copy `work_tree` with the repository of `root`
-/// and a private index: reads the repository, writes only the index and
-/// the copy.
-pub fn git_over(root: &Path, work_tree: &Path, index: &Path) -> Result<Command, KernelError> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(root)
-        .args(["rev-parse", "--absolute-git-dir"])
-        .output()
-        .map_err(|e| KernelError::Step(format!("git rev-parse: {e}")))?;
-    if !out.status.success() {
-        return Err(KernelError::Step(format!(
-            "git rev-parse --absolute-git-dir in {}: {}",
-            root.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let git_dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+/// A git command over the copy `work_tree` with the repository whose git
+/// directory is `git_dir` and a private index: reads the repository,
+/// writes only the index and the copy.
+fn git_over(git_dir: &str, work_tree: &Path, index: &Path) -> Command {
     let mut c = Command::new("git");
     c.arg("--git-dir")
         .arg(git_dir)
@@ -141,7 +119,7 @@ pub fn git_over(root: &Path, work_tree: &Path, index: &Path) -> Result<Command, 
         .env("GIT_INDEX_FILE", index)
         .env("GIT_OPTIONAL_LOCKS", "0")
         .current_dir(work_tree);
-    Ok(c)
+    c
 }
 
 /// The names the tarball had that the commit's index does not: to remove.
@@ -164,34 +142,31 @@ pub fn to_commit(
     commit: &str,
 ) -> Result<(usize, usize), KernelError> {
     use std::io::Write;
-    let git = |args: &[&str]| -> Result<std::process::Command, KernelError> {
-        let mut c = git_over(root, tree, index)?;
+    let git_dir = String::from_utf8_lossy(&output(
+        Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(["rev-parse", "--absolute-git-dir"]),
+        "git rev-parse --absolute-git-dir (seed)",
+    )?)
+    .trim()
+    .to_string();
+    let git = |args: &[&str]| {
+        let mut c = git_over(&git_dir, tree, index);
         c.args(args);
-        Ok(c)
-    };
-    let checked = |c: &mut std::process::Command, what: &str| -> Result<Vec<u8>, KernelError> {
-        let out = c
-            .output()
-            .map_err(|e| KernelError::Step(format!("{what}: {e}")))?;
-        if !out.status.success() {
-            return Err(KernelError::Step(format!(
-                "{what} failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(out.stdout)
+        c
     };
     let _ = std::fs::remove_file(index);
-    checked(&mut git(&["read-tree", commit])?, "git read-tree (seed)")?;
+    output(&mut git(&["read-tree", commit]), "git read-tree (seed)")?;
     // Exits 1 when files need updating, which is what diff-files then lists.
-    let _ = git(&["update-index", "-q", "--refresh"])?.output();
-    let differ = checked(
-        &mut git(&["diff-files", "--name-only", "-z", "--no-renames"])?,
+    let _ = git(&["update-index", "-q", "--refresh"]).output();
+    let differ = output(
+        &mut git(&["diff-files", "--name-only", "-z", "--no-renames"]),
         "git diff-files (seed)",
     )?;
-    let written = nul_names(&differ).len();
+    let written = nul_list(&differ).len();
     if written > 0 {
-        let mut c = git(&["checkout-index", "-f", "-z", "--stdin"])?;
+        let mut c = git(&["checkout-index", "-f", "-z", "--stdin"]);
         let mut child = c
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
@@ -213,10 +188,10 @@ pub fn to_commit(
             )));
         }
     }
-    let listed = checked(&mut git(&["ls-files", "-z"])?, "git ls-files (seed)")?;
+    let listed = output(&mut git(&["ls-files", "-z"]), "git ls-files (seed)")?;
     let seed_files =
         std::fs::read(tree.join(FILES_MARKER)).map_err(|e| KernelError::io(tree, e))?;
-    let gone = only_in_seed(&nul_names(&seed_files), &nul_names(&listed));
+    let gone = only_in_seed(&nul_list(&seed_files), &nul_list(&listed));
     for n in &gone {
         let p = tree.join(n);
         if std::fs::symlink_metadata(&p).is_ok() {
@@ -253,7 +228,7 @@ mod tests {
             "mkdir -p a/b && echo 1 > a/b/c && echo 2 > d && ln -s d e",
         );
         record_files(t.path()).unwrap();
-        let names = nul_names(&std::fs::read(t.path().join(FILES_MARKER)).unwrap());
+        let names = nul_list(&std::fs::read(t.path().join(FILES_MARKER)).unwrap());
         assert_eq!(names, ["a/b/c", "d", "e"]);
     }
 
