@@ -31,11 +31,17 @@ kind=cold
   echo "# bash .ci/run ($kind) on a clone of $commit, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   echo "# LAZYINIT_CACHE_DIR=$cache CARGO_TARGET_DIR=$target ($( [ "$kind" = cold ] && echo empty || echo 'kept from the last run'))"
 } >"$out/run.txt"
+# The machine's busy CPU-seconds (every process), to tell the run's own CPU
+# from what else ran beside it: a measurement is the machine's only when
+# the rest is near 0.
+busy() { awk '/^cpu / {printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat; }
+busy0=$(busy)
 start=$(date +%s)
 rc=0
 (cd "$clone" && LAZYINIT_CACHE_DIR="$cache" CARGO_TARGET_DIR="$target" \
   /usr/bin/time -v bash .ci/run) >>"$out/run.txt" 2>&1 || rc=$?
 wall=$(( $(date +%s) - start ))
+machine=$(( $(busy) - busy0 ))
 echo "rc=$rc wall=${wall}s" >>"$out/run.txt"
 # Every test's time, slowest first.
 grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|TIMEOUT|LEAK)[A-Z-]* \[' "$out/run.txt" \
@@ -49,7 +55,9 @@ cores=$(nproc)
   echo "exit $rc, wall $wall s ($((wall / 60)) min $((wall % 60)) s)"
   awk -v u="$user" -v s="$sys" -v c="$cores" -v w="$wall" 'BEGIN {
     printf "cpu: user %.0f s + sys %.0f s = %.0f s on %d cores\n", u, s, u + s, c
-    printf "wall / (cpu / cores) = %.2f\n", w / ((u + s) / c) }' 
+    printf "wall / (cpu / cores) = %.2f\n", w / ((u + s) / c) }'
+  awk -v u="$user" -v s="$sys" -v m="$machine" 'BEGIN {
+    printf "machine: %d CPU-s busy in all, %.0f of it not the run'"'"'s (other processes beside it; PostgreSQL and the twin'"'"'s guests are counted here)\n", m, m - u - s }' 
   echo "phases (scripts/test.sh):"
   grep -E '^test\.sh: \+' "$out/run.txt" | sed 's/^/  /'
   echo "kernels (scripts/ci-kernels.sh):"

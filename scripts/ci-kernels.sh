@@ -8,7 +8,7 @@
 # without the fix, then with it (the released source, so the tree that the
 # bisect test's git-tree slot is seeded from, crates/lazyinit-kernel/src/
 # seed.rs, needs no variant switch). The cloud profile (the EC2 twin's
-# kernels) is a delta on the same trees that the twin tests build while
+# kernels) is a delta on copies of the same trees that the twin tests build while
 # other guest tests wait on their guests (.config/nextest.toml). A warm
 # cache makes each line a cache hit of a second or less.
 # Prints one line per kernel with its wall time; on a failure, the failing

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers that read user input (docs/bad-input.md): the spec
 # parser, the results CSV reader, groups.csv with the tick counting and the
-# estimator, and the guest's trace parsers. Each target runs
+# estimator, the guest's trace parsers, the site's input (SiteData JSON,
+# rendered into pages) and `--shard auto`'s environment. Each target runs
 # FUZZ_SECONDS (default 30) from a corpus seeded with the repository's own
-# specs, results and traces; a crash fails the script (exit 1) and leaves
+# specs, results, traces and sites; a crash fails the script (exit 1) and leaves
 # its input under fuzz/artifacts/<target>/. Prints the runs per target.
 #
 #   bash scripts/fuzz.sh            # every target, 30 s each
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${FUZZ_SECONDS:-30}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(spec results_csv groups trace)
+[ ${#targets[@]} -gt 0 ] || targets=(spec results_csv groups trace sitedata shard_env)
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz
 fi
@@ -34,7 +35,7 @@ fuzz build
 # Seeds: what the parsers read in real use.
 corpus="$(mktemp -d)"
 trap 'rm -rf "$corpus"' EXIT
-mkdir -p "$corpus"/{spec,results_csv,groups,trace}
+mkdir -p "$corpus"/{spec,results_csv,groups,trace,sitedata,shard_env}
 n=0
 for f in specs/*.toml; do cp "$f" "$corpus/spec/$((n++))"; done
 for f in results/*/results.csv crates/lazyinit-report/tests/fixtures/*/results.csv; do
@@ -49,6 +50,15 @@ for f in $(find results -name groups.csv.gz | head -10); do
 done
 for f in $(find results -name trace.txt | head -10); do
   head -c 20000 "$f" >"$corpus/trace/$((n++))"
+done
+for f in crates/lazyinit-site/tests/fixtures/*.json; do cp "$f" "$corpus/sitedata/$((n++))"; done
+# shard_env: NAME=VALUE lines, as each engine sets them.
+for env in 'LAZYINIT_SHARD=2/4' \
+  $'JOB_COMPLETION_INDEX=3\nLAZYINIT_SHARD_COUNT=4' \
+  $'CI_NODE_INDEX=1\nCI_NODE_TOTAL=2' \
+  $'SLURM_ARRAY_TASK_ID=7\nSLURM_ARRAY_TASK_COUNT=4\nSLURM_ARRAY_TASK_MIN=1\nSLURM_ARRAY_TASK_STEP=2' \
+  $'JOB_COMPLETION_INDEX=18446744073709551615\nLAZYINIT_SHARD_COUNT=4'; do
+  printf '%s\n' "$env" >"$corpus/shard_env/$((n++))"
 done
 status=0
 for t in "${targets[@]}"; do

@@ -22,7 +22,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/lazyinit-test.XXXXXX") # private (0700)
 kernels=
 trap '[ -n "$kernels" ] && kill -- -"$kernels" 2>/dev/null; rm -rf "$work"' EXIT
 t_start=$SECONDS
-stamp() { echo "test.sh: +$((SECONDS - t_start)) s: $*"; }
+# The machine's busy CPU-seconds (all processes: /proc/stat's first line,
+# idle and iowait left out), so that each phase's stamp says how much of
+# two cores it used.
+busy() { awk '/^cpu / {printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat; }
+busy0=$(busy)
+stamp() { echo "test.sh: +$((SECONDS - t_start)) s: $* (machine CPU +$(( $(busy) - busy0 )) s)"; }
 # The harness (without the AWS SDK: 1.5 min, not 6) beside the host
 # packages, when cargo has what it needs already (as scripts/first-run.sh).
 if command -v cc >/dev/null 2>&1 && command -v pkg-config >/dev/null 2>&1 \
@@ -68,18 +73,25 @@ if ! command -v terraform >/dev/null 2>&1; then
   exit 4
 fi
 bash terraform/check.sh
-# Fuzzing (docs/bad-input.md): each parser target for FUZZ_SECONDS (15 s
-# here, 1 min for the 4 targets, plus a first build: an unoptimised one
-# here, FUZZ_PROFILE=dev, since a release build costs ~12 min cold;
-# `FUZZ_SECONDS=600 bash scripts/fuzz.sh` for a longer campaign); installs
-# cargo-fuzz when missing. A crash fails the suite.
-FUZZ_SECONDS="${FUZZ_SECONDS:-15}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" bash scripts/fuzz.sh
+# Fuzzing (docs/bad-input.md) is a test of the suite
+# (crates/lazyinit-core/tests/fuzz_parsers.rs: scripts/fuzz.sh, 15 s a
+# target, an unoptimised instrumented build), so that it runs beside the
+# guest tests, whose cores are mostly idle, not beside the kernel trees.
+# cargo-fuzz is installed here, while cargo's other builds run.
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+  cargo install -q --locked cargo-fuzz
+fi
 # The history's PostgreSQL backend is tested against a real server: a
 # cluster of our own on loopback (scripts/history-postgres.sh). Its tests
 # fail, never skip, without LAZYINIT_TEST_POSTGRES.
 LAZYINIT_TEST_POSTGRES="$(bash scripts/history-postgres.sh)"
 export LAZYINIT_TEST_POSTGRES
-stamp "checkers, emulators, PostgreSQL, fuzzing"
+# The nightly's Slurm job files run on a real Slurm: a single node of our
+# own on loopback (scripts/slurm.sh: slurmctld, slurmd, munge). Its test
+# fails, never skips, without LAZYINIT_TEST_SLURM.
+LAZYINIT_TEST_SLURM="$(bash scripts/slurm.sh)"
+export LAZYINIT_TEST_SLURM
+stamp "checkers, emulators, PostgreSQL, Slurm"
 cargo nextest run --workspace --features lazyinit-bench/ec2 --no-run
 stamp "the tests built"
 # The kernels: tests that boot guests measure CPU-timed things, so none

@@ -11,8 +11,18 @@ use clap::{Parser, Subcommand};
 mod cmd;
 mod fail;
 
+/// `--version`: the harness's version and the git commit it was built
+/// from (`build.rs`: `-dirty` when a tracked file differed, `unknown`
+/// outside git).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("LAZYINIT_HARNESS_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
-#[command(name = "lazyinit-bench", version, about, long_about = None)]
+#[command(name = "lazyinit-bench", version = VERSION, about, long_about = None)]
 struct Cli {
     /// More log output on stderr (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -67,6 +77,7 @@ fn is_bisect_step() -> bool {
 }
 
 fn main() -> ExitCode {
+    lazyinit_core::set_harness_commit(env!("LAZYINIT_HARNESS_COMMIT"));
     let step = is_bisect_step();
     if step {
         // A panic is 101, which git would read as "bad": abort instead.

@@ -68,8 +68,13 @@ fn debian_tree() {
 
 #[test]
 fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
+    // Where the time goes (printed with the test's output, docs/ci.md).
+    let t0 = std::time::Instant::now();
+    let at = |what: &str| println!("bisect_e2e: +{:.0} s {what}", t0.elapsed().as_secs_f64());
     debian_tree();
+    at("the Debian arm64 tree");
     let repo = history();
+    at("the 17-commit history");
     let commits: Vec<String> = git(&repo, &["rev-list", "--reverse", "HEAD"])
         .lines()
         .map(String::from)
@@ -104,6 +109,8 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     let stdout = String::from_utf8_lossy(&run.stdout);
+    at("bisect");
+    println!("{stderr}");
     assert_eq!(run.status.code(), Some(0), "{stdout}\n{stderr}");
 
     let summary = std::fs::read_to_string(folder.join("summary.txt")).unwrap();
@@ -173,6 +180,7 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&run.stdout).to_string();
+    at("git bisect run");
     git(&repo, &["bisect", "reset"]);
     assert!(
         run.status.success(),

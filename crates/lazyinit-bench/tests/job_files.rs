@@ -89,6 +89,42 @@ fn kubernetes_jobs_pass_the_api_schemas() {
     }
     let job = std::fs::read_to_string(&files[1]).unwrap();
     assert!(job.contains("completionMode: Indexed") && job.contains("LAZYINIT_SHARD_COUNT"));
+    // Nothing to edit per night: CronJobs, the night's folder named by its
+    // Job (the pod's job-name label), the merge finding the newest night.
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(text.contains("kind: CronJob"), "{}", f.display());
+        assert!(
+            !text.contains("value: nightly-20"),
+            "{}: a night's date",
+            f.display()
+        );
+    }
+    assert!(job.contains("fieldPath: metadata.labels['batch.kubernetes.io/job-name']"));
+    let merge = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        merge.contains("-name 'lazyinit-nightly-[0-9]*'") && merge.contains("lazyinit-bench merge")
+    );
+}
+
+#[test]
+fn gitlab_pipeline_passes_the_gitlab_ci_schema() {
+    let tool = checkers().join("check-jsonschema");
+    let args = ["--builtin-schema", "vendor.gitlab-ci"];
+    let files = examples("gitlab", "yml");
+    assert_eq!(files.len(), 1);
+    let tmp = tempfile::tempdir().unwrap();
+    for f in &files {
+        check(&tool, &args, f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(
+            text.contains("parallel: 4")
+                && text.contains("--shard auto")
+                && text.contains("lazyinit-bench merge")
+        );
+        let bad = broken(tmp.path(), f, "  parallel: 4", "  parallel: four");
+        assert!(check(&tool, &args, &bad).is_err(), "a broken copy passed");
+    }
 }
 
 #[test]

@@ -208,8 +208,27 @@ fn smoke_run_measures_both_variants() {
     // so that the first zeroing z1 comes to 3.4 ms, the middle of the z1
     // interval [3.2, 3.6) ms that sleeps L = floor(10 z1 HZ) = 8 ticks at
     // HZ=250 with the fix. Both variants get the same storage.
+    //
+    // A host too noisy to hold that window (the cold CI run of 66374ab:
+    // calibration spread 3.55-5.19 ms, five attempts, kept z1 4.80 ms and
+    // L=12) must say so in the row (issue 37: never a silent L), and then
+    // L is whatever that z1 gives: L=8 is asserted when the profile held.
     let l = fix.measured.sleep_ticks.unwrap();
-    assert_eq!(l, 8, "fix slept L={l}; z1 {:?} ms", fix.measured.z1_ms);
+    let fix_z1 = fix.measured.z1_ms.unwrap();
+    let held = fix.measured.profile_held;
+    println!("run_e2e: fix z1 {fix_z1:.3} ms, L={l}, profile held: {held:?}");
+    if held == Some(false) {
+        assert!(
+            !(3.2..3.6).contains(&fix_z1),
+            "profile_held=false with z1 {fix_z1} ms (in the window) after {:?} attempts",
+            fix.measured.z1_attempts
+        );
+        let report = std::fs::read_to_string(out.path().join("res/report.md")).unwrap();
+        assert!(report.contains("profile not held"), "{report}");
+    } else {
+        assert_eq!(held, Some(true), "profile_held unset on a calibrated cell");
+        assert_eq!(l, 8, "fix slept L={l}; z1 {fix_z1} ms");
+    }
     assert_eq!(
         nofix.measured.sleep_ticks,
         Some(10),
@@ -262,8 +281,9 @@ fn smoke_run_measures_both_variants() {
     // (x86_64: 544 against 743 s at 2 TiB, 932 against 1110 at 3 TiB): L
     // about 8 against 10, so a cycle about 18% shorter.
     assert!(
-        fix.measured.sleep_ticks.unwrap() < nofix.measured.sleep_ticks.unwrap()
-            && fix.measured.ms_per_group.unwrap() < got,
+        held == Some(false)
+            || fix.measured.sleep_ticks.unwrap() < nofix.measured.sleep_ticks.unwrap()
+                && fix.measured.ms_per_group.unwrap() < got,
         "fix {:?} ms/group (L={l}) vs nofix {got} (L={:?})",
         fix.measured.ms_per_group,
         nofix.measured.sleep_ticks
@@ -431,23 +451,35 @@ fn smoke_run_with_estimates_stops_early() {
         // other tests' guests (CI runs two tests at once, a bisect's guests
         // and builds among them) up to a quarter of the cycles cross, and
         // an honest estimate follows them: it must sit between every cycle
-        // at L + 1 ticks and every cycle at L + 2.
+        // at L + 1 ticks and every cycle at L + 2, or at the slowest cycle it
+        // traced when a wakeup came more than a tick late (a loaded CI host
+        // saw 10.273 s against 10.24 s at L + 2 for 256 groups).
+        let cell = res.join(&r.cell_id);
+        let traced = std::fs::read_to_string(cell.join("groups.csv")).unwrap();
+        assert_eq!(traced.lines().count() as u64, n + 1);
+        let times: Vec<f64> = traced
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+            .collect();
+        let slowest_cycle = times
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .fold(f64::NAN, f64::max);
+        assert!(slowest_cycle > 0.0, "no cycle in {traced}");
         let l = r.measured.sleep_ticks.unwrap() as f64;
         let tick = 1.0 / r.axes.hz.get() as f64;
         let (fastest, slowest) = (
             groups as f64 * (l + 1.0) * tick,
-            groups as f64 * (l + 2.0) * tick,
+            groups as f64 * ((l + 2.0) * tick).max(slowest_cycle),
         );
         let from_first = est - r.measured.first_group_s.unwrap();
         assert!(
             from_first >= fastest * 0.99 && from_first <= slowest,
-            "{from_first} s from the first group, outside {fastest}..{slowest} s (L = {l})"
+            "{from_first} s from the first group, outside {fastest}..{slowest} s (L = {l}, slowest traced cycle {slowest_cycle} s)"
         );
-        let cell = res.join(&r.cell_id);
         let log = std::fs::read_to_string(cell.join("estimate.txt")).unwrap();
         assert!(log.contains(": locked"), "{log}");
-        let traced = std::fs::read_to_string(cell.join("groups.csv")).unwrap();
-        assert_eq!(traced.lines().count() as u64, n + 1);
     }
     assert!(qemu_processes_with(out.path().to_str().unwrap()).is_empty());
 }

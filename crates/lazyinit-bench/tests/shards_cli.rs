@@ -107,7 +107,11 @@ fn bad_shards_are_refused_with_exit_2_and_nothing_created() {
         &["merge", "nowhere", "--out", "m"],
         "nowhere: no such folder",
     );
-    refused(&["merge", ".", "--out", "m"], "is not a shard's folder");
+    // The output inside the folder it reads is refused first (the guard).
+    refused(
+        &["merge", ".", "--out", "m"],
+        "--out m is inside ., which this command reads",
+    );
 }
 
 /// Issue 41: `--shard auto` with an engine's numbers at their extremes is
@@ -246,4 +250,121 @@ fn a_merged_run_reads_as_one_run() {
     let folder = results.join("merged");
     let import = ok(&["history", "import", "--db", &db, folder.to_str().unwrap()]);
     assert!(import.contains("new run (4 rows added"), "{import}");
+}
+
+/// A copy of a committed shard's folder (its files, not its cells).
+fn copy_shard(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        } else {
+            std::fs::create_dir_all(to.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// `--version` names the commit the binary was built from, as git says
+/// it (`-dirty` when a tracked file differed).
+#[test]
+fn version_names_the_harness_commit() {
+    let o = cli(&["--version"], &here());
+    assert!(o.status.success());
+    let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(here())
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    assert_eq!(head.len(), 40, "the tests run in a git checkout");
+    assert!(
+        v == format!("lazyinit-bench 0.1.0 ({head})")
+            || v == format!("lazyinit-bench 0.1.0 ({head}-dirty)"),
+        "{v} (HEAD {head})"
+    );
+}
+
+/// Shards run by two commits of the harness are not one run: refused with
+/// one line naming both, exit 2, nothing written; of one commit they merge
+/// and merge.toml says it.
+#[test]
+fn merge_refuses_shards_of_two_harness_commits() {
+    let results = here().join("../../results/quick-shards");
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    copy_shard(&results.join("shard-1-of-2"), &a);
+    copy_shard(&results.join("shard-2-of-2"), &b);
+    let set_commit = |dir: &Path, commit: &str| {
+        let p = dir.join("shard.toml");
+        let t: String = std::fs::read_to_string(&p)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with("harness-commit"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let t = t.replace(
+            "harness-version = \"0.1.0\"\n",
+            &format!("harness-version = \"0.1.0\"\nharness-commit = \"{commit}\"\n"),
+        );
+        std::fs::write(&p, t).unwrap();
+    };
+    let one = "0f1e2d3c".repeat(5);
+    let other = format!("{}-dirty", "c6a35ce0".repeat(5));
+    set_commit(&a, &one);
+    set_commit(&b, &other);
+    let out = tmp.path().join("merged");
+    let merge = || {
+        cli(
+            &[
+                "merge",
+                a.to_str().unwrap(),
+                b.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            tmp.path(),
+        )
+    };
+    let o = merge();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("by harness commit {one} and")) && err.contains(&other),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // One row of shard 1 by the other commit (a resume by another build).
+    set_commit(&a, &other);
+    let csv = std::fs::read_to_string(a.join("results.csv")).unwrap();
+    let mut lines: Vec<String> = csv.lines().map(String::from).collect();
+    // The committed rows predate the column: it is read by its name.
+    lines[0].push_str(",harness_commit");
+    lines[1].push_str(&format!(",{one}"));
+    lines[2].push_str(&format!(",{other}"));
+    std::fs::write(a.join("results.csv"), lines.join("\n") + "\n").unwrap();
+    let o = merge();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!out.exists());
+    // One commit: merged, and merge.toml names it.
+    set_commit(&b, &other);
+    let fixed = std::fs::read_to_string(a.join("results.csv"))
+        .unwrap()
+        .replace(&format!(",{one}\n"), &format!(",{other}\n"));
+    assert!(!fixed.contains(&one));
+    std::fs::write(a.join("results.csv"), fixed).unwrap();
+    let o = merge();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let record = std::fs::read_to_string(out.join("merge.toml")).unwrap();
+    assert!(
+        record.contains(&format!("harness-commit = \"{other}\"")),
+        "{record}"
+    );
 }

@@ -1,7 +1,10 @@
 //! The git a bisection needs, read-only on the user's repository: the
-//! commits of the range, their subjects and files, and a private linked
-//! worktree (`git worktree add --detach`) where steps are checked out, so
-//! the user's HEAD, index and working files are never touched.
+//! commits of the range as a graph, their subjects and files, and a private
+//! clone (`git clone --shared`: the user's objects are read through
+//! `objects/info/alternates`, nothing is written into them) where steps are
+//! checked out and reverts committed. The user's repository gains no
+//! worktree entry, no object, no ref; its HEAD, index and files are never
+//! touched.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -54,9 +57,13 @@ pub fn resolve(repo: &Path, rev: &str) -> Result<String, GitError> {
     })
 }
 
-/// `good`, then every commit on bad's first-parent line after it, oldest
-/// first, ending with `bad`. Refused unless good is an ancestor of bad.
-pub fn range(repo: &Path, good: &str, bad: &str) -> Result<Vec<String>, GitError> {
+/// The commits a bisection from `good` to `bad` walks, as `git bisect`
+/// walks them: `good` first, then every commit that is an ancestor of
+/// `bad` and not of `good` (merged side branches included), parents before
+/// children, `bad` last; and each one's parents among them (indices; a
+/// parent outside is an ancestor of `good`, so good). Refused unless good
+/// is an ancestor of bad.
+pub fn range(repo: &Path, good: &str, bad: &str) -> Result<Range, GitError> {
     let ancestor = git(repo)
         .args(["merge-base", "--is-ancestor", good, bad])
         .status()
@@ -75,16 +82,58 @@ pub fn range(repo: &Path, good: &str, bad: &str) -> Result<Vec<String>, GitError
     let list = run(
         git(repo).args([
             "rev-list",
-            "--first-parent",
+            "--topo-order",
             "--reverse",
+            "--parents",
             bad,
             &format!("^{good}"),
         ]),
         "git rev-list",
     )?;
     let mut commits = vec![good.to_string()];
-    commits.extend(list.lines().map(String::from));
-    Ok(commits)
+    let mut parents: Vec<Vec<String>> = vec![Vec::new()];
+    for line in list.lines() {
+        let mut words = line.split_whitespace().map(String::from);
+        if let Some(c) = words.next() {
+            commits.push(c);
+            parents.push(words.collect());
+        }
+    }
+    let index: std::collections::HashMap<&str, usize> = commits
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.as_str(), i))
+        .collect();
+    let within: Vec<Vec<usize>> = parents
+        .iter()
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| index.get(p.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    // --topo-order puts bad last; a bad that is not last would be a bug.
+    if commits.last().map(String::as_str) != Some(bad) {
+        return Err(GitError::Failed {
+            what: "git rev-list".into(),
+            detail: format!("{bad} is not the last of its own range"),
+        });
+    }
+    Ok(Range {
+        graph: crate::search::Graph::new(within),
+        commits,
+        parents,
+    })
+}
+
+/// A bisection's commits (see [`range`]).
+#[derive(Debug, Clone)]
+pub struct Range {
+    /// Oldest first: `good`, the rest parents before children, `bad` last.
+    pub commits: Vec<String>,
+    /// Each commit's parents (full hashes, in or out of the range).
+    pub parents: Vec<Vec<String>>,
+    pub graph: crate::search::Graph,
 }
 
 pub fn subject(repo: &Path, commit: &str) -> String {
@@ -176,34 +225,94 @@ pub fn tree_identity(dir: &Path) -> Result<String, GitError> {
     }
 }
 
-/// A private linked worktree of `repo` at `dir`, detached.
+/// A private clone of `repo` at `dir` (`git clone --shared`), kept in
+/// the cache between runs and between `bisect-step` calls, so that a
+/// step rewrites only the files its commit changed (a fresh checkout
+/// would give every file of the tree a new time, and the kernel slot would
+/// hash all of them again). The user's repository is only read: its
+/// objects through the clone's alternates, its remotes copied (so the
+/// clone is named as the repository is, [`tree_identity`]). The caller
+/// holds a lock on it (one bisection of a repository at a time).
 pub struct Worktree {
     pub dir: PathBuf,
 }
 
+/// The objects folder a clone at `dir` borrows, if it is a clone whose
+/// HEAD resolves (one that an interrupted `git clone` left is not).
+fn borrowed_objects(dir: &Path) -> Option<PathBuf> {
+    let git_dir = dir.join(".git");
+    let alt = std::fs::read_to_string(git_dir.join("objects/info/alternates")).ok()?;
+    let line = alt.lines().next()?.trim().to_string();
+    run(
+        git(dir).args(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]),
+        "git rev-parse",
+    )
+    .ok()?;
+    Some(PathBuf::from(line))
+}
+
 impl Worktree {
-    /// Add the worktree unless it is already there (from an earlier run).
+    /// Reuse the clone at `dir` when it borrows `repo`'s objects, else
+    /// clone afresh (whatever else is at `dir` is removed first); then
+    /// check out `at`.
     pub fn open(repo: &Path, dir: &Path, at: &str) -> Result<Worktree, GitError> {
-        if !dir.join(".git").exists() {
-            if let Some(p) = dir.parent() {
-                std::fs::create_dir_all(p).map_err(|e| GitError::Failed {
-                    what: format!("creating {}", p.display()),
-                    detail: e.to_string(),
-                })?;
+        let failed = |what: String| {
+            move |e: std::io::Error| GitError::Failed {
+                what,
+                detail: e.to_string(),
             }
-            // A worktree whose folder vanished is still registered.
-            let _ = run(git(repo).args(["worktree", "prune"]), "git worktree prune");
+        };
+        let objects = run(
+            git(repo).args(["rev-parse", "--path-format=absolute", "--git-common-dir"]),
+            "git rev-parse --git-common-dir",
+        )
+        .map(|d| PathBuf::from(d).join("objects"))?;
+        let same = |p: &Path| match (p.canonicalize(), objects.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        let reuse = borrowed_objects(dir).is_some_and(|p| same(&p));
+        if !reuse {
+            if dir.exists() || dir.is_symlink() {
+                std::fs::remove_dir_all(dir)
+                    .map_err(failed(format!("removing {}", dir.display())))?;
+            }
+            if let Some(p) = dir.parent() {
+                std::fs::create_dir_all(p).map_err(failed(format!("creating {}", p.display())))?;
+            }
             run(
-                git(repo)
-                    .args(["worktree", "add", "--detach", "--force"])
-                    .arg(dir)
-                    .arg(at),
-                "git worktree add",
+                Command::new("git")
+                    .env("GIT_OPTIONAL_LOCKS", "0")
+                    .args(["clone", "--quiet", "--shared", "--no-checkout", "--"])
+                    .arg(repo)
+                    .arg(dir),
+                "git clone --shared",
             )?;
         }
-        Ok(Worktree {
+        let wt = Worktree {
             dir: dir.to_path_buf(),
-        })
+        };
+        // The clone's remotes are the repository's, as they are now.
+        let mine = run(git(&wt.dir).arg("remote"), "git remote")?;
+        for name in mine.lines() {
+            run(
+                git(&wt.dir).args(["remote", "remove", name]),
+                "git remote remove",
+            )?;
+        }
+        let remotes = run(git(repo).arg("remote"), "git remote")?;
+        for name in remotes.lines() {
+            let url = run(
+                git(repo).args(["remote", "get-url", name]),
+                "git remote get-url",
+            )?;
+            run(
+                git(&wt.dir).args(["remote", "add", name, &url]),
+                "git remote add",
+            )?;
+        }
+        wt.checkout(at)?;
+        Ok(wt)
     }
 
     /// Check out `rev` exactly: only files that differ are rewritten (their
@@ -223,13 +332,21 @@ impl Worktree {
     /// cleanly.
     pub fn revert_on(&self, bad: &str, culprit: &str) -> Result<String, GitError> {
         self.checkout(bad)?;
+        // A merge is reverted to its first parent's side.
+        let parents = run(
+            git(&self.dir).args(["rev-list", "--parents", "-n", "1", culprit]),
+            "git rev-list",
+        )?;
+        let merge = parents.split_whitespace().count() > 2;
         let date = run(
             git(&self.dir).args(["log", "-1", "--format=%cI", bad]),
             "git log",
         )?;
         let r = run(
             git(&self.dir)
-                .args(["revert", "--no-edit", culprit])
+                .args(["revert", "--no-edit"])
+                .args(if merge { &["-m", "1"][..] } else { &[][..] })
+                .arg(culprit)
                 .env("GIT_AUTHOR_NAME", "lazyinit-bench bisect")
                 .env("GIT_AUTHOR_EMAIL", "bisect@lazyinit-bench")
                 .env("GIT_COMMITTER_NAME", "lazyinit-bench bisect")
@@ -254,19 +371,7 @@ impl Worktree {
 mod tests {
     use super::*;
 
-    fn sh(dir: &Path, script: &str) {
-        let st = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .status()
-            .unwrap();
-        assert!(st.success(), "{script}");
-    }
+    use lazyinit_core::testing::sh;
 
     #[test]
     fn a_remote_is_named_without_scheme_credentials_or_dot_git() {
@@ -282,7 +387,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tree_is_named_the_same_wherever_it_lies_and_in_its_worktrees() {
+    fn a_tree_is_named_the_same_wherever_it_lies_and_in_its_private_clone() {
         let d = tempfile::tempdir().unwrap();
         let a = d.path().join("a");
         std::fs::create_dir(&a).unwrap();
@@ -305,13 +410,13 @@ mod tests {
         );
         assert_eq!(tree_identity(&b).unwrap(), format!("root:{root}"));
         // With a remote: its URL, in the repository and in a private
-        // linked worktree of it.
+        // clone of it.
         sh(
             &a,
             "git remote add origin https://u:secret@example.org/k/linux.git",
         );
         let wt = d.path().join("cache/bisect/0123456789ab/linux");
-        Worktree::open(&a, &wt, &root).unwrap();
+        let _clone = Worktree::open(&a, &wt, &root).unwrap();
         assert_eq!(tree_identity(&a).unwrap(), "example.org/k/linux");
         assert_eq!(tree_identity(&wt).unwrap(), "example.org/k/linux");
     }
@@ -324,7 +429,7 @@ mod tests {
         sh(&repo, "git init -q -b main && printf '/*\\n' > .gitignore && for i in 1 2 3 4 5; do echo $i > f; git add -f .gitignore f; git commit -qm c$i; done && echo local > f && echo u > untracked");
         let good = resolve(&repo, "HEAD~4").unwrap();
         let bad = resolve(&repo, "HEAD").unwrap();
-        let r = range(&repo, &good, &bad).unwrap();
+        let r = range(&repo, &good, &bad).unwrap().commits;
         assert_eq!(r.len(), 5);
         assert_eq!(
             (r[0].as_str(), r[4].as_str()),
@@ -339,6 +444,7 @@ mod tests {
         assert!(matches!(resolve(&repo, "nope"), Err(GitError::BadInput(_))));
 
         let wt = Worktree::open(&repo, &d.path().join("private/linux"), &good).unwrap();
+        assert_eq!(std::fs::read_to_string(wt.dir.join("f")).unwrap(), "1\n");
         wt.checkout(&r[2]).unwrap();
         assert_eq!(std::fs::read_to_string(wt.dir.join("f")).unwrap(), "3\n");
         // Reverting c5 on c5 gives c4's text, as a new commit.
@@ -353,5 +459,42 @@ mod tests {
         assert_eq!(resolve(&repo, "HEAD").unwrap(), bad);
         assert_eq!(std::fs::read_to_string(repo.join("f")).unwrap(), "local\n");
         assert!(repo.join("untracked").exists());
+        // No worktree entry, no revert among its objects.
+        assert!(!repo.join(".git/worktrees").exists());
+        assert!(
+            run(git(&repo).args(["cat-file", "-e", &rev]), "git cat-file").is_err(),
+            "the revert is in the user's objects"
+        );
+        // Opened again, the clone is reused: a file its commit does not
+        // change keeps its inode and time (a kernel slot recompiles
+        // nothing for it), and the checkout is exact.
+        let dir = wt.dir.clone();
+        std::fs::write(dir.join("stray"), "x").unwrap();
+        let keep = dir.join(".gitignore");
+        let before = std::fs::metadata(&keep).unwrap();
+        drop(wt);
+        let wt = Worktree::open(&repo, &dir, &r[3]).unwrap();
+        let after = std::fs::metadata(&keep).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            (before.ino(), before.mtime_nsec()),
+            (after.ino(), after.mtime_nsec())
+        );
+        assert_eq!(std::fs::read_to_string(wt.dir.join("f")).unwrap(), "4\n");
+        assert!(!wt.dir.join("stray").exists());
+        // A clone of another repository at that place is replaced.
+        let other = d.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        sh(
+            &other,
+            "git init -q -b main && echo o > o && git add o && git commit -qm o",
+        );
+        let o = resolve(&other, "HEAD").unwrap();
+        let wt = Worktree::open(&other, &dir, &o).unwrap();
+        assert!(wt.dir.join("o").exists() && !wt.dir.join("f").exists());
+        // A half-made clone (an interrupted run's) is replaced too.
+        std::fs::remove_dir_all(dir.join(".git/objects/info")).unwrap();
+        let wt = Worktree::open(&repo, &dir, &r[1]).unwrap();
+        assert_eq!(std::fs::read_to_string(wt.dir.join("f")).unwrap(), "2\n");
     }
 }

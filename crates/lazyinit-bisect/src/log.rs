@@ -23,6 +23,11 @@ pub struct Step {
     pub measure_s: f64,
     /// Why a step was skipped (the build's or boot's one line).
     pub reason: String,
+    /// What the commit's `ext4_run_li_request` reads as (fix, nofix,
+    /// unknown): a fact of the build, which is as committed whatever it
+    /// is. Empty when not built.
+    #[serde(default)]
+    pub text: String,
 }
 
 fn short(c: &str) -> &str {
@@ -63,15 +68,16 @@ pub fn verdict_word(v: Verdict) -> &'static str {
 /// A markdown table of every step.
 pub fn table(steps: &[Step], metric: &str) -> String {
     let mut out = format!(
-        "| # | role | commit | subject | samples | {metric} | L | verdict | build s | measure s | reason |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| # | role | commit | subject | text | samples | {metric} | L | verdict | build s | measure s | reason |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for (i, s) in steps.iter().enumerate() {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
             i + 1,
             s.role,
             short(&s.commit),
             s.subject.replace('|', "\\|"),
+            if s.text.is_empty() { "-" } else { &s.text },
             s.samples,
             s.value.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
             s.ticks.map_or_else(|| "-".into(), |t| t.to_string()),
@@ -131,6 +137,7 @@ mod tests {
             build_s: 12.0,
             measure_s: 30.0,
             reason: String::new(),
+            text: "unknown".into(),
         }
     }
 
@@ -160,7 +167,7 @@ mod tests {
     fn the_table_has_a_row_per_step() {
         let t = table(&[step("step", "0123456789abcdef", "good")], "ms_per_group");
         assert_eq!(t.lines().count(), 3);
-        assert!(t.contains("| 1 | step | 0123456789ab | subject of 0123456789abcdef | 2 | 40.00 | 3 | good | 12.0 | 30.0 |  |"), "{t}");
+        assert!(t.contains("| 1 | step | 0123456789ab | subject of 0123456789abcdef | unknown | 2 | 40.00 | 3 | good | 12.0 | 30.0 |  |"), "{t}");
     }
 
     #[test]

@@ -1,11 +1,16 @@
-//! The next commit to test on a linear history.
+//! The next commit to test, on the commit graph as `git bisect` walks it.
 //!
-//! `commits[0]` is the good end, `commits[n-1]` the bad end (git's
-//! `rev-list --first-parent --reverse good^..bad`). A verdict is known for
-//! some indices; the first bad commit lies after the last good commit
-//! before the first bad one. As `git bisect`, a skipped commit is never
-//! tested again; when skips are all that is left between the bounds the
-//! answer is the range, not a guess.
+//! Index 0 is the good end, the last index the bad end, every other index
+//! a commit that is an ancestor of bad and not of good, parents before
+//! children (git's `rev-list --topo-order --reverse bad ^good`). A verdict
+//! is known for some indices. As `git bisect`: a good commit makes its
+//! ancestors good, the first bad commit is an ancestor of the latest bad
+//! one, the candidates are bad's ancestors that are no good commit's, and
+//! the next test is the candidate whose ancestors among them come nearest
+//! half of them. A culprit on a merged side branch is named as itself,
+//! not as the merge. A skipped commit is never tested again; when skips
+//! are all that is left beside the bad one the answer is the range, not a
+//! guess.
 
 use std::collections::BTreeMap;
 
@@ -37,39 +42,109 @@ pub enum Next {
     Range(Vec<usize>),
 }
 
-/// The bounds: the last good index before the first bad one, and that
-/// first bad index (the ends count as good and bad when not yet judged).
-pub fn bounds(n: usize, verdicts: &BTreeMap<usize, Verdict>) -> (usize, usize) {
-    let hi = verdicts
-        .iter()
-        .find(|(_, v)| **v == Verdict::Bad)
-        .map_or(n - 1, |(i, _)| *i);
-    let lo = verdicts
-        .range(..hi)
-        .filter(|(_, v)| **v == Verdict::Good)
-        .map(|(i, _)| *i)
-        .next_back()
-        .unwrap_or(0);
-    (lo, hi)
+/// The commits of a bisection and their parents among them (each parent's
+/// index below its child's), with every commit's ancestors (itself
+/// included) as a bit set.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    ancestors: Vec<Vec<u64>>,
 }
 
-/// What to do next with `n >= 2` commits.
-pub fn next(n: usize, verdicts: &BTreeMap<usize, Verdict>) -> Next {
-    assert!(n >= 2, "a bisection needs a good and a bad end");
-    let (lo, hi) = bounds(n, verdicts);
-    if hi == lo + 1 {
-        return Next::Found(hi);
+fn has(set: &[u64], i: usize) -> bool {
+    (set[i / 64] >> (i % 64)) & 1 == 1
+}
+
+impl Graph {
+    /// From each commit's parents (indices below its own; others dropped).
+    pub fn new(parents: Vec<Vec<usize>>) -> Graph {
+        let words = parents.len().div_ceil(64).max(1);
+        let mut ancestors: Vec<Vec<u64>> = Vec::with_capacity(parents.len());
+        for (i, ps) in parents.iter().enumerate() {
+            let mut set = vec![0u64; words];
+            set[i / 64] |= 1 << (i % 64);
+            for &p in ps.iter().filter(|p| **p < i) {
+                for (w, a) in set.iter_mut().zip(&ancestors[p]) {
+                    *w |= a;
+                }
+            }
+            ancestors.push(set);
+        }
+        Graph { ancestors }
     }
-    // Untested commits strictly between the bounds, nearest the middle
-    // first (git picks among skips' neighbours the same way: the split
-    // that halves the range best).
-    let mid2 = lo + hi; // twice the midpoint, to stay in integers
-    let pick = (lo + 1..hi)
-        .filter(|i| !verdicts.contains_key(i))
-        .min_by_key(|i| (2 * i).abs_diff(mid2));
+
+    /// `n` commits in a line.
+    pub fn linear(n: usize) -> Graph {
+        Graph::new(
+            (0..n)
+                .map(|i| i.checked_sub(1).into_iter().collect())
+                .collect(),
+        )
+    }
+
+    pub fn len(&self) -> usize {
+        self.ancestors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ancestors.is_empty()
+    }
+
+    /// Whether `a` is an ancestor of `b` (or `b` itself).
+    pub fn is_ancestor(&self, a: usize, b: usize) -> bool {
+        has(&self.ancestors[b], a)
+    }
+}
+
+/// The latest bad commit (the bad end until a step is bad: each bad step
+/// is an ancestor of the one before, so the lowest index) and the
+/// candidates for the first bad commit: its ancestors that are no good
+/// commit's (the good end's included), as a bit set.
+fn candidates(g: &Graph, verdicts: &BTreeMap<usize, Verdict>) -> (usize, Vec<u64>) {
+    let n = g.len();
+    let bad = verdicts
+        .iter()
+        .filter(|(_, v)| **v == Verdict::Bad)
+        .map(|(i, _)| *i)
+        .min()
+        .unwrap_or(n - 1);
+    let mut set = g.ancestors[bad].clone();
+    let goods = verdicts
+        .iter()
+        .filter(|(_, v)| **v == Verdict::Good)
+        .map(|(i, _)| *i)
+        .chain([0]);
+    for good in goods {
+        for (w, a) in set.iter_mut().zip(&g.ancestors[good]) {
+            *w &= !a;
+        }
+    }
+    (bad, set)
+}
+
+/// What to do next on `g` (at least 2 commits).
+pub fn next(g: &Graph, verdicts: &BTreeMap<usize, Verdict>) -> Next {
+    assert!(g.len() >= 2, "a bisection needs a good and a bad end");
+    let (bad, set) = candidates(g, verdicts);
+    let total: u32 = set.iter().map(|w| w.count_ones()).sum();
+    if total <= 1 {
+        return Next::Found(bad);
+    }
+    // The untested candidate whose ancestors among the candidates (its
+    // weight w) best halve them: the largest min(w, total - w), the
+    // oldest on a tie (git's rule; on a line, the middle).
+    let pick = (0..g.len())
+        .filter(|&i| has(&set, i) && i != bad && !verdicts.contains_key(&i))
+        .max_by_key(|&i| {
+            let w: u32 = g.ancestors[i]
+                .iter()
+                .zip(&set)
+                .map(|(a, c)| (a & c).count_ones())
+                .sum();
+            (w.min(total - w), std::cmp::Reverse(i))
+        });
     match pick {
         Some(i) => Next::Test(i),
-        None => Next::Range((lo + 1..=hi).collect()),
+        None => Next::Range((0..g.len()).filter(|&i| has(&set, i)).collect()),
     }
 }
 
@@ -87,15 +162,21 @@ mod tests {
     /// with `skipped` indices unmeasurable; returns the answer and the
     /// indices tested.
     fn run(n: usize, culprit: usize, skipped: &[usize]) -> (Next, Vec<usize>) {
+        let g = Graph::linear(n);
+        run_on(&g, |i| i >= culprit, skipped)
+    }
+
+    fn run_on(g: &Graph, bad: impl Fn(usize) -> bool, skipped: &[usize]) -> (Next, Vec<usize>) {
+        let n = g.len();
         let mut v = BTreeMap::new();
         let mut tested = Vec::new();
         loop {
-            match next(n, &v) {
+            match next(g, &v) {
                 Next::Test(i) => {
                     tested.push(i);
                     let verdict = if skipped.contains(&i) {
                         Verdict::Skip
-                    } else if i >= culprit {
+                    } else if bad(i) {
                         Verdict::Bad
                     } else {
                         Verdict::Good
@@ -152,8 +233,47 @@ mod tests {
         v.insert(5, Verdict::Good);
         v.insert(6, Verdict::Bad);
         v.insert(9, Verdict::Bad);
-        assert_eq!(bounds(10, &v), (5, 6));
-        assert_eq!(next(10, &v), Next::Found(6));
-        assert_eq!(next(2, &BTreeMap::new()), Next::Found(1));
+        assert_eq!(next(&Graph::linear(10), &v), Next::Found(6));
+        assert_eq!(next(&Graph::linear(2), &BTreeMap::new()), Next::Found(1));
+    }
+
+    /// good 0 - 1 - 2 - 3 ------------- 8 (merge) - 9 (bad)
+    ///               \ 4 - 5 - 6 - 7 /
+    /// (the side branch forks at 2 and is merged by 8).
+    fn merged() -> Graph {
+        Graph::new(vec![
+            vec![],
+            vec![0],
+            vec![1],
+            vec![2],
+            vec![2],
+            vec![4],
+            vec![5],
+            vec![6],
+            vec![3, 7],
+            vec![8],
+        ])
+    }
+
+    #[test]
+    fn a_culprit_on_a_merged_branch_is_named_not_the_merge() {
+        let g = merged();
+        for culprit in 1..10 {
+            let bad = |i: usize| g.is_ancestor(culprit, i);
+            let (answer, tested) = run_on(&g, bad, &[]);
+            assert_eq!(answer, Next::Found(culprit), "culprit {culprit}");
+            assert!(tested.len() <= 4, "culprit {culprit}: {tested:?}");
+        }
+        // The side branch's commit 6 is the culprit: 3 (mainline, before
+        // the merge) is good though it comes after the fork.
+        let bad = |i: usize| g.is_ancestor(6, i);
+        assert!(!bad(3) && bad(8) && !bad(5));
+    }
+
+    #[test]
+    fn a_skip_on_a_merged_branch_leaves_the_range() {
+        let g = merged();
+        let (answer, _) = run_on(&g, |i| g.is_ancestor(6, i), &[5]);
+        assert_eq!(answer, Next::Range(vec![5, 6]));
     }
 }

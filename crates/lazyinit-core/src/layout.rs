@@ -9,6 +9,10 @@
 //!   run.log               the log
 //!   .lock                 held while a run writes here
 //!   results.csv.torn      a row torn by a killed run, cut off on resume
+//!   report.md             the report of results.csv, written at the end
+//!                         of each run (as `report` prints it)
+//!   report.svg            its bars, and report-cycles.svg the per-group
+//!                         cycle times (as `report --svg report.svg`)
 //!   shard.toml            a shard's: which one, its cells, spec hash,
 //!                         harness version, the hosts that ran it (runner)
 //!   merge.toml            a merged run's: its shards, cells missing (merge)
@@ -53,6 +57,9 @@ impl RunFolder {
     pub const SHARD_TOML: &'static str = "shard.toml";
     pub const MERGE_TOML: &'static str = "merge.toml";
     pub const SHARDS_DIR: &'static str = "shards";
+    pub const REPORT_MD: &'static str = "report.md";
+    pub const REPORT_SVG: &'static str = "report.svg";
+    pub const REPORT_CYCLES_SVG: &'static str = "report-cycles.svg";
 
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }

@@ -26,6 +26,8 @@ pub mod results;
 pub mod shell;
 pub mod size;
 pub mod storage;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod ticks;
 pub mod writer;
 
@@ -42,3 +44,34 @@ pub use writer::WriteError;
 
 /// Version of the harness, recorded in every result row.
 pub const HARNESS_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The harness's git commit when no binary said it (library code run
+/// without `lazyinit-bench`, a build outside git).
+pub const UNKNOWN_COMMIT: &str = "unknown";
+
+static HARNESS_COMMIT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The harness's git commit, recorded in every result row and
+/// `shard.toml`: `<40 hex>`, `<40 hex>-dirty` when a tracked file
+/// differed from it, or [`UNKNOWN_COMMIT`]. The binary takes it when it
+/// is built (its `build.rs`) and sets it once at start
+/// ([`set_harness_commit`]).
+pub fn harness_commit() -> &'static str {
+    HARNESS_COMMIT.get().map_or(UNKNOWN_COMMIT, String::as_str)
+}
+
+/// Whether `s` reads as a [`harness_commit`]: 40 lowercase hex digits,
+/// then `-dirty` or nothing, or [`UNKNOWN_COMMIT`].
+pub fn is_harness_commit(s: &str) -> bool {
+    let hex = s.strip_suffix("-dirty").unwrap_or(s);
+    s == UNKNOWN_COMMIT
+        || (hex.len() == 40 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// Sets [`harness_commit`] (the first call wins; blank reads as unknown).
+pub fn set_harness_commit(commit: &str) {
+    let commit = commit.trim();
+    if !commit.is_empty() {
+        let _ = HARNESS_COMMIT.set(commit.to_string());
+    }
+}

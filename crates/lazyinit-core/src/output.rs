@@ -14,7 +14,15 @@
 //!   missing folder is refused before any work, with the reason.
 //!
 //! [`check_folder`] is the same first check for an output that is a folder
-//! (`run --out`).
+//! (`run --out`); [`guard_folder`] adds to it what a command reads and
+//! whether the folder is a previous output of the same kind, and
+//! [`NewFolder`] puts a folder built whole in place with one rename.
+//!
+//! What a command reads is a [`Reads`]: files, and trees read whole (a
+//! shard, a source repository, a run's cell folders), named or implied (a
+//! results.csv implies its spec.toml and its cells' groups data, a SQLite
+//! history its -wal and -shm). Both sides are compared once canonical
+//! (through symlinks and `..`), files also by inode (hard links).
 
 use std::fs::File;
 use std::io::Write;
@@ -27,6 +35,15 @@ pub enum OutputError {
     IsInput {
         flag: &'static str,
         dest: String,
+        input: String,
+    },
+    /// A folder output that would replace or hold what the command reads,
+    /// or a file output inside a tree the command reads.
+    #[error("--{flag} {dest} {how} {input}, which this command reads: write the output elsewhere")]
+    Overlaps {
+        flag: &'static str,
+        dest: String,
+        how: &'static str,
         input: String,
     },
     #[error("--{flag} {dest}: {why}")]
@@ -71,18 +88,12 @@ enum Kind {
     Through(File),
 }
 
-/// Opens `dest` for a command whose inputs are `inputs`; `flag` names the
+/// Opens `dest` for a command that reads `reads`; `flag` names the
 /// option in messages (`out`, `svg`). Nothing is created but the
 /// temporary file, which goes again unless [`OutputFile::finish`] succeeds.
-pub fn open(flag: &'static str, dest: &Path, inputs: &[&Path]) -> Result<OutputFile, OutputError> {
+pub fn open(flag: &'static str, dest: &Path, reads: &Reads) -> Result<OutputFile, OutputError> {
     let refused = |why: String| OutputError::refused(flag, dest, why);
-    if let Some(input) = inputs.iter().find(|i| same_file(i, dest)) {
-        return Err(OutputError::IsInput {
-            flag,
-            dest: dest.display().to_string(),
-            input: input.display().to_string(),
-        });
-    }
+    reads.check_file(flag, dest)?;
     // A device or FIFO at the end of the links, or any path the kernel
     // provides (`/dev/stdout` is a link into /proc that only opening
     // follows; on a pipe it resolves to no path, on a redirected file to
@@ -117,12 +128,8 @@ pub fn open(flag: &'static str, dest: &Path, inputs: &[&Path]) -> Result<OutputF
         )),
         existing => {
             let dir = target.parent().unwrap_or(Path::new("/"));
-            let name = target
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
             let tmp = tempfile::Builder::new()
-                .prefix(&format!(".{name}."))
+                .prefix(&hidden_prefix(&target))
                 .suffix(".tmp")
                 .tempfile_in(dir)
                 .map_err(|e| refused(format!("cannot write in {}: {e}", dir.display())))?;
@@ -256,6 +263,317 @@ pub fn check_folder(flag: &'static str, dest: &Path) -> Result<(), OutputError> 
         .map_err(|e| refused(format!("cannot create in {}: {e}", probe.display())))
 }
 
+/// What a command reads, so that no output lands on it: files, and trees
+/// read whole. Paths that do not exist (yet) are kept too: a history file
+/// the command is about to create is no place for a report either.
+#[derive(Debug, Clone, Default)]
+pub struct Reads {
+    files: Vec<PathBuf>,
+    trees: Vec<PathBuf>,
+}
+
+/// The `kernel-config` a run's spec.toml names, if it names one: read
+/// lightly (a bounded file, any other key ignored), since a guard runs
+/// before the spec is checked.
+fn spec_kernel_config(spec: &Path) -> Option<PathBuf> {
+    let text = crate::input::read_text_bounded(spec, crate::input::MAX_SPEC_BYTES, "spec").ok()?;
+    let v: toml::Table = toml::from_str(&text).ok()?;
+    v.get("kernel-config")?.as_str().map(PathBuf::from)
+}
+
+impl Reads {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Plain files, as given.
+    pub fn files<P: AsRef<Path>>(paths: &[P]) -> Self {
+        let mut r = Self::new();
+        for p in paths {
+            r = r.file(p.as_ref());
+        }
+        r
+    }
+
+    pub fn file(mut self, p: impl Into<PathBuf>) -> Self {
+        self.files.push(p.into());
+        self
+    }
+
+    /// A folder read whole: nothing is written into it, over it, or over
+    /// a folder holding it.
+    pub fn tree(mut self, p: impl Into<PathBuf>) -> Self {
+        self.trees.push(p.into());
+        self
+    }
+
+    /// A run's results.csv and what reading it implies: the run folder's
+    /// spec.toml, the kernel config that spec names (its content is in the
+    /// run's key: `history check` and `import` read it), and its cell
+    /// folders (groups.csv, groups.csv.gz, the files a KCIDB report
+    /// lists). A report beside them is no input.
+    pub fn results_csv(self, csv: impl Into<PathBuf>) -> Self {
+        let csv = csv.into();
+        let run = crate::RunFolder::of_results_csv(&csv);
+        let mut r = self.file(run.spec_toml());
+        if let Some(c) = spec_kernel_config(&run.spec_toml()) {
+            r = r.file(c);
+        }
+        let root = match run.root().as_os_str().is_empty() {
+            true => Path::new("."),
+            false => run.root(),
+        };
+        if let Ok(entries) = std::fs::read_dir(root) {
+            for e in entries.filter_map(Result::ok) {
+                use crate::CellFolder as C;
+                let cell = C::at(e.path());
+                let is_cell = [
+                    C::GROUPS_CSV,
+                    C::GROUPS_CSV_GZ,
+                    C::CONSOLE_LOG,
+                    C::FACTS_TXT,
+                    C::TRACE_TXT,
+                    C::ERROR_TXT,
+                ]
+                .iter()
+                .any(|f| cell.file(f).is_file());
+                if is_cell {
+                    r = r.tree(e.path());
+                }
+            }
+        }
+        r.file(csv)
+    }
+
+    /// A run folder (`history check`): its results.csv and what that
+    /// implies.
+    pub fn run_folder(self, dir: &Path) -> Self {
+        self.results_csv(crate::RunFolder::new(dir).results_csv())
+    }
+
+    /// A SQLite database and the files SQLite keeps beside it.
+    pub fn sqlite(mut self, db: &Path) -> Self {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut name = db.as_os_str().to_owned();
+            name.push(suffix);
+            self.files.push(PathBuf::from(name));
+        }
+        self
+    }
+
+    fn all(&self) -> impl Iterator<Item = (&PathBuf, bool)> {
+        let files = self.files.iter().map(|f| (f, false));
+        files.chain(self.trees.iter().map(|t| (t, true)))
+    }
+
+    /// Refuses a file output that is an input or lies in a tree read.
+    pub fn check_file(&self, flag: &'static str, dest: &Path) -> Result<(), OutputError> {
+        let target = canonical(dest);
+        for (input, tree) in self.all() {
+            let read = canonical(input);
+            if (!tree && (read == target || same_file(input, dest))) || (tree && read == target) {
+                return Err(OutputError::IsInput {
+                    flag,
+                    dest: dest.display().to_string(),
+                    input: input.display().to_string(),
+                });
+            }
+            if tree && target.starts_with(&read) {
+                return Err(overlaps(flag, dest, "is inside", input));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a folder output that is, holds, or lies in what is read.
+    pub fn check_folder(&self, flag: &'static str, dest: &Path) -> Result<(), OutputError> {
+        let target = canonical(dest);
+        for (input, tree) in self.all() {
+            let read = canonical(input);
+            if read.starts_with(&target) || same_file(input, dest) {
+                return Err(overlaps(flag, dest, "would replace", input));
+            }
+            if tree && target.starts_with(&read) {
+                return Err(overlaps(flag, dest, "is inside", input));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn overlaps(flag: &'static str, dest: &Path, how: &'static str, input: &Path) -> OutputError {
+    OutputError::Overlaps {
+        flag,
+        dest: dest.display().to_string(),
+        how,
+        input: input.display().to_string(),
+    }
+}
+
+/// `p` made absolute, its symlinks followed and `..` taken, as far as it
+/// exists; the rest (which has no symlinks, since it does not exist) is
+/// joined lexically.
+pub fn canonical(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut rest = Vec::new();
+    let mut head = abs.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(head) {
+            let mut out = c;
+            for part in rest.iter().rev() {
+                match part {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    c => out.push(c),
+                }
+            }
+            return out;
+        }
+        match (head.parent(), head.components().next_back()) {
+            (Some(parent), Some(last)) => {
+                rest.push(last);
+                head = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// The whole first check of a folder output: [`check_folder`], then what
+/// the command reads, then ownership: an existing folder that is not empty
+/// must be a previous output of the same kind (`owned`), which `kind`
+/// names in the message.
+pub fn guard_folder(
+    flag: &'static str,
+    dest: &Path,
+    reads: &Reads,
+    kind: &str,
+    owned: impl Fn(&Path) -> bool,
+) -> Result<(), OutputError> {
+    reads.check_folder(flag, dest)?;
+    check_folder(flag, dest)?;
+    let entries = match std::fs::read_dir(dest) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(OutputError::refused(flag, dest, reason(&e))),
+    };
+    let empty = entries.count() == 0;
+    if !empty && !owned(dest) {
+        return Err(OutputError::refused(
+            flag,
+            dest,
+            format!("is a folder that is not empty and not {kind}; give a new or empty folder"),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` whole or not at all: an unpredictable
+/// temporary file (created exclusively) in the same folder, synced, then
+/// renamed onto it; removed on any failure. For a command's own files
+/// inside a folder it owns (the checks of [`open`] are for user paths).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = temp_beside(path)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// `.NAME.`: the start of the name of what is written beside `path` before
+/// it is put in place (hidden, and named after what it will be).
+fn hidden_prefix(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!(".{name}.")
+}
+
+/// An empty temporary file beside `path`, named `.NAME.XXXXXX.tmp`,
+/// readable by all (as a file the user makes); gone when dropped.
+pub fn temp_beside(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(&hidden_prefix(path))
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    Ok(tmp)
+}
+
+/// A folder built whole beside its destination, then put in place with one
+/// rename: `rename` when nothing is there, an atomic exchange when a
+/// previous output is (which then goes), so a reader sees the old folder
+/// or the new one, never none and never half. The folder is made with an
+/// unpredictable name (`mkdir`, which fails on anything there); dropped
+/// unplaced, it is removed.
+#[derive(Debug)]
+pub struct NewFolder {
+    /// None once placed by a plain rename (nothing left to remove).
+    tmp: Option<tempfile::TempDir>,
+    path: PathBuf,
+    dest: PathBuf,
+}
+
+impl NewFolder {
+    /// A new empty folder beside `dest` (whose parent folders are made).
+    pub fn beside(dest: &Path) -> std::io::Result<Self> {
+        let dest = canonical(dest);
+        let parent = dest.parent().unwrap_or(Path::new("/"));
+        std::fs::create_dir_all(parent)?;
+        let tmp = tempfile::Builder::new()
+            .prefix(&hidden_prefix(&dest))
+            .suffix(".new")
+            .tempdir_in(parent)?;
+        // A folder the user makes is 0755; tempfile's are 0700.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))?;
+        Ok(NewFolder {
+            path: tmp.path().to_path_buf(),
+            tmp: Some(tmp),
+            dest,
+        })
+    }
+
+    /// Where to build it.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The resolved destination.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Puts the folder at its destination. On success the previous output
+    /// (now in the temporary place) is removed on drop; on failure the
+    /// built folder is still at [`NewFolder::path`] until dropped.
+    pub fn place(&mut self) -> std::io::Result<()> {
+        match std::fs::symlink_metadata(&self.dest) {
+            Ok(_) => {
+                let flags = nix::fcntl::RenameFlags::RENAME_EXCHANGE;
+                nix::fcntl::renameat2(None, &self.path, None, &self.dest, flags)
+                    .map_err(std::io::Error::from)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::rename(&self.path, &self.dest)?;
+                // Nothing is left at the temporary name for the drop.
+                if let Some(t) = self.tmp.take() {
+                    let _ = t.keep();
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,7 +590,7 @@ mod tests {
         let link = d.path().join("link.csv");
         std::os::unix::fs::symlink(&input, &link).unwrap();
         for dest in [&input, &link] {
-            let e = open("out", dest, &[&input]).unwrap_err();
+            let e = open("out", dest, &Reads::files(&[&input])).unwrap_err();
             assert!(matches!(e, OutputError::IsInput { .. }), "{e}");
         }
         assert_eq!(text(&input), "data");
@@ -285,7 +603,10 @@ mod tests {
         std::fs::write(&target, "old").unwrap();
         let link = d.path().join("link.md");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        open("out", &link, &[]).unwrap().finish(b"new").unwrap();
+        open("out", &link, &Reads::new())
+            .unwrap()
+            .finish(b"new")
+            .unwrap();
         assert!(std::fs::symlink_metadata(&link)
             .unwrap()
             .file_type()
@@ -297,14 +618,17 @@ mod tests {
     fn dropped_unfinished_leaves_nothing() {
         let d = tempfile::tempdir().unwrap();
         let dest = d.path().join("r.md");
-        drop(open("out", &dest, &[]).unwrap());
+        drop(open("out", &dest, &Reads::new()).unwrap());
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
     }
 
     #[test]
     fn a_device_is_written_through() {
         let dev = Path::new("/dev/null");
-        open("out", dev, &[]).unwrap().finish(b"x").unwrap();
+        open("out", dev, &Reads::new())
+            .unwrap()
+            .finish(b"x")
+            .unwrap();
         assert!(std::fs::metadata(dev).unwrap().file_type().is_char_device());
     }
 
@@ -320,7 +644,7 @@ mod tests {
             (a.clone(), "symlink loop"),
             (d.path().join("no/r.md"), "does not exist; create it first"),
         ] {
-            let e = open("out", &dest, &[]).unwrap_err().to_string();
+            let e = open("out", &dest, &Reads::new()).unwrap_err().to_string();
             assert!(e.contains(needle), "{}: {e}", dest.display());
         }
     }
@@ -340,5 +664,72 @@ mod tests {
             assert!(check_folder("out", dest).is_err(), "{}", dest.display());
         }
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn implied_inputs_are_refused_through_dotdot_and_folders_over_them_too() {
+        let d = tempfile::tempdir().unwrap();
+        let run = d.path().join("run");
+        let cell = run.join("qemu-x-r1");
+        std::fs::create_dir_all(&cell).unwrap();
+        std::fs::write(run.join("results.csv"), "rows").unwrap();
+        std::fs::write(run.join("spec.toml"), "spec").unwrap();
+        std::fs::write(cell.join("groups.csv.gz"), "gz").unwrap();
+        let reads = Reads::new().results_csv(run.join("results.csv"));
+        for dest in [
+            run.join("qemu-x-r1/../spec.toml"),
+            cell.join("groups.csv.gz"),
+            cell.join("new.svg"),
+        ] {
+            assert!(open("out", &dest, &reads).is_err(), "{}", dest.display());
+        }
+        // Beside the run, a report is fine.
+        open("out", &run.join("report.md"), &reads).unwrap();
+        for dest in [run.clone(), d.path().to_path_buf(), cell.join("sub")] {
+            let e = guard_folder("out", &dest, &reads, "x", |_| true).unwrap_err();
+            assert!(matches!(e, OutputError::Overlaps { .. }), "{e}");
+        }
+        // A non-empty folder not owned is refused; an owned one is taken.
+        let other = d.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("f"), "").unwrap();
+        let e = guard_folder("out", &other, &Reads::new(), "a merged run", |_| false);
+        assert!(e.unwrap_err().to_string().contains("not a merged run"));
+        guard_folder("out", &other, &Reads::new(), "a merged run", |_| true).unwrap();
+    }
+
+    #[test]
+    fn a_new_folder_is_placed_whole_and_leaves_nothing_beside_it() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("out");
+        for body in ["one", "two"] {
+            let mut new = NewFolder::beside(&out).unwrap();
+            std::fs::write(new.path().join("f"), body).unwrap();
+            new.place().unwrap();
+            drop(new);
+            assert_eq!(text(&out.join("f")), body);
+            let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+            assert_eq!(names.len(), 1, "only the output is left");
+        }
+        // Dropped unplaced: the earlier output stays, nothing else.
+        let new = NewFolder::beside(&out).unwrap();
+        std::fs::write(new.path().join("f"), "three").unwrap();
+        drop(new);
+        assert_eq!(text(&out.join("f")), "two");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_atomic_uses_no_fixed_name_and_leaves_no_temporary_file() {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("chk.xml");
+        // A link planted where the old fixed temporary name was.
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, d.path().join("chk.tmp-history")).unwrap();
+        write_atomic(&dest, b"report").unwrap();
+        assert_eq!(text(&dest), "report");
+        assert_eq!(text(&victim), "keep");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 3);
     }
 }

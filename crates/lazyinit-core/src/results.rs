@@ -18,6 +18,7 @@ use crate::provider::KernelProfile;
 use crate::size::ByteSize;
 
 mod check;
+pub use check::MAX_TIME_S;
 
 /// How a cell run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -78,6 +79,10 @@ pub struct ResultRow {
     /// RFC 3339, UTC.
     pub started_at: String,
     pub harness_version: String,
+    /// The harness's git commit (`<40 hex>`, `-dirty` when a tracked
+    /// file differed from it, `unknown` outside git: see
+    /// [`crate::harness_commit`]); empty in rows written before the column.
+    pub harness_commit: String,
     pub status: Status,
     /// One line; empty when status is ok.
     pub error: String,
@@ -156,6 +161,35 @@ pub struct Measurement {
     /// make it, or why it stopped at the cap still uncertain
     /// (`estimate::Estimate::caveat`); empty for measurements.
     pub estimate_caveat: Option<String>,
+    /// Whether the kept first zeroing `z1_ms` is inside the storage
+    /// profile's window `[z1_lo_ms, z1_hi_ms)` (the z1 interval that sleeps
+    /// the target's L with the fix) after the last attempt; `None` without
+    /// a z1 target (or without a traced z1), and in rows written before
+    /// the column. `false` makes the row's L the host's, not the kernel's:
+    /// readers mark it and never judge the kernel by it.
+    pub profile_held: Option<bool>,
+    /// The storage profile's z1 window, ms (`z1_target_ms`'s L interval).
+    pub z1_lo_ms: Option<f64>,
+    pub z1_hi_ms: Option<f64>,
+}
+
+impl Measurement {
+    /// Why the row's storage profile was not held, in one line
+    /// (`profile not held: first zeroing 2.28 ms, want 3.20-3.60`); `None`
+    /// when it was, or when the row does not say.
+    pub fn profile_miss(&self) -> Option<String> {
+        if self.profile_held != Some(false) {
+            return None;
+        }
+        let z1 = self
+            .z1_ms
+            .map_or_else(|| "not traced".to_string(), |z| format!("{z:.2} ms"));
+        let want = match (self.z1_lo_ms, self.z1_hi_ms) {
+            (Some(lo), Some(hi)) => format!(", want {lo:.2}-{hi:.2}"),
+            _ => String::new(),
+        };
+        Some(format!("profile not held: first zeroing {z1}{want}"))
+    }
 }
 
 /// The row as the CSV holds it: every column, in order. Only the
@@ -230,6 +264,14 @@ struct Flat {
     kernel_profile: Option<KernelProfile>,
     #[serde(default)]
     kernel_tree: String,
+    #[serde(default)]
+    profile_held: Option<bool>,
+    #[serde(default)]
+    z1_lo_ms: Option<f64>,
+    #[serde(default)]
+    z1_hi_ms: Option<f64>,
+    #[serde(default)]
+    harness_commit: String,
 }
 
 impl From<ResultRow> for Flat {
@@ -285,6 +327,10 @@ impl From<ResultRow> for Flat {
             host: r.host,
             kernel_profile: r.kernel_profile,
             kernel_tree: r.kernel_tree,
+            profile_held: m.profile_held,
+            z1_lo_ms: m.z1_lo_ms,
+            z1_hi_ms: m.z1_hi_ms,
+            harness_commit: r.harness_commit,
         }
     }
 }
@@ -314,6 +360,7 @@ impl From<Flat> for ResultRow {
             repetition: f.repetition,
             started_at: f.started_at,
             harness_version: f.harness_version,
+            harness_commit: f.harness_commit,
             status: f.status,
             error: f.error,
             boot_s: f.boot_s,
@@ -346,6 +393,9 @@ impl From<Flat> for ResultRow {
                 lazyinit_hi_s: f.lazyinit_hi_s,
                 crossed_ticks: f.crossed_ticks,
                 estimate_caveat: f.estimate_caveat,
+                profile_held: f.profile_held,
+                z1_lo_ms: f.z1_lo_ms,
+                z1_hi_ms: f.z1_hi_ms,
             },
         }
     }
@@ -434,6 +484,10 @@ pub const COLUMNS: &[&str] = &[
     "host",
     "kernel_profile",
     "kernel_tree",
+    "profile_held",
+    "z1_lo_ms",
+    "z1_hi_ms",
+    "harness_commit",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -455,6 +509,11 @@ pub enum ResultsError {
         line: u64,
         message: String,
     },
+    /// The last line has no newline: a run killed while writing it. Its
+    /// own variant, so that a reader (merge, import) says what to do
+    /// without reading the words.
+    #[error("{path}:{line}: the last line is torn (no newline: a run killed while writing it); resume the run (rerun its command: the resume cuts the line off and runs its cell again), then use the folder")]
+    TornTail { path: PathBuf, line: u64 },
 }
 
 /// Appends rows to a CSV file, writing the header when the file is new and
@@ -575,6 +634,25 @@ pub fn read_whole_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, Results
     read_rows_from(&bytes[..whole_lines(&bytes)], path)
 }
 
+/// [`read_rows`] of a finished file: a torn last line (no newline, see
+/// [`repair_torn_tail`]) is refused, not read as a row, whether or not its
+/// fields parse. A resume does not count that line and cuts it off; a
+/// reader that records rows (the history) takes the file once the resume
+/// has repaired it.
+pub fn read_untorn_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
+    let path = path.as_ref();
+    let bytes = read_results_file(path)?;
+    let whole = whole_lines(&bytes);
+    if whole < bytes.len() {
+        let line = bytes[..whole].iter().filter(|b| **b == b'\n').count() as u64 + 1;
+        return Err(ResultsError::TornTail {
+            path: path.into(),
+            line,
+        });
+    }
+    read_rows_from(&bytes[..], path)
+}
+
 /// Reads every row of a results CSV, with line-numbered errors.
 pub fn read_rows(path: impl AsRef<Path>) -> Result<Vec<ResultRow>, ResultsError> {
     let path = path.as_ref();
@@ -690,6 +768,7 @@ mod tests {
             repetition: 1,
             started_at: "2026-11-29T20:00:00Z".into(),
             harness_version: "0.1.0".into(),
+            harness_commit: "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c-dirty".into(),
             status: Status::Ok,
             error: String::new(),
             boot_s: Some(1.1),
@@ -722,6 +801,9 @@ mod tests {
                 lazyinit_hi_s: None,
                 crossed_ticks: Some(0.125),
                 estimate_caveat: None,
+                profile_held: Some(true),
+                z1_lo_ms: Some(3.2),
+                z1_hi_ms: Some(3.6),
             },
         }
     }
@@ -748,9 +830,9 @@ mod tests {
         failed.measured = Measurement::default();
         w.append(&failed).unwrap();
         let want = concat!(
-            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host,kernel_profile,kernel_tree\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,,qemu,\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,,qemu,\n",
+            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host,kernel_profile,kernel_tree,profile_held,z1_lo_ms,z1_hi_ms,harness_commit\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,,qemu,,true,3.2,3.6,0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c-dirty\n",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,,qemu,,,,,0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c-dirty\n",
         );
         assert_eq!(std::fs::read_to_string(&p).unwrap(), want);
         assert_eq!(read_rows(&p).unwrap(), vec![sample(), failed]);
@@ -779,7 +861,7 @@ mod tests {
         let mut w = csv::Writer::from_writer(Vec::new());
         w.serialize(sample()).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        for last in ["mkfs_cmd", "z1_attempts"] {
+        for last in ["mkfs_cmd", "z1_attempts", "kernel_tree"] {
             let keep = COLUMNS.iter().position(|c| *c == last).unwrap() + 1;
             let cut = |l: &str| l.split(',').take(keep).collect::<Vec<_>>().join(",");
             let old: String = text.lines().map(|l| cut(l) + "\n").collect();
@@ -788,8 +870,28 @@ mod tests {
             assert_eq!(rows[0].measured.mkfs_cmd, sample().measured.mkfs_cmd);
             assert!(!rows[0].measured.estimated);
             assert_eq!(rows[0].measured.estimate_groups, None);
-            assert_eq!(rows[0].kernel_profile, None, "empty: unknown");
+            if last != "kernel_tree" {
+                assert_eq!(rows[0].kernel_profile, None, "empty: unknown");
+            }
+            assert_eq!(rows[0].measured.profile_held, None, "empty: unknown");
+            assert_eq!(rows[0].measured.profile_miss(), None, "never marked");
         }
+    }
+
+    /// A row whose first zeroing left the profile's window says so in one
+    /// line, with the window; a held or silent row says nothing.
+    #[test]
+    fn a_profile_not_held_says_so_in_one_line() {
+        let mut m = sample().measured;
+        assert_eq!(m.profile_miss(), None, "held");
+        m.profile_held = Some(false);
+        m.z1_ms = Some(2.28);
+        assert_eq!(
+            m.profile_miss().unwrap(),
+            "profile not held: first zeroing 2.28 ms, want 3.20-3.60"
+        );
+        m.profile_held = None;
+        assert_eq!(m.profile_miss(), None, "unknown");
     }
 
     #[test]
@@ -809,7 +911,7 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(
             text.lines().nth(1).unwrap().ends_with(
-                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s),,,qemu,"
+                ",true,50,75,44.0,726.0,729.5,0.125,extra ticks in runs of ~40 cycles; 2 other guest(s),,,qemu,,true,3.2,3.6,0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c-dirty"
             ),
             "{text}"
         );
@@ -857,6 +959,25 @@ mod tests {
         ResultsWriter::open(&p).unwrap().append(&sample()).unwrap();
         assert_eq!(read_rows(&p).unwrap(), vec![sample()]);
         assert_eq!(repair_torn_tail(dir.path().join("none.csv")).unwrap(), None);
+    }
+
+    /// A row whose every field is there but whose newline is not is torn
+    /// all the same: `read_rows` takes it, `read_untorn_rows` refuses it
+    /// naming its line, as a resume does not count it.
+    #[test]
+    fn a_torn_last_line_is_refused_even_when_its_fields_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("results.csv");
+        let mut w = ResultsWriter::open(&p).unwrap();
+        w.append(&sample()).unwrap();
+        w.append(&sample()).unwrap();
+        assert_eq!(read_untorn_rows(&p).unwrap().len(), 2, "a whole file reads");
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
+        assert_eq!(read_rows(&p).unwrap().len(), 2, "its fields parse");
+        assert_eq!(read_whole_rows(&p).unwrap().len(), 1, "a resume counts one");
+        let e = read_untorn_rows(&p).unwrap_err().to_string();
+        assert!(e.contains(":3: the last line is torn"), "{e}");
     }
 
     #[test]

@@ -34,16 +34,11 @@ const ELSEWHERE: &[(&str, &str)] = &[
         "a bisect folder's skip notes",
     ),
     ("crates/lazyinit-bisect/src/git.rs", "the bisect's private worktree in the cache"),
-    (
-        "crates/lazyinit-bench/src/cmd/history.rs",
-        "the JUnit file `history check --out` names",
-    ),
-    (
-        "crates/lazyinit-bench/src/cmd/publish.rs",
-        "the site `history publish --out` names",
-    ),
     ("crates/lazyinit-site/src/publish.rs", "the published site"),
-    ("crates/lazyinit-history/src/sqlite.rs", "the history database file"),
+    (
+        "crates/lazyinit-history/src/store.rs",
+        "the default history's folder, made only by a command that creates the history",
+    ),
     (
         "crates/lazyinit-core/src/output.rs",
         "the file a command's --out names (report, compare, replay, kcidb)",

@@ -167,10 +167,12 @@ fn wait_for_groups(
             return Ok(false);
         }
         if mounted_at.elapsed() > opts.lazyinit_deadline {
-            return Err(GuestError::Timeout {
-                step: "lazyinit",
-                after: opts.lazyinit_deadline,
-            });
+            return Err(crate::protocol::steps::lazyinit_timeout(
+                opts,
+                &poll,
+                done.min(to_init),
+                to_init,
+            ));
         }
         let k = (target - done).min(WAIT_CHUNK);
         // Up to K more groups (wait-groups.sh counts every group since the

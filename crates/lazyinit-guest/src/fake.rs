@@ -71,6 +71,10 @@ pub struct FakeGuest {
     /// The first zeroing (us) each measured mount's trace shows, in turn;
     /// 3400 once they run out.
     pub first_zeroings_us: Vec<u64>,
+    /// Ticks the kernel sleeps beyond its formula (0: the kernel as
+    /// built; 1: a kernel patched to sleep one tick more), in the measured
+    /// mounts' first groups (as its timer says) and the whole trace.
+    pub extra_sleep_ticks: u64,
     /// The poll that finds the lazy-init thread gone (polls before it see
     /// it running, and the protocol sleeps a poll interval after each).
     pub exit_at_poll: u32,
@@ -85,13 +89,18 @@ pub struct FakeGuest {
     pub kexec_loaded: Option<String>,
     /// Boots so far: a kexec makes a new one (another boot id).
     boots: u32,
+    /// The first zeroing (us) of the last measured mount: the kept one's
+    /// is the collected trace's first.
+    kept_us: u64,
     polls: u32,
     waits: u32,
     reads: u32,
 }
 
-/// Every zeroing of the measured volume, seconds.
+/// Every zeroing of the measured volume but the first, seconds.
 const ZERO_S: f64 = 0.0034;
+/// The first zeroing when [`FakeGuest::first_zeroings_us`] has run out.
+const ZERO_US: u64 = 3400;
 
 /// The release a machine runs before a kexec into the kernel under test.
 pub const CLOUD_RELEASE: &str = "6.1.0-28-cloud-amd64";
@@ -125,6 +134,7 @@ impl FakeGuest {
             zeroed: 0,
             calibration_us: vec![5900, 3300, 3400, 3900, 8600, 3500],
             first_zeroings_us: Vec::new(),
+            extra_sleep_ticks: 0,
             exit_at_poll: 3,
             under_test: true,
             hook: None,
@@ -132,6 +142,7 @@ impl FakeGuest {
             uploads: Vec::new(),
             kexec_loaded: None,
             boots: 1,
+            kept_us: ZERO_US,
             polls: 0,
             waits: 0,
             reads: 0,
@@ -221,10 +232,25 @@ impl FakeGuest {
             "first-zeroing" => {
                 self.reads += 1;
                 let us = match self.first_zeroings_us.is_empty() {
-                    true => 3400,
+                    true => ZERO_US,
                     false => self.first_zeroings_us.remove(0),
                 };
-                format!("  ext4lazyinit-120 [000] ..... 102.000000: ext4_journal_start: dev 254,0 blocks 1\n  ext4lazyinit-120 [000] ..... {:.6}: ext4_lazy_itable_init: dev 254,0 group 1\n", 102.0 + us as f64 / 1e6)
+                self.kept_us = us;
+                // The first groups so far, each followed by the sleep the
+                // kernel armed (its timer), as trace-setup.sh traces them.
+                let l = self.slept();
+                let cycle = (l + 1) as f64 * self.hz.tick_s();
+                let mut t = String::new();
+                for g in 0..3u64 {
+                    let ts = 102.0 + g as f64 * cycle;
+                    let z = match g {
+                        0 => us as f64 / 1e6,
+                        _ => ZERO_S,
+                    };
+                    t.push_str(&format!("  ext4lazyinit-120 [000] ..... {:.6}: ext4_journal_start: dev 254,0 blocks 1\n  ext4lazyinit-120 [000] ..... {ts:.6}: ext4_lazy_itable_init: dev 254,0 group {}\n", ts - z, g + 1));
+                    t.push_str(&timer(ts, g, l));
+                }
+                t
             }
             "mkfs" => format!(
                 "mkfs_s=1.50\nblocks={}\nblocks_per_group=32768\nzeroed={}\n",
@@ -236,7 +262,7 @@ impl FakeGuest {
             "poll" => {
                 self.polls += 1;
                 if self.polls < self.exit_at_poll {
-                    "pid=120\ngroups=10\n".into()
+                    "pid=120\ngroups=10\nstate=D\nwchan=blk_mq_get_tag\n".into()
                 } else {
                     format!("pid=\ngroups={}\n", self.traced)
                 }
@@ -271,25 +297,47 @@ impl FakeGuest {
         }
     }
 
-    /// The trace of a lazy-init that zeroes every group in 3.4 ms, after a
-    /// 2 s start delay, one group every L+1 ticks, L as the kernel sets it
-    /// (at HZ=250: 44 ms without the fix, 36 ms with it).
+    /// The sleep L the kernel sets on the kept first zeroing (its
+    /// formula, plus [`Self::extra_sleep_ticks`]).
+    fn slept(&self) -> u64 {
+        let z1 = self.kept_us as f64 / 1e6;
+        lazyinit_core::model::sleep_ticks(self.hz, self.variant, 10, z1) + self.extra_sleep_ticks
+    }
+
+    /// The trace of a lazy-init whose first zeroing is the kept mount's
+    /// (3.4 ms unless set) and every other 3.4 ms, after a 2 s start
+    /// delay, one group every L+1 ticks, L as the kernel sets it (at
+    /// HZ=250: 44 ms without the fix, 36 ms with it).
     fn trace(&self) -> String {
-        let l = lazyinit_core::model::sleep_ticks(self.hz, self.variant, 10, ZERO_S);
+        let l = self.slept();
         let cycle = (l + 1) as f64 * self.hz.tick_s();
         let mut t = String::from("# tracer: nop\n");
         t.push_str("  sh-1 [000] ..... 100.000000: tracing_mark_write: lazyinit-mount-start\n");
         t.push_str("  sh-1 [000] ..... 100.020000: tracing_mark_write: lazyinit-mount-done\n");
         for g in 0..self.traced {
             let ts = 102.0 + g as f64 * cycle;
-            let start = ts - ZERO_S;
+            let start = ts
+                - if g == 0 {
+                    self.kept_us as f64 / 1e6
+                } else {
+                    ZERO_S
+                };
             t.push_str(&format!("  ext4lazyinit-120 [000] ..... {start:.6}: ext4_journal_start: dev 254,0 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0x0\n"));
             t.push_str(&format!("  ext4lazyinit-120 [000] ..... {ts:.6}: ext4_lazy_itable_init: dev 254,0 group {g}\n"));
+            if self.extra_sleep_ticks > 0 {
+                t.push_str(&timer(ts, g, l));
+            }
         }
         let end = 102.0 + self.traced as f64 * cycle;
         t.push_str(&format!("  ext4lazyinit-120 [000] ..... {end:.6}: sched_process_exit: comm=ext4lazyinit pid=120 prio=120\n"));
         t
     }
+}
+
+/// The lazy-init thread's sleep timer armed after group `g`'s event at
+/// `ts`, for `l` ticks.
+fn timer(ts: f64, g: u64, l: u64) -> String {
+    format!("  ext4lazyinit-120 [000] ..... {:.6}: timer_start: timer=00000000a1b2c3d4 function=process_timeout expires={} [timeout={l}] cpu=0 idx=9 flags=\n", ts + 0.0001, 4294970000 + g * (l + 1))
 }
 
 impl Remote for FakeGuest {

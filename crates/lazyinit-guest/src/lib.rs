@@ -94,6 +94,15 @@ pub enum GuestError {
     },
     #[error("{step} did not finish within {after:?}")]
     Timeout { step: &'static str, after: Duration },
+    /// The thread outlived its deadline: how far it got and what it was
+    /// doing tell a slow host (groups still coming) from a stuck one.
+    #[error("lazyinit did not finish within {after:?}: {done} of {total} groups zeroed, the thread {thread}")]
+    LazyinitTimeout {
+        after: Duration,
+        done: u64,
+        total: u64,
+        thread: String,
+    },
     #[error("interrupted")]
     Interrupted,
 }

@@ -403,6 +403,10 @@ fn of_conditions<'a>(upto: &'a Series, kept: &[usize], run: &Point) -> Vec<&'a P
 pub fn level_runs(upto: &Series, since: usize, at: usize, opts: &ChangeOptions) -> Vec<usize> {
     let mut kept: Vec<usize> = Vec::new();
     for j in since..at {
+        // A run that did not hold its storage profile slept the host's L.
+        if upto.points[j].profile_not_held.is_some() {
+            continue;
+        }
         if j - since >= MIN_HISTORY {
             let last = &kept[kept.len().saturating_sub(LEVEL_RUNS)..];
             let points: Vec<Point> = last.iter().map(|&i| upto.points[i].clone()).collect();
@@ -556,6 +560,14 @@ pub fn judge_series_in(
                 None => suspects.push(c),
             }
         }
+    }
+    // A run that did not hold its storage profile says nothing of the
+    // kernel either way: not judged, whatever its time or L.
+    if let Some(line) = &run.profile_not_held {
+        suspects.clear();
+        not_judged = Some(format!(
+            "{line} (the storage profile was not held: its L is the host's, not the kernel's)"
+        ));
     }
     let verdict = SeriesVerdict {
         series: series.id.clone(),
@@ -887,10 +899,20 @@ pub fn judge_against(
         suspects.extend(off_level(&s, 0, at, l, l, opts));
     }
     let kernels = kernels_in(&s.points[..at]);
+    // A run that did not hold its storage profile says nothing of the
+    // kernel either way: not judged, whatever its time or L.
+    let mut not_judged = None;
+    let held = s.points[at].profile_not_held.is_none();
+    if let Some(line) = &s.points[at].profile_not_held {
+        suspects.clear();
+        not_judged = Some(format!(
+            "{line} (the storage profile was not held: its L is the host's, not the kernel's)"
+        ));
+    }
     let verdict = SeriesVerdict {
         series: series.id.clone(),
         label: series.label.clone(),
-        outcome: if judged {
+        outcome: if judged && held {
             Outcome::Pass
         } else {
             Outcome::Unknown
@@ -901,7 +923,7 @@ pub fn judge_against(
         unjudged_in_level: 0,
         left_out_of_level: 0,
         loaded_left_out: 0,
-        not_judged: None,
+        not_judged,
         set_aside: None,
         against: Some(format!(
             "{at} baseline run(s) of this cell and testbed{kernels}"

@@ -111,6 +111,7 @@ pub fn run_loaded(i: usize, runs: usize, rng: &mut impl Rng, loaded: bool) -> Ru
                 repetition: 1,
                 started_at: started_at.clone(),
                 harness_version: env!("CARGO_PKG_VERSION").into(),
+                harness_commit: lazyinit_core::harness_commit().into(),
                 status: Status::Ok,
                 error: String::new(),
                 // A loaded host boots its guests slowly too (the one-core

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use lazyinit_core::cell::Cell;
 use lazyinit_core::layout::RunFolder;
-use lazyinit_core::results::{read_rows, ResultRow};
+use lazyinit_core::results::{read_untorn_rows, ResultRow};
 use lazyinit_core::SourceId;
 
 use crate::provenance::{CellFacts, RunFacts};
@@ -56,11 +56,14 @@ impl RunImport {
             message,
         };
         let run = RunFolder::new(folder);
-        let rows = read_rows(run.results_csv()).map_err(|e| refuse(e.to_string()))?;
+        // A torn last line is refused, not read as a row (as a resume
+        // does not count it).
+        let rows = read_untorn_rows(run.results_csv()).map_err(|e| refuse(e.to_string()))?;
         if rows.is_empty() {
             return Err(refuse("results.csv has no rows yet".into()));
         }
         check_rows(&rows, planned, run_id).map_err(refuse)?;
+        check_dates(&rows).map_err(refuse)?;
         let cells = rows
             .iter()
             .map(|r| (r.cell_id.clone(), CellFacts::of(&run.cell(&r.cell_id))))
@@ -72,6 +75,36 @@ impl RunImport {
             cells,
         })
     }
+}
+
+/// Dates before this are a clock that was not set (1970 is the epoch).
+pub const EARLIEST_RUN: &str = "2000-01-01T00:00:00Z";
+
+/// Every row's `started_at` is a date (RFC 3339) from [`EARLIEST_RUN`] on:
+/// a run of a host whose clock was not set cannot be placed in time.
+pub fn check_dates(rows: &[ResultRow]) -> Result<(), String> {
+    let earliest = chrono::DateTime::parse_from_rfc3339(EARLIEST_RUN).expect("a date");
+    for (i, r) in rows.iter().enumerate() {
+        match chrono::DateTime::parse_from_rfc3339(&r.started_at) {
+            Ok(d) if d >= earliest => {}
+            Ok(_) => {
+                return Err(format!(
+                    "results.csv line {}: started_at {} is before {EARLIEST_RUN}: the host's clock was not set; \
+                     a run of an unknown date cannot be placed in the history",
+                    i + 2,
+                    r.started_at
+                ))
+            }
+            Err(_) => {
+                return Err(format!(
+                    "results.csv line {}: started_at `{}` is not a date (RFC 3339)",
+                    i + 2,
+                    r.started_at
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every row must be of this spec's run and one of its planned cells,

@@ -46,7 +46,7 @@ pub mod url;
 pub use changes::{Alert, AlertState, Change, ChangeOptions, Segment};
 pub use import::{ImportOutcome, RunImport};
 pub use series::{Point, Series, SeriesFilter};
-pub use store::History;
+pub use store::{Access, History};
 pub use url::DbUrl;
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +78,12 @@ pub enum HistoryError {
     Corrupt { what: String, message: String },
     #[error("no alert `{0}` (list them with `history changes`)")]
     NoAlert(String),
+    /// `--db` names something that is not a history this command can use
+    /// (a folder, a device, another application's database, a path whose
+    /// folder does not exist): which, and what is wrong. Nothing was
+    /// written to it.
+    #[error("{db}: {why}")]
+    NotAHistory { db: String, why: String },
 }
 
 /// What a backend said, as the backend's own error type: a caller can
@@ -113,7 +119,9 @@ impl HistoryError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            HistoryError::Refused { .. } | HistoryError::NoAlert(_)
+            HistoryError::Refused { .. }
+                | HistoryError::NoAlert(_)
+                | HistoryError::NotAHistory { .. }
         )
     }
 }

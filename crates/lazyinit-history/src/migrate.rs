@@ -33,6 +33,16 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0005_kernel_tree",
         include_str!("../migrations/0005_kernel_tree/up.sql"),
     ),
+    (
+        6,
+        "0006_profile_held",
+        include_str!("../migrations/0006_profile_held/up.sql"),
+    ),
+    (
+        7,
+        "0007_harness_commit",
+        include_str!("../migrations/0007_harness_commit/up.sql"),
+    ),
 ];
 
 const VERSIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -40,6 +50,62 @@ const VERSIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     name TEXT NOT NULL,
     applied_at TEXT NOT NULL
 )";
+
+/// What a database holds, as read before anything is written to it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// No table: a new history.
+    Nothing,
+    /// A lazyinit history (its `schema_migrations` records this
+    /// harness's first migration as version 1).
+    History,
+    /// Tables of another application: why, in one line.
+    Foreign(String),
+}
+
+/// Why a read-only command refuses a database with no table.
+pub const EMPTY: &str =
+    "holds no history yet, and this command creates none: import a run first (history import)";
+
+/// Reads which tables the database has (nothing is written): a database
+/// of another application (another `schema_migrations` included) is not
+/// migrated into a history.
+pub fn what_is(db: &mut dyn Backend) -> Result<Holds, HistoryError> {
+    let sql = match db.dialect() {
+        "sqlite" => {
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        }
+        _ => {
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name"
+        }
+    };
+    let tables: Vec<String> = db.query(sql, &[])?.iter().map(|r| r.str(0)).collect();
+    if tables.is_empty() {
+        return Ok(Holds::Nothing);
+    }
+    if tables.iter().any(|t| t == "schema_migrations") {
+        // Another tool's table of that name has other columns or types:
+        // the query fails or finds no such row.
+        let first = db.query("SELECT name FROM schema_migrations WHERE version = 1", &[]);
+        if first
+            .is_ok_and(|rows| rows.first().map(|r| r.str(0)).as_deref() == Some(MIGRATIONS[0].1))
+        {
+            return Ok(Holds::History);
+        }
+    }
+    let mut shown = tables
+        .iter()
+        .take(5)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if tables.len() > 5 {
+        shown.push_str(&format!(" and {} more", tables.len() - 5));
+    }
+    Ok(Holds::Foreign(format!(
+        "a database of another application (tables {shown}), not a lazyinit history: nothing was written to it; give a history's path, or a new file's"
+    )))
+}
 
 /// The newest version this harness knows.
 pub fn latest() -> i64 {
@@ -94,7 +160,8 @@ mod tests {
 
     fn fresh() -> (tempfile::TempDir, crate::sqlite::Sqlite) {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::sqlite::Sqlite::open(&dir.path().join("h.sqlite")).unwrap();
+        let db = crate::sqlite::Sqlite::open(&dir.path().join("h.sqlite"), crate::Access::Create)
+            .unwrap();
         (dir, db)
     }
 
@@ -159,9 +226,11 @@ mod tests {
         folders.sort();
         let listed: Vec<String> = MIGRATIONS.iter().map(|m| m.1.to_string()).collect();
         assert_eq!(folders, listed);
-        for (i, (v, name, _)) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(*v, i as i64 + 1);
+        let mut last = 0;
+        for (v, name, _) in MIGRATIONS {
+            assert!(*v > last, "{name} after version {last}");
             assert!(name.starts_with(&format!("{v:04}_")), "{name}");
+            last = *v;
         }
     }
 }

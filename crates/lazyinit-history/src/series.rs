@@ -59,6 +59,16 @@ pub struct Point {
     pub concurrency: u32,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub host: String,
+    /// Set when a row of the run did not hold its storage profile (its
+    /// first zeroing outside the window after the last attempt: its L is
+    /// the host's): the row's line. `history check` does not judge such a
+    /// run, and no level is made of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_not_held: Option<String>,
+    /// The harness's git commit its rows were measured by (each distinct
+    /// one; empty for rows recorded before the `harness_commit` column).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub harness: String,
 }
 
 /// A series and its points, oldest first.
@@ -154,6 +164,7 @@ struct Acc {
     prediction: Option<(f64, f64)>,
     boots: Vec<f64>,
     hosts: Vec<String>,
+    harnesses: Vec<String>,
 }
 
 impl Builder {
@@ -195,8 +206,15 @@ impl Builder {
         if !s.row.host.is_empty() && !acc.hosts.contains(&s.row.host) {
             acc.hosts.push(s.row.host.clone());
         }
+        let commit = &s.row.harness_commit;
+        if !commit.is_empty() && !acc.harnesses.contains(commit) {
+            acc.harnesses.push(commit.clone());
+        }
         if !acc.kernels.contains(&s.row.kernel_release) {
             acc.kernels.push(s.row.kernel_release.clone());
+        }
+        if acc.head.profile_not_held.is_none() {
+            acc.head.profile_not_held = lazyinit_report::cells::profile_line(&s.row);
         }
         if let Some(l) = s.row.measured.sleep_ticks {
             if !acc.head.sleep_ticks.contains(&l) {
@@ -251,12 +269,15 @@ impl Acc {
                 boot_s: None,
                 concurrency: 0,
                 host: String::new(),
+                profile_not_held: None,
+                harness: String::new(),
             },
             values: Vec::new(),
             kernels: Vec::new(),
             prediction,
             boots: Vec::new(),
             hosts: Vec::new(),
+            harnesses: Vec::new(),
         }
     }
 
@@ -266,6 +287,7 @@ impl Acc {
         let ci = summary.ci95.map(|i| (i.lo, i.hi)).or(self.prediction);
         p.kernel = distinct(self.kernels.into_iter()).join(" ");
         p.host = distinct(self.hosts.into_iter()).join(" ");
+        p.harness = distinct(self.harnesses.into_iter()).join(" ");
         let mut boots = self.boots;
         p.boot_s = (!boots.is_empty()).then(|| {
             boots.sort_by(f64::total_cmp);

@@ -17,6 +17,8 @@ enum Kind {
     Real,
     Text,
     Bool,
+    /// A boolean a later migration added: NULL on older rows (unknown).
+    MaybeBool,
 }
 
 /// The storage kind of each CSV column, in [`COLUMNS`] order (a test
@@ -73,6 +75,10 @@ const KINDS: &[(&str, Kind)] = {
         ("host", Text),
         ("kernel_profile", Text),
         ("kernel_tree", Text),
+        ("profile_held", MaybeBool),
+        ("z1_lo_ms", Real),
+        ("z1_hi_ms", Real),
+        ("harness_commit", Text),
     ]
 };
 
@@ -122,7 +128,7 @@ fn row_values(row: &ResultRow) -> Result<Vec<Value>, HistoryError> {
                     Json::Null => None,
                     other => Some(other.to_string()),
                 }),
-                Kind::Bool => Value::Bool(v.as_bool()),
+                Kind::Bool | Kind::MaybeBool => Value::Bool(v.as_bool()),
             }
         })
         .collect())
@@ -143,6 +149,10 @@ fn row_from(db: &Row) -> Result<ResultRow, HistoryError> {
                 None => continue,
             },
             Kind::Bool => Json::Bool(db.bool(i)),
+            Kind::MaybeBool => match db.int(i) {
+                Some(b) => Json::Bool(b != 0),
+                None => continue,
+            },
         };
         map.insert(name.to_string(), v);
     }
@@ -160,12 +170,65 @@ pub struct History {
     page: i64,
 }
 
+/// What a command may do to a history that is not there yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads (show, changes, ack, publish): creates nothing, and a
+    /// database with no history is refused.
+    Read,
+    /// Imports (import, check, run --history): a new SQLite file may be
+    /// created when its folder exists; a new PostgreSQL database is
+    /// migrated.
+    Create,
+}
+
 impl History {
     /// Connects (creating a SQLite file if needed) and migrates.
     pub fn open(url: &DbUrl) -> Result<History, HistoryError> {
+        Self::open_as(url, Access::Create)
+    }
+
+    /// Connects and migrates; what is not a history is refused before
+    /// anything is written to it, and `Access::Read` creates nothing.
+    /// Only the default SQLite file's folder (the state directory) is
+    /// created: a `--db` path whose folder is missing is a typo.
+    pub fn open_as(url: &DbUrl, access: Access) -> Result<History, HistoryError> {
         let mut db: Box<dyn Backend> = match url {
-            DbUrl::Sqlite(p) => Box::new(crate::sqlite::Sqlite::open(p)?),
-            DbUrl::Postgres(u) => Box::new(crate::postgres::Postgres::connect(u)?),
+            DbUrl::Sqlite(p) => {
+                let default = *url == DbUrl::default_sqlite();
+                if default && access == Access::Read && !p.exists() {
+                    return Err(HistoryError::NotAHistory {
+                        db: format!("the default history {url}"),
+                        why: "not there yet (neither --db nor $LAZYINIT_HISTORY names one): import a run first (history import)".into(),
+                    });
+                }
+                if access == Access::Create && default {
+                    if let Some(dir) = p.parent() {
+                        std::fs::create_dir_all(dir).map_err(|e| {
+                            HistoryError::db(
+                                format!("cannot create {}", dir.display()),
+                                crate::DbError::Io(e),
+                            )
+                        })?;
+                    }
+                }
+                Box::new(crate::sqlite::Sqlite::open(p, access)?)
+            }
+            DbUrl::Postgres(u) => {
+                let mut pg = crate::postgres::Postgres::connect(u)?;
+                let not = |why: String| HistoryError::NotAHistory {
+                    db: format!("--db {url}"),
+                    why,
+                };
+                match migrate::what_is(&mut pg)? {
+                    migrate::Holds::Foreign(why) => return Err(not(why)),
+                    migrate::Holds::Nothing if access == Access::Read => {
+                        return Err(not(migrate::EMPTY.into()))
+                    }
+                    _ => {}
+                }
+                Box::new(pg)
+            }
         };
         migrate::migrate(db.as_mut())?;
         Ok(History {
@@ -199,12 +262,152 @@ impl History {
 
     /// Records a run and its rows in one transaction: all of it or, on
     /// any error, nothing. Rows already there are left as they are.
+    ///
+    /// The shards of one run are one run, whatever is imported and in
+    /// what order (shard folders, the merged folder, both): see
+    /// [`sharded_key`].
     pub fn import(&mut self, run: &RunImport) -> Result<ImportOutcome, HistoryError> {
         let key = run_key(&run.rows).ok_or_else(|| HistoryError::Refused {
             folder: run.folder.clone(),
             message: "no rows".into(),
         })?;
-        in_transaction(self.db.as_mut(), |db| insert_run(db, &key, run))
+        in_transaction(self.db.as_mut(), |db| {
+            let key = sharded_key(db, run)?.unwrap_or(key);
+            insert_run(db, &key, run)
+        })
+    }
+
+    /// Refuses (reading only) a run whose key the history holds with
+    /// other rows; [`History::import`] refuses it too, inside its
+    /// transaction. For a caller that checks several runs before it
+    /// imports any.
+    pub fn refuse_changed(&mut self, run: &RunImport) -> Result<(), HistoryError> {
+        match run_key(&run.rows) {
+            Some(key) => refuse_changed(self.db.as_mut(), &key, run),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses (reading only) a run `history check` cannot judge against
+    /// this history: its rows changed since it was imported (see
+    /// [`History::refuse_changed`]); a run that started before the history's
+    /// first run; and, with `same_spec`, a run of another spec than its
+    /// series: for each series the run has an ok row in, the latest earlier
+    /// run of that series (same cell and testbed, [`CellKey`]) must be of
+    /// the spec's name the run's `run_id` gives (`NAME-HASH`: an edited
+    /// spec keeps its name and is judged; another name is another spec).
+    ///
+    /// [`CellKey`]: lazyinit_report::cells::CellKey
+    pub fn refuse_unjudgeable(
+        &mut self,
+        run: &RunImport,
+        same_spec: bool,
+    ) -> Result<(), HistoryError> {
+        let Some(key) = run_key(&run.rows) else {
+            return Ok(());
+        };
+        let refuse = |message: String| HistoryError::Refused {
+            folder: run.folder.clone(),
+            message,
+        };
+        let date = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok();
+        // A run the history holds is placed already (a check again of its
+        // first run is judged, UNKNOWN as before).
+        let stored = !self
+            .db
+            .query(
+                "SELECT 1 FROM runs WHERE run_key = $1",
+                &[key.clone().into()],
+            )?
+            .is_empty();
+        let first = match stored {
+            true => Vec::new(),
+            false => self.db.query(
+                "SELECT first_started_at, run_key FROM runs ORDER BY first_started_at LIMIT 1",
+                &[],
+            )?,
+        };
+        let started = &run.rows[0].started_at;
+        if let Some(f) = first.first() {
+            let (at, by) = (f.str(0), f.str(1));
+            if date(&at).is_some_and(|a| date(started).is_some_and(|s| s < a)) {
+                return Err(refuse(format!(
+                    "run {key} started at {started}, before the history's first run ({by}): \
+                     the gate judges a run against the runs before it, and there are none \
+                     (a host's clock that was wrong?); import it (history import) to keep it"
+                )));
+            }
+        }
+        self.refuse_changed(run)?;
+        if same_spec {
+            self.refuse_other_spec(&key, run)?;
+        }
+        Ok(())
+    }
+
+    /// See [`History::refuse_unjudgeable`].
+    fn refuse_other_spec(&mut self, key: &str, run: &RunImport) -> Result<(), HistoryError> {
+        use lazyinit_report::cells::CellKey;
+        let started = &run.rows[0].started_at;
+        let cols = KINDS
+            .iter()
+            .map(|(n, _)| format!("r.\"{n}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut seen = std::collections::HashSet::new();
+        for r in run
+            .rows
+            .iter()
+            .filter(|r| r.status == lazyinit_core::results::Status::Ok)
+        {
+            let cell = CellKey::of(r);
+            if !seen.insert(cell.clone()) {
+                continue;
+            }
+            // The same cell's earlier rows (the key's fields the query can
+            // narrow on), then the key itself, newest run first.
+            let rows = self.db.query(
+                &format!(
+                    "SELECT {cols}, runs.run_key, runs.first_started_at FROM result_rows r
+                     JOIN runs ON runs.run_key = r.run_key
+                     WHERE r.run_key <> $1 AND runs.first_started_at < $2 AND r.status = 'ok'
+                       AND r.arch = $3 AND r.hz = $4 AND r.variant = $5 AND r.volume_bytes = $6
+                     ORDER BY runs.first_started_at DESC, runs.run_key DESC"
+                ),
+                &[
+                    key.into(),
+                    started.clone().into(),
+                    column(r, "arch")?,
+                    column(r, "hz")?,
+                    column(r, "variant")?,
+                    column(r, "volume_bytes")?,
+                ],
+            )?;
+            for db_row in &rows {
+                let old = row_from(db_row)?;
+                if CellKey::of(&old) != cell {
+                    continue;
+                }
+                if spec_name(&old.run_id) != spec_name(&r.run_id) {
+                    return Err(HistoryError::Refused {
+                        folder: run.folder.clone(),
+                        message: format!(
+                            "run_id `{}` is of spec `{}`, and cell {}'s latest run before it in the history ({}) of spec `{}`: \
+                             a run is judged against runs of its own spec (the name its run_id gives); \
+                             check it against another history (--db) or chosen runs (--baseline run:{})",
+                            r.run_id,
+                            spec_name(&r.run_id),
+                            r.cell_id,
+                            db_row.str(KINDS.len()),
+                            spec_name(&old.run_id),
+                            old.run_id,
+                        ),
+                    });
+                }
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Every stored row with its run, oldest run first.
@@ -432,6 +635,161 @@ impl History {
     }
 }
 
+/// A value as a message gives it.
+fn shown(v: &Value) -> String {
+    let s = match v {
+        Value::Int(v) => v.map(|v| v.to_string()),
+        Value::Real(v) => v.map(|v| v.to_string()),
+        Value::Text(v) => v.clone().filter(|t| !t.is_empty()),
+        Value::Bool(v) => v.map(|v| v.to_string()),
+    };
+    s.map_or("empty".into(), |s| format!("`{s}`"))
+}
+
+/// Refuses a run whose key the history holds with other rows: a row
+/// (cell and `started_at`) of both whose values differ. The history keeps
+/// a run as it was imported; a resumed run's new rows (new cells, or a
+/// cell's new `started_at`) are no change, and a folder with fewer of the
+/// run's rows (a shard of a merged run) is the same run.
+fn refuse_changed(db: &mut dyn Backend, key: &str, run: &RunImport) -> Result<(), HistoryError> {
+    let cols = KINDS
+        .iter()
+        .map(|(n, _)| format!("r.\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let stored = db.query(
+        &format!(
+            "SELECT {cols}, runs.folder FROM result_rows r JOIN runs ON runs.run_key = r.run_key
+             WHERE r.run_key = $1 ORDER BY r.started_at, r.cell_id"
+        ),
+        &[key.into()],
+    )?;
+    let here: std::collections::BTreeMap<(&str, &str), (usize, &ResultRow)> = run
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.cell_id.as_str(), r.started_at.as_str()), (i, r)))
+        .collect();
+    let refuse = |message: String| HistoryError::Refused {
+        folder: run.folder.clone(),
+        message,
+    };
+    let todo = "the history keeps a run as it was imported and judges nothing else: \
+                restore this results.csv, or use another history (--db) for the edited folder";
+    for db_row in &stored {
+        let from = db_row.str(KINDS.len());
+        let old = row_from(db_row)?;
+        let Some((i, new)) = here.get(&(old.cell_id.as_str(), old.started_at.as_str())) else {
+            continue;
+        };
+        let (a, b) = (row_values(new)?, row_values(&old)?);
+        if let Some(c) = (0..KINDS.len()).find(|c| a[*c] != b[*c]) {
+            return Err(refuse(format!(
+                "results.csv line {}: run {key} is in the history (imported from {from}) with other values: \
+                 cell {} `{}` is {} here and {} there; {todo}",
+                i + 2,
+                new.cell_id,
+                KINDS[c].0,
+                shown(&a[c]),
+                shown(&b[c]),
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One CSV column of `row` as it is stored.
+fn column(row: &ResultRow, name: &str) -> Result<Value, HistoryError> {
+    let i = KINDS.iter().position(|(n, _)| *n == name).unwrap_or(0);
+    Ok(row_values(row)?.swap_remove(i))
+}
+
+/// The spec's name of a run id (`NAME-HASH`).
+fn spec_name(run_id: &str) -> &str {
+    run_id.rsplit_once('-').map_or(run_id, |(n, _)| n)
+}
+
+/// How far apart (seconds) the first rows of two shards of one run may
+/// have started for the second's import to join the first's run when
+/// they share no row: shards of one night start within hours of each
+/// other, two nights' a day apart.
+pub const SHARD_WINDOW_S: i64 = 12 * 3600;
+
+/// The shards of `run`'s rows (`K/N`, none for a run that was not split)
+/// and their count N.
+fn shards_of(run: &RunImport) -> Option<(std::collections::BTreeSet<&str>, &str)> {
+    let shards: std::collections::BTreeSet<&str> = run
+        .rows
+        .iter()
+        .map(|r| r.shard.as_str())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let count = shards.first()?.split_once('/')?.1;
+    Some((shards, count))
+}
+
+fn seconds(rfc3339: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .ok()
+        .map(|t| t.timestamp())
+}
+
+/// The run a sharded import belongs to, when the history has it already
+/// (docs/history.md, "A sharded run is one run"): a run of the same run
+/// id and shard count N that holds one of the import's rows (the same
+/// cell, start and shard: a shard after its merge, the merge after a
+/// shard, a shard resumed), else one that holds none of the import's
+/// shards and whose first row started within [`SHARD_WINDOW_S`] of the
+/// import's first (another shard of the same night), the nearest. `None`:
+/// a run of its own (and for every run that was not split).
+fn sharded_key(db: &mut dyn Backend, run: &RunImport) -> Result<Option<String>, HistoryError> {
+    let Some((shards, count)) = shards_of(run) else {
+        return Ok(None);
+    };
+    let rows: std::collections::BTreeSet<(&str, &str, &str)> = run
+        .rows
+        .iter()
+        .map(|r| (r.cell_id.as_str(), r.started_at.as_str(), r.shard.as_str()))
+        .collect();
+    let stored = db.query(
+        "SELECT r.run_key, r.shard, r.cell_id, r.started_at, runs.first_started_at
+         FROM result_rows r JOIN runs ON runs.run_key = r.run_key
+         WHERE r.run_id = $1 AND r.shard LIKE $2
+         ORDER BY runs.first_started_at, r.run_key",
+        &[
+            run.rows[0].run_id.clone().into(),
+            format!("%/{count}").into(),
+        ],
+    )?;
+    // Per stored run, in order: its first start and the shards it holds.
+    let mut runs: Vec<(String, String, std::collections::BTreeSet<String>)> = Vec::new();
+    for r in &stored {
+        let (key, shard) = (r.str(0), r.str(1));
+        if shard.split_once('/').map(|s| s.1) != Some(count) {
+            continue;
+        }
+        if rows.contains(&(r.str(2).as_str(), r.str(3).as_str(), shard.as_str())) {
+            return Ok(Some(key));
+        }
+        match runs.last_mut() {
+            Some(last) if last.0 == key => {
+                last.2.insert(shard);
+            }
+            _ => runs.push((key, r.str(4), [shard].into())),
+        }
+    }
+    let Some(first) = run.rows.iter().filter_map(|r| seconds(&r.started_at)).min() else {
+        return Ok(None);
+    };
+    Ok(runs
+        .into_iter()
+        .filter(|(_, _, held)| held.iter().all(|s| !shards.contains(s.as_str())))
+        .filter_map(|(key, at, _)| Some(((seconds(&at)? - first).abs(), key)))
+        .filter(|(d, _)| *d <= SHARD_WINDOW_S)
+        .min()
+        .map(|(_, key)| key))
+}
+
 fn insert_run(
     db: &mut dyn Backend,
     key: &str,
@@ -458,9 +816,30 @@ fn insert_run(
             h.qemu_version.clone().into(),
         ],
     )? == 1;
-    // A resumed run adds a line to command.txt; a live import knows the host.
+    if !new_run {
+        refuse_changed(db, key, run)?;
+    }
+    // A resumed run adds a line to command.txt; a live import knows the
+    // host. A shard joining its run leaves the run's folder and command
+    // lines as they were, and the merged folder (every shard) takes them.
+    let sharded = shards_of(run);
+    let whole = sharded
+        .as_ref()
+        .is_none_or(|(s, n)| n.parse::<usize>().is_ok_and(|n| s.len() == n));
+    if sharded.is_some() && whole && !new_run {
+        db.execute(
+            "UPDATE runs SET folder = $2, spec_toml = COALESCE($3, spec_toml) WHERE run_key = $1",
+            &[
+                key.into(),
+                run.folder.clone().into(),
+                run.facts.spec_toml.clone().into(),
+            ],
+        )?;
+    }
+    let earliest = run.rows.iter().map(|r| r.started_at.as_str()).min();
     db.execute(
-        "UPDATE runs SET command_txt = $2,
+        "UPDATE runs SET command_txt = CASE WHEN $7 THEN $2 ELSE command_txt END,
+             first_started_at = CASE WHEN first_started_at > $8 THEN $8 ELSE first_started_at END,
              host_cpu = COALESCE(host_cpu, $3), host_cores = COALESCE(host_cores, $4),
              host_memory_bytes = COALESCE(host_memory_bytes, $5), qemu_version = COALESCE(qemu_version, $6)
          WHERE run_key = $1",
@@ -471,6 +850,8 @@ fn insert_run(
             h.cores.into(),
             h.memory_bytes.into(),
             h.qemu_version.clone().into(),
+            Value::Bool(Some(whole)),
+            earliest.unwrap_or_default().into(),
         ],
     )?;
     let names: Vec<&str> = KINDS.iter().map(|(n, _)| *n).collect();

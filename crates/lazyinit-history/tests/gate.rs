@@ -232,3 +232,22 @@ fn a_run_never_judged_does_not_join_the_level() {
     assert_eq!(v.left_out_of_level, 2, "{v:#?}");
     assert_eq!(level_runs(&s, 0, 8, &opts), vec![0, 1, 2, 5, 6, 7]);
 }
+
+/// A run whose storage profile was not held (its first zeroing outside
+/// the window after the last attempt) slept the host's L: the same L
+/// change as above is not judged, the verdict is UNKNOWN with that
+/// reason, never a change of the kernel (issue 37).
+#[test]
+fn a_run_whose_profile_was_not_held_is_unknown_not_an_l_change() {
+    let mut s = arm64_fix(8);
+    other_l(&mut s, 2, 4, 23.8);
+    other_l(&mut s, 7, 4, 23.8);
+    let line = "L=4, profile not held: first zeroing 4.10 ms, want 3.00-4.00";
+    s.points[7].profile_not_held = Some(line.into());
+    let key = s.points[7].run_key.clone();
+    let (v, suspects) = judge_series(&s, &key, &ChangeOptions::default()).unwrap();
+    assert!(suspects.is_empty(), "{suspects:#?}");
+    let v = lazyinit_history::check::settle(v, suspects, &[], "s");
+    assert_eq!(v.outcome, lazyinit_history::check::Outcome::Unknown);
+    assert!(v.message.contains(line), "{}", v.message);
+}

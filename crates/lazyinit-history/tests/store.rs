@@ -19,11 +19,19 @@ fn migrations_apply_once_and_are_recorded() {
     let (_d, urls) = both("migrate");
     for url in &urls {
         let mut h = History::open(url).unwrap();
-        assert_eq!(h.schema_versions().unwrap(), vec![1, 2, 3, 4, 5], "{url}");
+        assert_eq!(
+            h.schema_versions().unwrap(),
+            vec![1, 2, 3, 4, 5, 6, 7],
+            "{url}"
+        );
         drop(h);
         // Opening again applies nothing twice.
         let mut h = History::open(url).unwrap();
-        assert_eq!(h.schema_versions().unwrap(), vec![1, 2, 3, 4, 5], "{url}");
+        assert_eq!(
+            h.schema_versions().unwrap(),
+            vec![1, 2, 3, 4, 5, 6, 7],
+            "{url}"
+        );
     }
 }
 
@@ -157,5 +165,131 @@ fn rows_read_a_page_at_a_time_are_the_same_rows() {
             whole,
             "{url}: a last page that is full"
         );
+    }
+}
+
+/// A run the history holds is not replaced by a folder whose rows differ
+/// (a value edited): the import is refused naming the row and column,
+/// and the stored run is as it was; a resumed run's new rows still go
+/// in, and a folder with fewer of its rows (a shard of a merged run) is
+/// the same run. On both backends.
+#[test]
+fn a_stored_run_whose_rows_changed_is_refused() {
+    let (_d, urls) = both("changed");
+    let runs = twenty_nights();
+    for url in &urls {
+        let mut h = History::open(url).unwrap();
+        let mut first = runs[0].clone();
+        let resumed = first.rows.pop().unwrap();
+        h.import(&first).unwrap();
+        let before = h.stored_rows().unwrap();
+        let mut edited = runs[0].clone();
+        edited.rows[1].measured.first_group_s =
+            edited.rows[1].measured.first_group_s.map(|v| v + 1.0);
+        let e = h.import(&edited).unwrap_err();
+        assert!(e.is_bad_input(), "{url}: {e:?}");
+        let line = lazyinit_core::exit::chain_text(&e);
+        assert!(
+            line.contains("results.csv line 3:") && line.contains("`first_group_s` is"),
+            "{url}: {line}"
+        );
+        assert!(h.refuse_changed(&edited).is_err(), "{url}");
+        assert_eq!(
+            h.stored_rows().unwrap().len(),
+            before.len(),
+            "{url}: nothing added"
+        );
+        // The run resumed: its new row is added, the rest known.
+        let mut whole = first.clone();
+        whole.rows.push(resumed);
+        let o = h.import(&whole).unwrap();
+        assert_eq!((o.rows_added, o.rows_known), (1, 3), "{url}");
+        let mut part = whole.clone();
+        part.rows.truncate(2);
+        assert_eq!(h.import(&part).unwrap().rows_known, 2, "{url}");
+    }
+}
+
+/// What `history check` cannot judge is refused by reading only: a run
+/// dated before the history's first, a run of another spec (by name)
+/// than its series' latest earlier run; an edited spec of the same name
+/// is judged. On both backends.
+#[test]
+fn what_the_gate_cannot_judge_is_refused() {
+    let (_d, urls) = both("judgeable");
+    let runs = twenty_nights();
+    for url in &urls {
+        let mut h = History::open(url).unwrap();
+        for r in &runs[1..6] {
+            h.import(r).unwrap();
+        }
+        let line =
+            lazyinit_core::exit::chain_text(&h.refuse_unjudgeable(&runs[0], true).unwrap_err());
+        assert!(
+            line.contains("before the history's first run"),
+            "{url}: {line}"
+        );
+        // A stored run (the history's first) is placed already.
+        h.refuse_unjudgeable(&runs[1], true).unwrap();
+        let mut other = runs[6].clone();
+        for r in &mut other.rows {
+            r.run_id = r.run_id.replace("quick-", "nightly-");
+        }
+        let e = h.refuse_unjudgeable(&other, true).unwrap_err();
+        assert!(e.is_bad_input(), "{url}");
+        let line = lazyinit_core::exit::chain_text(&e);
+        assert!(
+            line.contains("is of spec `nightly`") && line.contains("of spec `quick`"),
+            "{url}: {line}"
+        );
+        // Chosen runs (--baseline) may be of any spec.
+        h.refuse_unjudgeable(&other, false).unwrap();
+        // The same name with another hash: an edited spec, judged.
+        let mut edited = runs[6].clone();
+        for r in &mut edited.rows {
+            r.run_id = "quick-0badc0de".into();
+        }
+        h.refuse_unjudgeable(&edited, true).unwrap();
+        assert_eq!(
+            h.stored_rows().unwrap().len(),
+            5 * 4,
+            "{url}: nothing written"
+        );
+    }
+}
+
+/// `--db` that is another application's database (tables of its own, a
+/// `schema_migrations` of another shape) is refused before anything is
+/// written; a read-only open of an empty database creates nothing. On
+/// both backends.
+#[test]
+fn another_applications_database_is_not_migrated() {
+    use lazyinit_history::Access;
+    let (_d, urls) = both("foreign");
+    for url in &urls {
+        let mut raw = History::open_as(url, Access::Read);
+        let line = lazyinit_core::exit::chain_text(raw.as_ref().err().unwrap());
+        assert!(
+            line.contains("holds no history yet") || line.contains("no such file"),
+            "{url}: {line}"
+        );
+        raw = History::open(url);
+        let mut h = raw.unwrap();
+        h.backend()
+            .batch("DROP TABLE result_rows; DROP TABLE alerts; DROP TABLE runs; DROP TABLE schema_migrations;
+                    CREATE TABLE schema_migrations (version TEXT PRIMARY KEY); CREATE TABLE users (name TEXT)")
+            .unwrap();
+        drop(h);
+        for access in [Access::Read, Access::Create] {
+            let e = History::open_as(url, access).err().unwrap();
+            assert!(e.is_bad_input(), "{url}");
+            let line = lazyinit_core::exit::chain_text(&e);
+            assert!(
+                line.contains(
+                    "a database of another application (tables schema_migrations, users)"
+                ),
+                "{url}: {line}"
+            );
+        }
     }
 }

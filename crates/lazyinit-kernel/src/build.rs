@@ -40,12 +40,19 @@ pub(crate) struct Plan {
 
 pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelError> {
     let resolved = source::resolve(&spec.source, cache_dir)?;
-    let (method, patches) = variant::plan(
-        resolved.facts.released,
-        spec.variant,
-        &resolved.facts.version,
-    )
-    .map_err(|detail| KernelError::Patch {
+    let planned = if spec.as_committed {
+        Ok(variant::plan_as_committed(
+            resolved.facts.released,
+            spec.variant,
+        ))
+    } else {
+        variant::plan(
+            resolved.facts.released,
+            spec.variant,
+            &resolved.facts.version,
+        )
+    };
+    let (method, patches) = planned.map_err(|detail| KernelError::Patch {
         source_name: spec.source.to_string(),
         version: resolved.facts.version.clone(),
         variant: spec.variant.to_string(),
@@ -130,6 +137,11 @@ struct Ctx<'a> {
     spec: &'a KernelSpec,
     opts: &'a BuildOptions,
     log: PathBuf,
+    /// The slot's lock, which every command of the build inherits, so
+    /// that a make that outlives a killed harness (it is not killed with
+    /// it) and its compilers still hold the slot: the next builder waits
+    /// for them instead of making beside them.
+    lock_fd: Option<std::os::fd::RawFd>,
 }
 
 impl Ctx<'_> {
@@ -153,7 +165,11 @@ impl Ctx<'_> {
         let _ = log
             .write_all(format!("$ {}\n", argv.join(" ")).as_bytes())
             .await;
-        let mut child = tokio::process::Command::new(&argv[0])
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        if let Some(fd) = self.lock_fd {
+            inherit_fd(&mut cmd, fd);
+        }
+        let mut child = cmd
             .args(&argv[1..])
             .current_dir(dir)
             .stdin(Stdio::null())
@@ -235,6 +251,63 @@ where
     });
 }
 
+/// `fd` stays open across `cmd`'s exec (Rust opens files close-on-exec),
+/// in the child only.
+#[allow(unsafe_code)] // pre_exec: the one way to keep one fd across exec
+fn inherit_fd(cmd: &mut tokio::process::Command, fd: std::os::fd::RawFd) {
+    // SAFETY: only fcntl, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The slot's mark of a make under way: made just before make, removed
+/// when make ends. Found by the next holder of the slot's lock, it
+/// means a make was cut short there (the harness and make killed): every
+/// file of the tree written after it may be half written with a new time,
+/// which make would trust, so those files are removed and made again.
+const MAKE_UNFINISHED: &str = "make.unfinished";
+
+/// Removes what a make cut short left (see [`MAKE_UNFINISHED`]); the
+/// number of files removed, None when no make was cut short.
+fn clear_unfinished_make(slot: &Path) -> Result<Option<usize>, KernelError> {
+    let mark = slot.join(MAKE_UNFINISHED);
+    let since = match std::fs::metadata(&mark).and_then(|m| m.modified()) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(KernelError::io(&mark, e)),
+    };
+    let mut removed = 0;
+    let mut todo = vec![slot.join("linux")];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                todo.push(e.path());
+            } else if t.is_file()
+                && e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| m > since)
+            {
+                let p = e.path();
+                std::fs::remove_file(&p).map_err(|err| KernelError::io(&p, err))?;
+                removed += 1;
+            }
+        }
+    }
+    std::fs::remove_file(&mark).map_err(|e| KernelError::io(&mark, e))?;
+    Ok(Some(removed))
+}
+
 /// Hold an exclusive lock on a slot for the life of the value.
 fn lock_slot(slot: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, KernelError> {
     std::fs::create_dir_all(slot).map_err(|e| KernelError::io(slot, e))?;
@@ -268,13 +341,25 @@ pub(crate) async fn build(
         return Ok(a);
     }
 
-    let slot = cache::slot_dir(
+    let qemu_slot = cache::slot_dir(
         &opts.cache_dir,
         &plan.slug,
         spec.arch,
         spec.hz,
         plan.base.as_ref().map(|b| b.sha256.as_str()),
     );
+    // A slot per profile: the cloud profile's configuration differs (NVMe,
+    // ENA, ACPI, EFI), and one tree switched between the two recompiled
+    // most of itself at each switch (the twin's cells and the QEMU tests,
+    // in turn, in CI). Its first build is seeded from the QEMU slot.
+    let slot = match spec.profile {
+        fragments::Profile::Qemu => qemu_slot.clone(),
+        p => {
+            let mut name = qemu_slot.file_name().unwrap_or_default().to_os_string();
+            name.push(format!("-{p}"));
+            qemu_slot.with_file_name(name)
+        }
+    };
     let slot_c = slot.clone();
     // Another process may be building in this slot: wait for it, then
     // look again, it may have built exactly this.
@@ -288,7 +373,19 @@ pub(crate) async fn build(
         spec,
         opts,
         log: slot.join("build.log"),
+        lock_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&*_lock)),
     };
+    if slot != qemu_slot && !slot.join("linux").exists() {
+        seed_profile_slot(&ctx, &qemu_slot, &slot).await?;
+    }
+    if let Some(n) = clear_unfinished_make(&slot)? {
+        ctx.step(format!(
+            "a make was cut short in this slot: {n} files it wrote after it started removed, to be made again"
+        ));
+    }
+    if slot.join("linux").is_dir() {
+        rebase_tree(&ctx, &slot.join("linux"), &slot).await?;
+    }
     let _ = std::fs::remove_file(&ctx.log);
     let built = make(&ctx, &plan, &slot).await?;
     let changes = match (&built.configured.report, &plan.base) {
@@ -323,6 +420,8 @@ struct Built {
     image_file: String,
     image: Vec<u8>,
     build_seconds: f64,
+    /// The compiled `ext4_run_li_request`'s reading.
+    text: variant::Detected,
 }
 
 /// Prepares the slot's tree, switches its variant, configures and makes
@@ -344,8 +443,16 @@ async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Built, KernelEr
     };
 
     ctx.step(format!("make {}", image_target(spec)));
-    ctx.run("make", &tree, &ctx.make_argv(image_target(spec), &[]))
-        .await?;
+    let mark = slot.join(MAKE_UNFINISHED);
+    std::fs::write(&mark, b"").map_err(|e| KernelError::io(&mark, e))?;
+    let made = ctx
+        .run("make", &tree, &ctx.make_argv(image_target(spec), &[]))
+        .await;
+    // Make ended (a failed make removes the targets it was making itself);
+    // only a make killed with the harness, or a harness killed while make
+    // ran, leaves the mark.
+    std::fs::remove_file(&mark).map_err(|e| KernelError::io(&mark, e))?;
+    made?;
     let build_seconds = started.elapsed().as_secs_f64();
 
     let release = read(&tree.join("include/config/kernel.release"))?
@@ -354,9 +461,12 @@ async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Built, KernelEr
     let localversion = fragments::localversion(spec.hz, spec.variant);
     decide::check_release(&release, &localversion)?;
     // The tree may have changed under us only through this slot, which is
-    // locked; still, confirm the variant the compiled text had.
+    // locked; still, confirm the variant the compiled text had (as
+    // committed: record it).
     let now = variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?);
-    decide::check_compiled(now, spec.variant, &tree)?;
+    if plan.method != Method::AsCommitted {
+        decide::check_compiled(now, spec.variant, &tree)?;
+    }
 
     let image_src = tree.join(spec.arch.image_path());
     let image_file = image_src
@@ -372,6 +482,7 @@ async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Built, KernelEr
         image_file,
         image,
         build_seconds,
+        text: now,
     })
 }
 
@@ -393,6 +504,7 @@ fn manifest(spec: &KernelSpec, plan: &Plan, b: &Built) -> Manifest {
         patch: b.patch.map(|p| p.name.to_string()),
         patch_sha256: b.patch.map(|p| lazyinit_core::paths::sha256_hex(p.text)),
         released_variant: plan.resolved.facts.released.variant(),
+        committed_text: spec.as_committed.then_some(b.text),
         config_sha256: lazyinit_core::paths::sha256_hex(&b.configured.text),
         config_origin: plan
             .base
@@ -506,6 +618,233 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
     Ok(tree)
 }
 
+/// Copies the tree of the slot `from` (objects and times kept) to `to`,
+/// under `from`'s lock: its own builder may be at work, so the copy is
+/// taken between its builds. False, nothing copied, when `from`'s last
+/// make was cut short (its files would be trusted in the copy).
+///
+/// The copy will be renamed to `slot/linux`; the tools the kernel build
+/// makes with tools/build (objtool on x86_64) record the absolute path of
+/// the tree in their command files, so in a copy at another path make
+/// sees every one of their commands changed, relinks objtool, and then
+/// recompiles every object, which depends on objtool. Those paths are
+/// rewritten to the copy's own (`rebase_tool_commands`), which makes the
+/// copy as incremental as the tree it came from.
+async fn copy_seed(
+    ctx: &Ctx<'_>,
+    from: &Path,
+    to: &Path,
+    slot: &Path,
+) -> Result<bool, KernelError> {
+    let from_c = from.to_path_buf();
+    let _from_lock = tokio::task::spawn_blocking(move || lock_slot(&from_c))
+        .await
+        .map_err(|e| KernelError::Step(format!("locking the seed slot: {e}")))??;
+    if from.join(MAKE_UNFINISHED).exists() {
+        ctx.step("the seed's last make was cut short: building cold instead");
+        return Ok(false);
+    }
+    ctx.run(
+        "seed (copy the built tree)",
+        slot,
+        &[
+            "cp".to_string(),
+            "-a".into(),
+            "--reflink=auto".into(),
+            from.join("linux").display().to_string(),
+            to.display().to_string(),
+        ],
+    )
+    .await?;
+    rebase_tree(ctx, to, slot).await?;
+    Ok(true)
+}
+
+/// Brings the tool command files of `tree` (to be, or being, `slot/linux`)
+/// to the slot's own path when they name another: a seed's copy, or a
+/// slot whose cache was moved or restored elsewhere.
+async fn rebase_tree(ctx: &Ctx<'_>, tree: &Path, slot: &Path) -> Result<(), KernelError> {
+    let new_root = std::fs::canonicalize(slot)
+        .map_err(|e| KernelError::io(slot, e))?
+        .join("linux");
+    let tree_c = tree.to_path_buf();
+    let n = tokio::task::spawn_blocking(move || match recorded_root(&tree_c) {
+        Some(old_root) if old_root != new_root => {
+            rebase_tool_commands(&tree_c, &old_root, &new_root)
+        }
+        _ => Ok(0),
+    })
+    .await
+    .map_err(|e| KernelError::Step(format!("rebasing the tree's tool commands: {e}")))??;
+    if n > 0 {
+        ctx.step(format!(
+            "the tree's {n} tool command files named another path: now its own (objtool is not rebuilt)"
+        ));
+    }
+    Ok(())
+}
+
+/// The absolute path the tree's tools were built at, read from their
+/// command files (not assumed to be the seed slot's: a cache restored or
+/// moved to another path carries the old one): the first `.X.cmd` under
+/// `tools/` whose `cmd_` target is absolute and ends with the file's own
+/// place in the tree, `tools/.../X`. None when the tools were not built.
+pub(crate) fn recorded_root(tree: &Path) -> Option<PathBuf> {
+    let mut stack = vec![tree.join("tools")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in rd.flatten() {
+            let path = entry.path();
+            let Ok(ft) = entry.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(target) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".cmd")) else {
+                continue;
+            };
+            let Ok(rel_dir) = dir.strip_prefix(tree) else {
+                continue;
+            };
+            let rel = rel_dir.join(target);
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let Some(recorded) = text
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("cmd_"))
+                .and_then(|l| l.split(" := ").next())
+            else {
+                continue;
+            };
+            let recorded = Path::new(recorded);
+            if !recorded.is_absolute() {
+                continue;
+            }
+            let Ok(root) = recorded
+                .to_str()
+                .and_then(|r| r.strip_suffix(rel.to_str()?))
+                .map(|r| r.trim_end_matches('/'))
+                .ok_or(())
+            else {
+                continue;
+            };
+            if !root.is_empty() {
+                return Some(PathBuf::from(root));
+            }
+        }
+    }
+    None
+}
+
+/// Rewrites `old_root` to `new_root` in the command and dependency files
+/// (`.*.cmd`, `.*.d`) under `tree/tools`, keeping each file's time, and
+/// returns how many changed. `old_root` is rewritten where it ends a path
+/// component (followed by `/`, white space, `:`, `\\` or the end), so a
+/// longer sibling such as `linux.tmp` is left alone.
+pub(crate) fn rebase_tool_commands(
+    tree: &Path,
+    old_root: &Path,
+    new_root: &Path,
+) -> Result<usize, KernelError> {
+    let old = old_root.as_os_str().as_encoded_bytes();
+    let new = new_root.as_os_str().as_encoded_bytes();
+    let mut changed = 0;
+    let mut stack = vec![tree.join("tools")];
+    while let Some(dir) = stack.pop() {
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(KernelError::io(&dir, e)),
+        };
+        for entry in rd {
+            let entry = entry.map_err(|e| KernelError::io(&dir, e))?;
+            let ft = entry.file_type().map_err(|e| KernelError::io(&dir, e))?;
+            let path = entry.path();
+            if ft.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if !ft.is_file() || !(name.ends_with(".cmd") || name.ends_with(".d")) {
+                continue;
+            }
+            let bytes = std::fs::read(&path).map_err(|e| KernelError::io(&path, e))?;
+            let Some(rewritten) = replace_root(&bytes, old, new) else {
+                continue;
+            };
+            let meta = entry.metadata().map_err(|e| KernelError::io(&path, e))?;
+            let mtime = meta.modified().map_err(|e| KernelError::io(&path, e))?;
+            std::fs::write(&path, rewritten).map_err(|e| KernelError::io(&path, e))?;
+            let f = std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .map_err(|e| KernelError::io(&path, e))?;
+            f.set_modified(mtime)
+                .map_err(|e| KernelError::io(&path, e))?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
+
+/// `bytes` with each whole-path occurrence of `old` replaced by `new`;
+/// None when there is none.
+fn replace_root(bytes: &[u8], old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
+    if old.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    let mut any = false;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(old) {
+            let next = bytes.get(i + old.len()).copied();
+            if matches!(
+                next,
+                None | Some(b'/' | b' ' | b'\t' | b'\n' | b':' | b'\\')
+            ) {
+                out.extend_from_slice(new);
+                i += old.len();
+                any = true;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    any.then_some(out)
+}
+
+/// A profile's first build in its own slot, seeded from the QEMU slot of
+/// the same source, arch and HZ when that one has a tree: the tree, objects
+/// and times copied under the QEMU slot's lock, so make recompiles only
+/// what the profile's configuration changes (and the source's checks in
+/// prepare_tree still decide whether the copy is the right source).
+/// Nothing to seed from: the slot starts cold.
+async fn seed_profile_slot(ctx: &Ctx<'_>, from: &Path, slot: &Path) -> Result<(), KernelError> {
+    if !from.join("linux").join(SOURCE_MARKER).is_file() {
+        return Ok(());
+    }
+    let tmp = slot.join("linux.tmp");
+    remove_dirs(&[&tmp])?;
+    ctx.step(format!(
+        "seed the {} build tree from {} (its objects kept)",
+        ctx.spec.profile,
+        from.display()
+    ));
+    if !copy_seed(ctx, from, &tmp, slot).await? {
+        return Ok(());
+    }
+    let tree = slot.join("linux");
+    std::fs::rename(&tmp, &tree).map_err(|e| KernelError::io(&tree, e))
+}
+
 // Long: one seed in the order it must happen (find, copy under the seed's lock, the private index, the writes, the removals, the markers), each a few lines.
 /// A git tree's first build in its slot, seeded from a built tarball slot
 /// of the same arch and HZ (crate::seed): the tarball's tree and objects
@@ -533,24 +872,8 @@ async fn seed_git_tree(
         "seed the build tree from {} (its objects kept), then bring it to {commit} by content (incremental)",
         from.display()
     ));
-    {
-        // The seed's own builder may be at work: copy between its builds.
-        let from_c = from.clone();
-        let _seed_lock = tokio::task::spawn_blocking(move || lock_slot(&from_c))
-            .await
-            .map_err(|e| KernelError::Step(format!("locking the seed slot: {e}")))??;
-        ctx.run(
-            "seed (copy the built tree)",
-            slot,
-            &[
-                "cp".to_string(),
-                "-a".into(),
-                "--reflink=auto".into(),
-                from.join("linux").display().to_string(),
-                tmp.display().to_string(),
-            ],
-        )
-        .await?;
+    if !copy_seed(ctx, &from, &tmp, slot).await? {
+        return Ok(false);
     }
     let (root_c, tmp_c, index) = (root.to_path_buf(), tmp.clone(), slot.join("seed.index"));
     let (written, removed) = tokio::task::spawn_blocking(move || {
@@ -720,7 +1043,9 @@ async fn switch_variant(
         carried = Some(p);
     }
     let after = variant::detect_file(&read(&super_c)?);
-    decide::check_switched(after, wanted, tree)?;
+    if plan.method != Method::AsCommitted {
+        decide::check_switched(after, wanted, tree)?;
+    }
     Ok(carried)
 }
 
@@ -950,4 +1275,143 @@ fn publish(
 fn assert_send(spec: &KernelSpec, opts: &BuildOptions) {
     fn is_send<T: Send>(_: T) {}
     is_send(build(spec, opts));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copied tree's tool command files name the copy's path: every
+    /// whole occurrence of the old root is rewritten, a longer sibling
+    /// name and the other files are left alone, and times are kept.
+    #[test]
+    fn a_copys_tool_commands_name_the_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("copy");
+        let objtool = tree.join("tools/objtool/arch/x86");
+        std::fs::create_dir_all(&objtool).unwrap();
+        let (old, new) = (Path::new("/c/slot/linux"), Path::new("/c/other/linux"));
+        let cmd = tree.join("tools/objtool/.check.o.cmd");
+        std::fs::write(
+            &cmd,
+            "cmd_/c/slot/linux/tools/objtool/check.o := gcc -I/c/slot/linux/tools/include -o /c/slot/linux/tools/objtool/check.o check.c\n\
+             deps_x := /c/slot/linux.tmp/kept /c/slot/linux\n/c/slot/linux: x \\\n /c/slot/linuxy\n",
+        )
+        .unwrap();
+        let dep = objtool.join(".decode.o.d");
+        std::fs::write(
+            &dep,
+            "decode.o: /c/slot/linux/tools/arch/x86/include/asm/insn.h\n",
+        )
+        .unwrap();
+        let source = tree.join("tools/objtool/check.c");
+        std::fs::write(&source, "/* /c/slot/linux/ */\n").unwrap();
+        let outside = tree.join("init/.main.o.cmd");
+        std::fs::create_dir_all(outside.parent().unwrap()).unwrap();
+        std::fs::write(&outside, "/c/slot/linux/init\n").unwrap();
+        let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&cmd)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+
+        assert_eq!(rebase_tool_commands(&tree, old, new).unwrap(), 2);
+        assert_eq!(
+            std::fs::read_to_string(&cmd).unwrap(),
+            "cmd_/c/other/linux/tools/objtool/check.o := gcc -I/c/other/linux/tools/include -o /c/other/linux/tools/objtool/check.o check.c\n\
+             deps_x := /c/slot/linux.tmp/kept /c/other/linux\n/c/other/linux: x \\\n /c/slot/linuxy\n"
+        );
+        assert_eq!(std::fs::metadata(&cmd).unwrap().modified().unwrap(), t);
+        assert_eq!(
+            std::fs::read_to_string(&dep).unwrap(),
+            "decode.o: /c/other/linux/tools/arch/x86/include/asm/insn.h\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&source).unwrap(),
+            "/* /c/slot/linux/ */\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&outside).unwrap(),
+            "/c/slot/linux/init\n"
+        );
+        // The root is read from the copy's own command files, wherever the
+        // tree was built (a moved or restored cache names another path).
+        assert_eq!(recorded_root(&tree), Some(new.to_path_buf()));
+        assert_eq!(recorded_root(&d.path().join("none")), None);
+        // Nothing left to rewrite: a second pass changes nothing.
+        assert_eq!(rebase_tool_commands(&tree, old, new).unwrap(), 0);
+        // A tree with no tools folder (arm64 builds none here) is no error.
+        assert_eq!(
+            rebase_tool_commands(&d.path().join("none"), old, new).unwrap(),
+            0
+        );
+    }
+
+    /// A make cut short: the files written after its mark are removed (a
+    /// half-written object would look new to the next make), the older
+    /// ones kept, and the mark goes; no mark, nothing removed.
+    #[test]
+    fn a_cut_make_leaves_its_files_to_be_made_again() {
+        let d = tempfile::tempdir().unwrap();
+        let slot = d.path();
+        let tree = slot.join("linux");
+        std::fs::create_dir_all(tree.join("fs/ext4")).unwrap();
+        std::fs::write(tree.join("fs/ext4/super.c"), "source").unwrap();
+        std::fs::write(tree.join("fs/ext4/old.o"), "built before").unwrap();
+        assert_eq!(clear_unfinished_make(slot).unwrap(), None);
+        // Times a second apart: the mark's, then what the cut make wrote.
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+        let at = |p: &Path, t: std::time::SystemTime| {
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(t)
+                .unwrap()
+        };
+        at(&tree.join("fs/ext4/super.c"), t0);
+        at(&tree.join("fs/ext4/old.o"), t0);
+        std::fs::write(slot.join(MAKE_UNFINISHED), b"").unwrap();
+        at(
+            &slot.join(MAKE_UNFINISHED),
+            t0 + std::time::Duration::from_secs(1),
+        );
+        std::fs::write(tree.join("fs/ext4/half.o"), "half").unwrap();
+        std::fs::write(tree.join("fs/ext4/.half.o.cmd"), "cmd").unwrap();
+        assert_eq!(clear_unfinished_make(slot).unwrap(), Some(2));
+        assert!(tree.join("fs/ext4/super.c").exists() && tree.join("fs/ext4/old.o").exists());
+        assert!(!tree.join("fs/ext4/half.o").exists());
+        assert!(!slot.join(MAKE_UNFINISHED).exists());
+    }
+
+    /// A command of the build holds the slot's lock while it lives, even
+    /// once the harness is gone: another builder cannot take the slot.
+    #[tokio::test]
+    async fn the_builds_commands_hold_the_slots_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let lock = lock_slot(d.path()).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&*lock);
+        let mut cmd = tokio::process::Command::new("sleep");
+        cmd.arg("30").kill_on_drop(true);
+        inherit_fd(&mut cmd, fd);
+        let mut child = cmd.spawn().unwrap();
+        // The harness's own hold ends as when it is killed: its fd closed
+        // with no unlock (dropping the Flock would unlock, which a killed
+        // process never does).
+        std::mem::forget(lock);
+        // SAFETY: the fd is ours, and the forgotten Flock never closes it.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close(fd);
+        }
+        let f = std::fs::File::open(d.path().join("slot.lock")).unwrap();
+        let taken = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock);
+        assert!(taken.is_err(), "the slot was free while the command ran");
+        child.kill().await.unwrap();
+        child.wait().await.unwrap();
+        let f = std::fs::File::open(d.path().join("slot.lock")).unwrap();
+        assert!(nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok());
+    }
 }

@@ -48,6 +48,11 @@ pub struct Manifest {
     pub patch_sha256: Option<String>,
     /// The released tree's own variant, read from its text.
     pub released_variant: Option<Variant>,
+    /// Built as committed (a bisect's commit): what the compiled
+    /// `ext4_run_li_request` reads as, fix, nofix or unknown, a fact of
+    /// the build and never a reason not to build it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_text: Option<crate::variant::Detected>,
     /// sha256 of the resolved `.config` (kept beside as `config`).
     pub config_sha256: String,
     /// Where the config came from: `fragments` (allnoconfig plus
@@ -189,12 +194,13 @@ pub fn build_dir_name(
     format!("{slug}-{arch}-hz{hz}-{variant}-{profile}-{}", &key[..16])
 }
 
-/// The build slot shared by both variants and both profiles of one
-/// source/arch/HZ (and user config, by its sha256: another config rebuilds
-/// everything). The `cloud` profile is the `qemu` one plus NVMe and ENA,
-/// and Kbuild rebuilds only what a changed option touches, so a profile
-/// switch in one tree costs about what a variant switch does, where a tree
-/// of its own cost a cold build (570 s x86_64, 897 s arm64 here).
+/// The build slot of one source/arch/HZ (and user config, by its sha256:
+/// another config rebuilds everything), shared by both variants: Kbuild
+/// rebuilds only what the variant's patch touches. The `cloud` profile (the
+/// `qemu` one plus NVMe and ENA) has a slot of its own beside it, named with
+/// `-cloud` (build.rs), seeded by a copy of this one: a profile switch in
+/// one shared tree made the twin's cells and the QEMU tests recompile most
+/// of it in turn (docs/ci.md).
 pub fn slot_dir(
     cache_dir: &Path,
     slug: &str,

@@ -41,6 +41,13 @@ pub(crate) fn switch(
     applied: Option<Patch>,
     method: Method,
 ) -> Switch {
+    if method == Method::AsCommitted {
+        // The commit's own text: whatever it carries goes back out.
+        return Switch {
+            unapply: applied,
+            apply: false,
+        };
+    }
     if now.variant() == Some(wanted) {
         return Switch {
             unapply: None,
@@ -157,6 +164,36 @@ mod tests {
                 apply: true
             }
         );
+    }
+
+    #[test]
+    fn as_committed_takes_out_what_it_carries_and_puts_nothing_in() {
+        let p = PATCHES[0];
+        for now in [Detected::Fix, Detected::NoFix, Detected::Unknown] {
+            for (applied, out) in [(Some(p), Some(p)), (None, None)] {
+                assert_eq!(
+                    switch(now, Variant::NoFix, applied, Method::AsCommitted),
+                    Switch {
+                        unapply: out,
+                        apply: false
+                    },
+                    "{now:?}"
+                );
+            }
+        }
+        // Its method: as released when the text is the label's (the same
+        // kernel, the same key), else as committed; never a patch.
+        use crate::variant::plan_as_committed;
+        assert_eq!(
+            plan_as_committed(Detected::Fix, Variant::Fix),
+            (Method::AsReleased, vec![])
+        );
+        for d in [Detected::Unknown, Detected::Fix] {
+            assert_eq!(
+                plan_as_committed(d, Variant::NoFix),
+                (Method::AsCommitted, vec![])
+            );
+        }
     }
 
     #[test]

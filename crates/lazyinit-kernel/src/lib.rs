@@ -52,6 +52,11 @@ pub struct KernelSpec {
     /// A user's own config as the base (`--config FILE`, see
     /// [`userconfig`]); None: `allnoconfig` plus kernels/fragments.
     pub config: Option<PathBuf>,
+    /// Build the tree's text as it is (a bisect's commit): no variant
+    /// patch, whatever `ext4_run_li_request` says; `variant` is then only
+    /// the kernel's label, and the text's reading (fix, nofix, unknown) is
+    /// recorded in the manifest's `committed_text`.
+    pub as_committed: bool,
 }
 
 impl KernelSpec {
@@ -64,6 +69,7 @@ impl KernelSpec {
             source: KernelSource::default(),
             profile: Profile::default(),
             config: None,
+            as_committed: false,
         }
     }
 }

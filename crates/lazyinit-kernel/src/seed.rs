@@ -206,19 +206,7 @@ pub fn to_commit(
 mod tests {
     use super::*;
 
-    fn sh(dir: &Path, script: &str) {
-        let st = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .status()
-            .unwrap();
-        assert!(st.success(), "{script}");
-    }
+    use lazyinit_core::testing::sh;
 
     #[test]
     fn the_file_list_holds_every_file_and_link() {

@@ -75,6 +75,9 @@ pub enum Method {
     Reverted,
     /// The released tree predates the fix; a patch applies it forward.
     AppliedForward,
+    /// Built as committed, though its text is not the asked variant's
+    /// (a bisect's commit: the variant is then only a label).
+    AsCommitted,
 }
 
 impl std::fmt::Display for Method {
@@ -83,6 +86,7 @@ impl std::fmt::Display for Method {
             Method::AsReleased => "as-released",
             Method::Reverted => "reverted",
             Method::AppliedForward => "applied-forward",
+            Method::AsCommitted => "as-committed",
         })
     }
 }
@@ -134,6 +138,16 @@ pub const PATCHES: [Patch; 5] = [
 /// `X.Y` of a kernel version `X.Y[.Z][-extra]`.
 pub fn series_of(version: &str) -> String {
     version.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// A tree built as committed: as released when its text is `wanted`'s
+/// (the same kernel, the same cache key), else as committed; never a patch.
+pub fn plan_as_committed(released: Detected, wanted: Variant) -> (Method, Vec<Patch>) {
+    if released.variant() == Some(wanted) {
+        (Method::AsReleased, Vec::new())
+    } else {
+        (Method::AsCommitted, Vec::new())
+    }
 }
 
 /// What to do to a released tree (classified as `released`) to get `wanted`:

@@ -5,26 +5,13 @@
 
 use lazyinit_core::exit::ExitCode;
 use std::path::Path;
-use std::process::Command;
 
 use lazyinit_kernel::source::{self, SourceKind};
 use lazyinit_kernel::{
     build, list, Arch, BuildOptions, Hz, KernelError, KernelSource, KernelSpec, Variant,
 };
 
-fn sh(dir: &Path, script: &str) {
-    let st = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .status()
-        .unwrap();
-    assert!(st.success(), "{script}");
-}
+use lazyinit_core::testing::sh;
 
 /// A tree with what the harness reads (Makefile, fs/ext4/super.c) and the
 /// outputs of an in-tree build that git ignores.

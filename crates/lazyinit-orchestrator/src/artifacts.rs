@@ -67,6 +67,8 @@ pub struct Built {
     jobs: usize,
     /// The user's own kernel config as the base of every kernel (`--config`).
     kernel_config: Option<PathBuf>,
+    /// Every kernel built as its tree's text is (a bisect's commits).
+    as_committed: bool,
     keys: OnceCell<lazyinit_ssh::Keys>,
 }
 
@@ -77,6 +79,7 @@ impl Built {
             state_dir,
             jobs,
             kernel_config: None,
+            as_committed: false,
             keys: OnceCell::new(),
         }
     }
@@ -85,6 +88,13 @@ impl Built {
     /// `lazyinit_kernel::userconfig`) instead of the minimal fragments.
     pub fn with_kernel_config(mut self, config: Option<PathBuf>) -> Self {
         self.kernel_config = config;
+        self
+    }
+
+    /// Builds every kernel as its tree's text is, no variant patch (see
+    /// `lazyinit_kernel::KernelSpec::as_committed`): a bisect's commits.
+    pub fn as_committed(mut self) -> Self {
+        self.as_committed = true;
         self
     }
 
@@ -117,6 +127,7 @@ impl Artifacts for Built {
             source: need.source.clone(),
             profile,
             config: self.kernel_config.clone(),
+            as_committed: self.as_committed,
         };
         let opts = lazyinit_kernel::BuildOptions {
             cache_dir: self.cache_dir.clone(),

@@ -333,6 +333,7 @@ pub(crate) fn row_for(
         repetition: cell.repetition,
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         harness_version: lazyinit_core::HARNESS_VERSION.into(),
+        harness_commit: lazyinit_core::harness_commit().into(),
         status: Status::Failed,
         error: String::new(),
         boot_s: None,
@@ -398,22 +399,8 @@ fn record(
 #[cfg(test)]
 mod tests {
     use super::kernel_tree;
+    use lazyinit_core::testing::sh;
     use lazyinit_core::KernelSource;
-    use std::process::Command;
-
-    fn sh(dir: &std::path::Path, script: &str) {
-        let st = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .status()
-            .unwrap();
-        assert!(st.success(), "{script}");
-    }
 
     /// A row's `kernel_tree` names the tree by its remote, not where it
     /// lies: two clones in two places, one a commit later, and a linked

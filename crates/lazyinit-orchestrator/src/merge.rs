@@ -5,6 +5,7 @@
 //! built beside its destination and renamed into place; the shards'
 //! folders are only read.
 
+use lazyinit_core::output;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -60,6 +61,10 @@ pub struct MergeRecord {
     pub run_id: String,
     pub spec_hash: String,
     pub harness_version: String,
+    /// The harness's git commit every shard was run by (empty for shards
+    /// recorded before it).
+    #[serde(default)]
+    pub harness_commit: String,
     pub merged_at: String,
     pub shard_count: u32,
     /// Cells of the plan with no ok row in any shard (`--allow-missing`).
@@ -100,6 +105,7 @@ pub fn merge<C: ProviderConfigs>(
     if inputs.is_empty() {
         return Err(refuse("give the shard folders to merge".into()));
     }
+    let replaced = check_out(out, inputs)?;
     let mut shards = inputs
         .iter()
         .map(|d| load(d))
@@ -115,11 +121,11 @@ pub fn merge<C: ProviderConfigs>(
         ))
     })?;
     let missing = missing_cells(&spec, &shards, allow_missing)?;
-    let replaced = check_out(out, &shards)?;
     let record = MergeRecord {
         run_id: first.record.run_id.clone(),
         spec_hash: first.record.spec_hash.clone(),
         harness_version: first.record.harness_version.clone(),
+        harness_commit: first.record.harness_commit.clone(),
         merged_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         shard_count: first.record.shard.count(),
         missing,
@@ -167,10 +173,13 @@ fn load(dir: &Path) -> Result<Input, MergeError> {
     let spec_text = std::fs::read_to_string(folder.spec_toml())
         .map_err(|e| refuse(format!("{shown}: cannot read its spec.toml: {e}")))?;
     let rows = match folder.results_csv().exists() {
-        true => lazyinit_core::results::read_rows(folder.results_csv()).map_err(|e| {
-            refuse(format!(
-                "{e}: resume the shard (rerun its command) to repair it, then merge"
-            ))
+        // As the history imports: a torn last row (a shard killed while
+        // writing it) is refused, never merged as a measurement.
+        true => lazyinit_core::results::read_untorn_rows(folder.results_csv()).map_err(|e| {
+            refuse(match e {
+                lazyinit_core::results::ResultsError::TornTail { .. } => e.to_string(),
+                e => format!("{e}: resume the shard (rerun its command) to repair it, then merge"),
+            })
         })?,
         false => Vec::new(),
     };
@@ -203,6 +212,31 @@ fn still_running(folder: &RunFolder) -> Option<String> {
     }
 }
 
+/// One harness commit: each shard's record and each of its rows (a shard
+/// resumed by another build has rows of two). Records and rows written
+/// before the commit was recorded say nothing and pass.
+fn one_commit(shards: &[Input]) -> Result<(), MergeError> {
+    let mut first: Option<(&str, &Path)> = None;
+    for s in shards {
+        let rows = s.rows.iter().map(|r| r.harness_commit.as_str());
+        for c in std::iter::once(s.record.harness_commit.as_str()).chain(rows) {
+            match first {
+                _ if c.is_empty() => {}
+                None => first = Some((c, &s.dir)),
+                Some((a, ad)) if a != c => {
+                    return Err(refuse(format!(
+                        "{} was run by harness commit {a} and {} by {c}: rerun the shards with one build of the harness",
+                        ad.display(),
+                        s.dir.display()
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One spec (by hash), one harness version, one split, each shard once,
 /// each cell from one shard.
 fn check_one_run(shards: &[Input]) -> Result<(), MergeError> {
@@ -229,6 +263,7 @@ fn check_one_run(shards: &[Input]) -> Result<(), MergeError> {
             )));
         }
     }
+    one_commit(shards)?;
     let mut seen: BTreeMap<Shard, &Path> = BTreeMap::new();
     let mut owner: BTreeMap<&str, &Path> = BTreeMap::new();
     for s in shards {
@@ -319,73 +354,32 @@ fn missing_cells<C: ProviderConfigs>(
     )))
 }
 
-/// Where the merge goes: not into a shard, and over nothing but an
-/// earlier merge (or an empty folder). True when it replaces one.
-fn check_out(out: &Path, shards: &[Input]) -> Result<bool, MergeError> {
-    let canon = |p: &Path| std::fs::canonicalize(p).ok();
-    let out_abs = absolute(out);
-    for s in shards {
-        let shard_abs = canon(&s.dir).unwrap_or_else(|| absolute(&s.dir));
-        if out_abs.starts_with(&shard_abs) || canon(out).is_some_and(|o| o == shard_abs) {
-            return Err(refuse(format!(
-                "--out {} is (inside) the shard folder {}: give the merged run a folder of its own",
-                out.display(),
-                s.dir.display()
-            )));
-        }
-    }
-    if !out.exists() {
-        return Ok(false);
-    }
-    let merged_before = RunFolder::new(out).merge_toml().is_file();
-    let empty = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_none());
-    match (out.is_dir(), merged_before, empty) {
-        (true, true, _) => Ok(true),
-        (true, false, true) => Ok(false),
-        _ => Err(refuse(format!(
-            "--out {} exists and is not a merged run: give the merged run another folder",
-            out.display()
-        ))),
-    }
-}
-
-fn absolute(p: &Path) -> PathBuf {
-    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+/// Where the merge goes: not into a shard, not over one (a shard nested
+/// in the output), and over nothing but an earlier merge (or an empty
+/// folder). True when it replaces one.
+fn check_out(out: &Path, shards: &[PathBuf]) -> Result<bool, MergeError> {
+    let reads = shards.iter().fold(output::Reads::new(), |r, s| r.tree(s));
+    let kind = format!("a merged run (no {})", RunFolder::MERGE_TOML);
+    output::guard_folder("out", out, &reads, &kind, |d| {
+        RunFolder::new(d).merge_toml().is_file()
+    })
+    .map_err(|e| MergeError::Refused(exit::refused(e)))?;
+    Ok(RunFolder::new(out).merge_toml().is_file())
 }
 
 /// Builds the merged folder beside `out`, then puts it in place with one
-/// rename (an exchange when an earlier merge is there, removed after).
+/// rename (an exchange when an earlier merge is there, removed after):
+/// `lazyinit_core::output::NewFolder`.
 fn write_atomically(
     out: &Path,
     shards: &[Input],
     record: &MergeRecord,
     command: &str,
 ) -> Result<(), MergeError> {
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = parent.join(format!(".{name}.merging-{}", std::process::id()));
     let werr = |e| MergeError::Write(out.to_path_buf(), e);
-    std::fs::create_dir_all(&parent).map_err(werr)?;
-    let _ = std::fs::remove_dir_all(&tmp);
-    let built = build(&tmp, shards, record, command);
-    let placed = built.and_then(|()| match out.exists() {
-        false => std::fs::rename(&tmp, out).map_err(werr),
-        true => {
-            let flags = nix::fcntl::RenameFlags::RENAME_EXCHANGE;
-            nix::fcntl::renameat2(None, &tmp, None, out, flags)
-                .map_err(|e| werr(std::io::Error::from(e)))
-        }
-    });
-    // After an exchange `tmp` holds the earlier merge; after a failure,
-    // the half-built one. Either way it goes.
-    let _ = std::fs::remove_dir_all(&tmp);
-    placed
+    let mut new = output::NewFolder::beside(out).map_err(werr)?;
+    build(new.path(), shards, record, command)?;
+    new.place().map_err(werr)
 }
 
 /// The merged run's files in `dir`: rows of every shard in shard order,

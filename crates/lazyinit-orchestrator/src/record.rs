@@ -61,6 +61,10 @@ pub struct ShardRecord {
     pub run_id: String,
     pub spec_hash: String,
     pub harness_version: String,
+    /// The harness's git commit ([`lazyinit_core::harness_commit`]) of
+    /// the last run into the folder; empty in a record written before it.
+    #[serde(default)]
+    pub harness_commit: String,
     /// How the last run into the folder chose the shard (`--shard K/N`,
     /// or the engine's variables for `--shard auto`).
     pub chosen_by: String,
@@ -138,6 +142,7 @@ pub(crate) fn write_shard_record(
         run_id: plan.run_id.clone(),
         spec_hash: spec_hash.to_string(),
         harness_version: lazyinit_core::HARNESS_VERSION.to_string(),
+        harness_commit: lazyinit_core::harness_commit().to_string(),
         chosen_by: chosen_by.to_string(),
         cells: plan.cells.iter().map(|c| c.id.clone()).collect(),
         hosts,

@@ -102,7 +102,7 @@ impl fmt::Display for Shard {
 impl FromStr for Shard {
     type Err = ShardError;
     fn from_str(s: &str) -> Result<Shard, ShardError> {
-        let syntax = || ShardError::Syntax(s.to_string());
+        let syntax = || ShardError::Syntax(s.escape_debug().to_string());
         let (k, n) = s.trim().split_once('/').ok_or_else(syntax)?;
         let k: u64 = k.trim().parse().map_err(|_| syntax())?;
         let n: u64 = n.trim().parse().map_err(|_| syntax())?;
@@ -161,13 +161,17 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
                 .trim()
                 .parse()
                 .map(Some)
-                .map_err(|_| ShardError::NotANumber { var, value: v }),
+                .map_err(|_| ShardError::NotANumber {
+                    var,
+                    // Quoted: a newline or escape in it stays on the line.
+                    value: v.escape_debug().to_string(),
+                }),
         }
     };
     let make = checked;
     if let Some(v) = get(SHARD_VAR) {
         let s: Shard = v.parse()?;
-        return Ok((s, format!("{SHARD_VAR}={v}")));
+        return Ok((s, format!("{SHARD_VAR}={s}")));
     }
     if let Some(i) = num("JOB_COMPLETION_INDEX")? {
         let n = num(COUNT_VAR)?.ok_or(ShardError::NoCount {
@@ -627,6 +631,30 @@ mod tests {
             assert!(!e.to_string().contains('\n'), "{vars:?}: {e}");
         }
         assert!(from_env(env(&[("CI_NODE_INDEX", "1024"), ("CI_NODE_TOTAL", "1024")])).is_ok());
+    }
+
+    /// What an environment said comes back as one line, whatever its
+    /// values hold (a newline would print a second `error:` line).
+    #[test]
+    fn environment_values_are_quoted_onto_one_line() {
+        for vars in [
+            vec![("JOB_COMPLETION_INDEX", "3\nerror: fake"), (COUNT_VAR, "4")],
+            vec![("CI_NODE_INDEX", "\u{1b}[2J1"), ("CI_NODE_TOTAL", "2")],
+            vec![(SHARD_VAR, "1/\u{7}4\nerror: fake")],
+        ] {
+            let e = from_env(env(&vars)).unwrap_err().to_string();
+            assert!(!e.chars().any(char::is_control), "{vars:?}: {e:?}");
+        }
+        // Space around a value (a CRLF file's `\r`) is trimmed, and what
+        // the line says of it has no control character either.
+        for vars in [
+            vec![(SHARD_VAR, "\n2/4\n")],
+            vec![("JOB_COMPLETION_INDEX", "1"), (COUNT_VAR, "4\r")],
+        ] {
+            let (s, said) = from_env(env(&vars)).unwrap();
+            assert_eq!(s, Shard::new(2, 4).unwrap(), "{vars:?}");
+            assert!(!said.chars().any(char::is_control), "{said:?}");
+        }
     }
 
     #[test]

@@ -99,6 +99,7 @@ fn main() {
                 i % 60
             ),
             harness_version: lazyinit_core::HARNESS_VERSION.into(),
+            harness_commit: lazyinit_core::harness_commit().into(),
             status: if failed { Status::Failed } else { Status::Ok },
             error: if failed {
                 "guest did not answer SSH within 120 s".into()
@@ -135,6 +136,9 @@ fn main() {
                 lazyinit_hi_s: None,
                 crossed_ticks: None,
                 estimate_caveat: None,
+                profile_held: None,
+                z1_lo_ms: None,
+                z1_hi_ms: None,
             },
         };
         w.serialize(&row).expect("writing a row");

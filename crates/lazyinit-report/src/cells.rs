@@ -242,6 +242,40 @@ pub struct CellStats {
     /// An estimated cell of one run: that run's 95% prediction interval
     /// of `lazyinit_s` (other metrics have none).
     pub prediction: Option<Interval>,
+    /// Each ok row whose first zeroing was outside its storage profile's
+    /// window after the last attempt (`profile_held = false`), in one
+    /// line with the L it slept (`L=5, profile not held: first zeroing
+    /// 2.28 ms, want 3.20-3.60`): its L is the host's, not the kernel's.
+    /// Left out of the JSON when empty (outputs as before).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub profile_not_held: Vec<String>,
+}
+
+impl CellStats {
+    /// The cell's mark when a row did not hold its profile: the row's
+    /// line, or, for several, how many and each line.
+    pub fn profile_mark(&self) -> Option<String> {
+        match self.profile_not_held.as_slice() {
+            [] => None,
+            [one] => Some(one.clone()),
+            all => Some(format!(
+                "{} of {} runs: {}",
+                all.len(),
+                self.summary.as_ref().map_or(all.len(), |s| s.n),
+                all.join("; ")
+            )),
+        }
+    }
+}
+
+/// A row's line when its profile was not held (see
+/// [`CellStats::profile_not_held`]).
+pub fn profile_line(r: &ResultRow) -> Option<String> {
+    let miss = r.measured.profile_miss()?;
+    Some(match r.measured.sleep_ticks {
+        Some(l) => format!("L={l}, {miss}"),
+        None => miss,
+    })
 }
 
 /// The zeroing time of the first measured group that makes the kernel
@@ -392,6 +426,7 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 }
                 _ => None,
             };
+            let profile_not_held = ok.iter().filter_map(|r| profile_line(r)).collect();
             let summary = summarize(&values);
             // Every run counted its crossings, or the model leaves them out.
             let crossed: Option<Vec<f64>> = ok.iter().map(|r| r.measured.crossed_ticks).collect();
@@ -411,6 +446,7 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 reported,
                 estimate_groups,
                 prediction,
+                profile_not_held,
             }
         })
         .collect()
@@ -469,6 +505,7 @@ pub(crate) mod tests_support {
             repetition: 1,
             started_at: "2026-11-29T19:00:00Z".into(),
             harness_version: "0.1.0".into(),
+            harness_commit: String::new(),
             status: Status::Ok,
             error: String::new(),
             boot_s: Some(1.1),
@@ -501,6 +538,9 @@ pub(crate) mod tests_support {
                 lazyinit_hi_s: None,
                 crossed_ticks: None,
                 estimate_caveat: None,
+                profile_held: None,
+                z1_lo_ms: None,
+                z1_hi_ms: None,
             },
         }
     }

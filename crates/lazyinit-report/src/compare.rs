@@ -146,6 +146,10 @@ pub enum Verdict {
     Improvement,
     NoChange,
     InsufficientData,
+    /// A side has a run whose first zeroing was outside its storage
+    /// profile's window (`profile_held = false`): its L is the host's,
+    /// so the cell says nothing of the kernel either way.
+    Unknown,
 }
 
 impl Verdict {
@@ -155,6 +159,7 @@ impl Verdict {
             Verdict::Improvement => "improvement",
             Verdict::NoChange => "no change",
             Verdict::InsufficientData => "insufficient data",
+            Verdict::Unknown => "UNKNOWN",
         }
     }
 }
@@ -346,8 +351,19 @@ pub fn compare(
             missing.push((Side::Candidate, key.clone()));
             continue;
         };
-        let (change_pct, welch, test, verdict) = judge(b.summary.as_ref(), c.summary.as_ref(), o);
-        let mut notes: Vec<String> = sleep_note(b, c).into_iter().collect();
+        let (change_pct, welch, test, mut verdict) =
+            judge(b.summary.as_ref(), c.summary.as_ref(), o);
+        let mut notes: Vec<String> = Vec::new();
+        // A profile not held: the change is the host's, never the kernel's.
+        let held = [("baseline", b), ("candidate", c)].map(|(name, s)| {
+            s.profile_mark()
+                .map(|m| format!("UNKNOWN: the {name}'s storage profile was not held ({m}): its L is the host's, not the kernel's"))
+        });
+        if verdict != Verdict::InsufficientData && held.iter().any(Option::is_some) {
+            verdict = Verdict::Unknown;
+        }
+        notes.extend(held.into_iter().flatten());
+        notes.extend(sleep_note(b, c));
         notes.extend(estimate_note(b, c));
         if test == Test::ThresholdOnly {
             notes.push("a side has one run: no t-test, threshold only".into());
@@ -401,6 +417,42 @@ mod tests {
         // Above the threshold but drowned in noise.
         assert_eq!(j(&[40.0, 70.0, 100.0]), Verdict::NoChange);
         assert_eq!(judge(base.as_ref(), None, &o).3, Verdict::InsufficientData);
+    }
+
+    /// A run whose first zeroing left its storage profile's window slept
+    /// the host's L: the cell is UNKNOWN, never a regression of the
+    /// kernel, and says why (issue 37).
+    #[test]
+    fn a_profile_not_held_is_unknown_never_a_change_of_the_kernel() {
+        let base = crate::cells::tests_support::row("debian-6.1", 60.0);
+        let mut cand = base.clone();
+        cand.measured.lazyinit_s = Some(80.0);
+        let o = CompareOptions::default();
+        let c = compare(&[base.clone()], &[cand.clone()], &o).unwrap();
+        assert_eq!(c.cells[0].verdict, Verdict::Regression, "held: judged");
+        cand.measured.sleep_ticks = Some(5);
+        cand.measured.z1_ms = Some(2.28);
+        cand.measured.profile_held = Some(false);
+        cand.measured.z1_lo_ms = Some(3.2);
+        cand.measured.z1_hi_ms = Some(3.6);
+        let c = compare(&[base], &[cand], &o).unwrap();
+        let x = &c.cells[0];
+        assert_eq!(x.verdict, Verdict::Unknown);
+        assert!(
+            x.notes.iter().any(|n| n.contains(
+                "candidate's storage profile was not held (L=5, profile not held: first zeroing 2.28 ms, want 3.20-3.60)"
+            )),
+            "{:?}",
+            x.notes
+        );
+        assert_eq!(exit::ExitCode::exit_code(&c), exit::OK, "not a regression");
+        let line = crate::render::compare::summary_line(&c);
+        assert!(
+            line.contains("0 regression(s)") && line.contains("1 UNKNOWN"),
+            "{line}"
+        );
+        let md = crate::render::compare::markdown(&c);
+        assert!(md.contains("| UNKNOWN |"), "{md}");
     }
 
     #[test]

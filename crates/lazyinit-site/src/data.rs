@@ -18,6 +18,56 @@ pub struct SiteData {
     pub latest: Option<LatestTable>,
 }
 
+/// The largest value (either way) a site plots: the results' longest time
+/// in milliseconds (`lazyinit_core::results::MAX_TIME_S`). Beyond it the plot's
+/// range overflows and drawing its axis never ends.
+pub const MAX_VALUE: f64 = lazyinit_core::results::MAX_TIME_S * 1e3;
+
+impl SiteData {
+    /// Every number the pages draw or print is finite and within
+    /// [`MAX_VALUE`]: the first that is not, as one line naming where.
+    pub fn check(&self) -> Result<(), String> {
+        let bad = |what: String, x: f64| -> Result<(), String> {
+            match x.is_finite() && x.abs() <= MAX_VALUE {
+                true => Ok(()),
+                false => Err(format!(
+                    "{what}: {x:e} is not a value a site can show (finite, at most {MAX_VALUE:e} either way)"
+                )),
+            }
+        };
+        for s in &self.series {
+            for p in &s.points {
+                let at = || format!("series {:?}, run {:?}", s.id, p.run_id);
+                bad(format!("{}: value", at()), p.value)?;
+                if let Some((lo, hi)) = p.ci {
+                    bad(format!("{}: ci", at()), lo)?;
+                    bad(format!("{}: ci", at()), hi)?;
+                }
+            }
+            for c in &s.changes {
+                let at = format!("series {:?}, change at {}", s.id, c.index);
+                bad(format!("{at}: mean before"), c.before.mean)?;
+                bad(format!("{at}: mean after"), c.after.mean)?;
+                bad(format!("{at}: change_pct"), c.change_pct)?;
+                bad(format!("{at}: p"), c.p)?;
+            }
+        }
+        for c in self.latest.iter().flat_map(|t| &t.cells) {
+            let at = format!("latest cell {:?} {:?} {:?}", c.volume, c.variant, c.column);
+            bad(format!("{at}: mean"), c.mean)?;
+            bad(format!("{at}: model"), c.model)?;
+            if let Some((lo, hi)) = c.ci {
+                bad(format!("{at}: ci"), lo)?;
+                bad(format!("{at}: ci"), hi)?;
+            }
+            if let Some(r) = c.reported {
+                bad(format!("{at}: reported"), r)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One cell on one testbed over time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeriesData {
@@ -48,6 +98,10 @@ pub struct PointData {
     /// Where the run's folder or report is, relative to the site or
     /// absolute (`None`: not linked).
     pub link: Option<String>,
+    /// The harness's git commit that measured the run (`-dirty` when its
+    /// tree had changes; empty when its rows did not record it).
+    #[serde(default)]
+    pub harness: String,
 }
 
 /// A change point in a series.

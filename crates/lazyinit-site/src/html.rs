@@ -1,5 +1,10 @@
-//! Small HTML helpers shared by the pages: escaping, the page frame,
-//! numbers, and the names of series pages.
+//! Small HTML helpers shared by the pages: escaping, links, the page
+//! frame, numbers, and the names of series pages.
+//!
+//! Every string from [`crate::SiteData`] reaches a page through [`esc`]
+//! (text and attribute values alike) and every link through [`link`],
+//! which keeps only http(s) and relative links. The site has no script,
+//! so no text is ever written into JavaScript or inline JSON.
 
 use std::collections::HashSet;
 
@@ -17,6 +22,39 @@ pub fn esc(s: &str) -> String {
         }
     }
     out
+}
+
+/// A link the site may write: http, https, or relative (a path, `?` or
+/// `#`); anything with another scheme (`javascript:`, `data:`,
+/// `vbscript:`, `file:`), a control character anywhere (browsers drop
+/// tabs and newlines from URLs: `java\tscript:`) or space at either end
+/// is not one (`None`).
+pub fn safe_href(url: &str) -> Option<&str> {
+    let odd = url.is_empty()
+        || url.chars().any(char::is_control)
+        || url.starts_with(char::is_whitespace)
+        || url.ends_with(char::is_whitespace);
+    if odd {
+        return None;
+    }
+    // A scheme is what comes before a `:` that is before any `/?#`.
+    let end = url.find(['/', '?', '#']).unwrap_or(url.len());
+    match url[..end].split_once(':') {
+        None => Some(url),
+        Some((scheme, _)) => ["http", "https"]
+            .iter()
+            .any(|ok| scheme.eq_ignore_ascii_case(ok))
+            .then_some(url),
+    }
+}
+
+/// `text` (already HTML) linked to `url` if it is a [`safe_href`], else
+/// the text alone.
+pub fn link(url: Option<&str>, text: &str) -> String {
+    match url.and_then(safe_href) {
+        Some(u) => format!("<a href=\"{}\">{text}</a>", esc(u)),
+        None => text.to_string(),
+    }
 }
 
 /// A whole page; `css` is the stylesheet's path relative to the page.
@@ -87,6 +125,40 @@ mod tests {
             esc(r#"<a href="x">&'"#),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+    }
+
+    #[test]
+    fn only_http_and_relative_links_are_links() {
+        for ok in [
+            "../runs/a/report.md",
+            "/srv/runs/a",
+            "runs/12:00/report.md",
+            "?q=1",
+            "#top",
+            "https://example.org/x",
+            "HTTP://example.org",
+        ] {
+            assert_eq!(safe_href(ok), Some(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "javascript:alert(1)",
+            "JaVaScRiPt:alert(1)",
+            " javascript:alert(1)",
+            "java\tscript:alert(1)",
+            "java\nscript:alert(1)",
+            "\u{1}javascript:x",
+            "data:text/html,x",
+            "vbscript:x",
+            "file:///etc/passwd",
+            "mailto:a@b",
+            "run 1 ",
+        ] {
+            assert_eq!(safe_href(bad), None, "{bad:?}");
+        }
+        assert_eq!(link(Some("javascript:x"), "&lt;r"), "&lt;r");
+        assert_eq!(link(Some("a/\"b"), "r"), "<a href=\"a/&quot;b\">r</a>");
+        assert_eq!(link(None, "r"), "r");
     }
 
     #[test]

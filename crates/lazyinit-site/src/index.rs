@@ -8,7 +8,7 @@ use std::fmt::Write;
 use lazyinit_report::plot::{sparkline, PlotError};
 
 use crate::data::{AlertData, LatestTable, SiteData};
-use crate::html::{ci, day, esc, num, page, ticks};
+use crate::html::{ci, day, esc, link, num, page, ticks};
 use crate::points;
 
 /// The index page; `slugs[i]` names series i's page.
@@ -35,10 +35,12 @@ pub fn render(data: &SiteData, slugs: &[String]) -> Result<String, PlotError> {
 
 /// `text` linked to the page of series `id` (already escaped text).
 fn series_link(data: &SiteData, slugs: &[String], id: &str, text: &str) -> String {
-    match data.series.iter().position(|s| s.id == id) {
-        Some(i) => format!("<a href=\"series/{}.html\">{text}</a>", slugs[i]),
-        None => text.to_string(),
-    }
+    let page = data
+        .series
+        .iter()
+        .position(|s| s.id == id)
+        .map(|i| format!("series/{}.html", slugs[i]));
+    link(page.as_deref(), text)
 }
 
 /// Open alerts first, then the triaged ones.
@@ -82,15 +84,13 @@ fn latest(b: &mut String, t: &LatestTable, unit: &str, data: &SiteData, slugs: &
             rows.push((c.volume.as_str(), c.variant.as_str()));
         }
     }
-    let run = match &t.link {
-        Some(l) => format!("<a href=\"{}\">{}</a>", esc(l), esc(&t.run)),
-        None => esc(&t.run),
-    };
+    let run = link(t.link.as_deref(), &esc(&t.run));
     write!(
         b,
         "<h2>Latest full run</h2>\n<p class=\"muted\">{run}, {}: mean ({unit}; 95% CI, n), the sleep L \
          (ticks), the model and the 2021 report.</p>\n<table id=\"latest\"><thead><tr><th>volume</th><th>variant</th>",
-        esc(day(&t.date))
+        esc(day(&t.date)),
+        unit = esc(unit)
     )
     .unwrap();
     for col in &columns {
@@ -149,10 +149,10 @@ fn series_table(b: &mut String, data: &SiteData, slugs: &[String]) -> Result<(),
         let last = s.points.last();
         writeln!(
             b,
-            "<tr data-series=\"{}\"><td><a href=\"series/{slug}.html\">{}</a></td><td class=\"n\">{}</td>\
+            "<tr data-series=\"{}\"><td>{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
             esc(&s.id),
-            esc(&s.label),
+            link(Some(&format!("series/{slug}.html")), &esc(&s.label)),
             s.points.len(),
             last.map_or("–".into(), |p| num(p.value)),
             last.map_or("–".into(), |p| ticks(&p.sleep_ticks)),

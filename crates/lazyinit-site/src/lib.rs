@@ -14,7 +14,7 @@ mod publish;
 mod series;
 
 pub use data::*;
-pub use publish::{publish, Published, SiteError, MARKER};
+pub use publish::{check_out, publish, Published, SiteError, MARKER};
 
 use lazyinit_report::plot::{PlotError, TrendPoint};
 

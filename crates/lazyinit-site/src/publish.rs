@@ -1,24 +1,38 @@
-//! Writing the site: into a fresh folder beside `--out`, renamed over it
-//! only when complete, so a reader never sees half a site. A folder that
-//! is not a site this wrote (no [`MARKER`] in it) is never replaced.
+//! Writing the site: built whole in a fresh folder beside `--out`, then
+//! put in place with one atomic rename (an exchange over a site published
+//! before, `lazyinit_core::output::NewFolder`), so a reader sees the old
+//! site or the new one, never half and never none. A folder that is not a
+//! site this wrote (no [`MARKER`] in it) is never replaced. The marker
+//! lists the files the harness wrote; a republish carries every other file
+//! (a `.git`, a `CNAME`, `notes/`) over into the new site.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use lazyinit_core::output::{self, NewFolder, OutputError, Reads};
 use lazyinit_report::plot::PlotError;
 
 use crate::{render, SiteData};
 
-/// The file that marks a folder as a published site.
+/// The file that marks a folder as a published site, and lists its files.
 pub const MARKER: &str = ".lazyinit-site";
+
+/// The marker's first line; the files written follow, one a line.
+const MARKER_HEAD: &str = "published by lazyinit-bench history publish";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SiteError {
     #[error("--out {0}: exists and is not a folder; give a new folder or a site published before")]
     NotAFolder(PathBuf),
-    #[error("--out {0}: folder is not empty and not a site published before (no {MARKER}); give a new or empty folder")]
-    NotASite(PathBuf),
     #[error("--out {0}: its parent folder does not exist")]
     NoParent(PathBuf),
+    #[error("the site's input: {0}; fix it in the --data file or the history")]
+    BadData(String),
+    /// Not a site published before, or it would replace what is read.
+    #[error(transparent)]
+    Refused(OutputError),
+    #[error("--out {out}: {path} is in the site but not written by it, and the new site writes it too; move it away and publish again")]
+    Clash { out: PathBuf, path: String },
     #[error("cannot write {path}: {source}")]
     Io {
         path: PathBuf,
@@ -33,7 +47,11 @@ impl SiteError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            SiteError::NotAFolder(_) | SiteError::NotASite(_) | SiteError::NoParent(_)
+            SiteError::NotAFolder(_)
+                | SiteError::NoParent(_)
+                | SiteError::BadData(_)
+                | SiteError::Refused(_)
+                | SiteError::Clash { .. }
         )
     }
 }
@@ -63,7 +81,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SiteError + '_ {
 }
 
 /// Refuses an `--out` that must not be replaced; Ok(true) if it exists.
-fn check_out(out: &Path) -> Result<bool, SiteError> {
+/// [`publish`] checks again; a command checks first, before any work.
+pub fn check_out(out: &Path, reads: &Reads) -> Result<bool, SiteError> {
     let parent = out
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -71,47 +90,103 @@ fn check_out(out: &Path) -> Result<bool, SiteError> {
     if !parent.is_dir() {
         return Err(SiteError::NoParent(out.to_path_buf()));
     }
-    if !out.exists() {
-        return Ok(false);
-    }
-    if !out.is_dir() {
+    if out.exists() && !out.is_dir() {
         return Err(SiteError::NotAFolder(out.to_path_buf()));
     }
-    let empty = std::fs::read_dir(out).map_err(io(out))?.next().is_none();
-    if !empty && !out.join(MARKER).is_file() {
-        return Err(SiteError::NotASite(out.to_path_buf()));
-    }
-    Ok(true)
+    let kind = format!("a site published before (no {MARKER})");
+    output::guard_folder("out", out, reads, &kind, |d| d.join(MARKER).is_file())
+        .map_err(SiteError::Refused)?;
+    Ok(out.exists())
 }
 
-/// A sibling of `out` named after it: `.NAME.SUFFIX-PID`.
-fn sibling(out: &Path, suffix: &str) -> PathBuf {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "site".into());
-    out.with_file_name(format!(".{name}.{suffix}-{}", std::process::id()))
+/// The files a site published before says the harness wrote (relative
+/// paths). A marker of an older harness lists none: its pages were the
+/// index, the style sheet and the series pages.
+fn written_before(out: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(out.join(MARKER)).unwrap_or_default();
+    let mut listed: BTreeSet<String> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if listed.is_empty() {
+        listed.extend(["index.html".to_string(), "style.css".to_string()]);
+        if let Ok(d) = std::fs::read_dir(out.join("series")) {
+            for e in d.filter_map(Result::ok) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".html") {
+                    listed.insert(format!("series/{name}"));
+                }
+            }
+        }
+    }
+    listed.insert(MARKER.into());
+    listed
+}
+
+/// What in `dir` (a site, `rel` deep) the harness did not write: whole
+/// folders where nothing under them is the harness's, else each file.
+fn foreign(dir: &Path, rel: &str, written: &BTreeSet<String>, found: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut names: Vec<_> = entries.filter_map(Result::ok).collect();
+    names.sort_by_key(|e| e.file_name());
+    for e in names {
+        let path = format!("{rel}{}", e.file_name().to_string_lossy());
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        let prefix = format!("{path}/");
+        if is_dir && written.iter().any(|w| w.starts_with(&prefix)) {
+            foreign(&e.path(), &prefix, written, found);
+        } else if !written.contains(&path) {
+            found.push(path);
+        }
+    }
+}
+
+/// Moves each of `paths` (relative) from `from` to `to`.
+fn move_all(from: &Path, to: &Path, paths: &[String]) -> std::io::Result<()> {
+    for p in paths {
+        let dest = to.join(p);
+        if let Some(d) = dest.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::rename(from.join(p), dest)?;
+    }
+    Ok(())
 }
 
 /// Renders the site and puts it at `out` (created, or replacing a site
-/// published there before).
-pub fn publish(data: &SiteData, out: &Path) -> Result<Published, SiteError> {
-    let exists = check_out(out)?;
+/// published there before, whose files the harness did not write are
+/// kept). `reads` are the command's inputs: the site is never over them.
+pub fn publish(data: &SiteData, out: &Path, reads: &Reads) -> Result<Published, SiteError> {
+    data.check().map_err(SiteError::BadData)?;
+    let exists = check_out(out, reads)?;
     let pages = render(data)?;
-    let tmp = sibling(out, "new");
-    let written = write_all(&tmp, &pages);
-    if let Err(e) = written {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
+    let mut kept = Vec::new();
     if exists {
-        // Two renames: the old site stays whole until the new one is in place.
-        let old = sibling(out, "old");
-        std::fs::rename(out, &old).map_err(io(out))?;
-        std::fs::rename(&tmp, out).map_err(io(out))?;
-        std::fs::remove_dir_all(&old).map_err(io(&old))?;
-    } else {
-        std::fs::rename(&tmp, out).map_err(io(out))?;
+        foreign(out, "", &written_before(out), &mut kept);
+    }
+    let new_paths: BTreeSet<&str> = pages.iter().map(|p| p.path.as_str()).collect();
+    if let Some(p) = kept.iter().find(|k| {
+        new_paths.contains(k.as_str()) || new_paths.iter().any(|n| n.starts_with(&format!("{k}/")))
+    }) {
+        return Err(SiteError::Clash {
+            out: out.to_path_buf(),
+            path: p.clone(),
+        });
+    }
+    let mut new = NewFolder::beside(out).map_err(io(out))?;
+    write_all(new.path(), &pages)?;
+    // The user's files go over last, and come back if the site cannot be
+    // placed.
+    if let Err(e) = move_all(out, new.path(), &kept).and_then(|()| new.place()) {
+        // Each that moved goes back (the others fail to, harmlessly).
+        for k in &kept {
+            let _ = move_all(new.path(), out, std::slice::from_ref(k));
+        }
+        return Err(io(out)(e));
     }
     Ok(Published {
         files: pages.len(),
@@ -121,10 +196,13 @@ pub fn publish(data: &SiteData, out: &Path) -> Result<Published, SiteError> {
 
 fn write_all(dir: &Path, pages: &[crate::Page]) -> Result<(), SiteError> {
     std::fs::create_dir_all(dir.join("series")).map_err(io(dir))?;
+    let mut listed = format!("{MARKER_HEAD}\n");
     for p in pages {
         let path = dir.join(&p.path);
         std::fs::write(&path, &p.text).map_err(io(&path))?;
+        listed.push_str(&p.path);
+        listed.push('\n');
     }
     let marker = dir.join(MARKER);
-    std::fs::write(&marker, "published by lazyinit-bench history publish\n").map_err(io(&marker))
+    std::fs::write(&marker, listed).map_err(io(&marker))
 }

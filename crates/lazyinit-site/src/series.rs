@@ -7,14 +7,15 @@ use std::fmt::Write;
 use lazyinit_report::plot::{trend, PlotError};
 
 use crate::data::{ChangeData, SeriesData, SideData};
-use crate::html::{ci, day, esc, num, page, ticks};
+use crate::html::{ci, day, esc, link, num, page, ticks};
 use crate::points;
 
 pub fn render(s: &SeriesData, metric: &str, unit: &str) -> Result<String, PlotError> {
     let mut b = String::new();
     write!(
         b,
-        "<p><a href=\"../index.html\">all series</a></p>\n<h1>{}</h1>\n<p class=\"muted\">series <code>{}</code>, {} run(s).</p>\n",
+        "<p>{}</p>\n<h1>{}</h1>\n<p class=\"muted\">series <code>{}</code>, {} run(s).</p>\n",
+        link(Some("../index.html"), "all series"),
         esc(&s.label),
         esc(&s.id),
         s.points.len()
@@ -73,6 +74,7 @@ fn side(x: &SideData) -> String {
 }
 
 fn change_table(b: &mut String, changes: &[ChangeData], unit: &str) {
+    let unit = esc(unit);
     b.push_str("<h2>Change points</h2>\n");
     if changes.is_empty() {
         b.push_str("<p>None found.</p>\n");
@@ -125,23 +127,41 @@ fn change_table(b: &mut String, changes: &[ChangeData], unit: &str) {
     b.push_str("</tbody></table>\n");
 }
 
+/// A run's harness commits as people quote them (12 hex digits, and
+/// `-dirty`), the whole one in the cell's title; `–` when not recorded.
+fn harness(commits: &str) -> String {
+    if commits.is_empty() {
+        return "–".into();
+    }
+    let quoted: Vec<String> = commits
+        .split(' ')
+        .map(|c| match c.strip_suffix("-dirty") {
+            Some(h) => format!("{}-dirty", short(h)),
+            None => short(c).to_string(),
+        })
+        .collect();
+    format!(
+        "<code title=\"{}\">{}</code>",
+        esc(commits),
+        esc(&quoted.join(" "))
+    )
+}
+
 /// The plot's data, a row per point, for readers without the plot.
 fn point_table(b: &mut String, s: &SeriesData, unit: &str) {
+    let unit = esc(unit);
     write!(
         b,
         "<h2>Runs</h2>\n<table id=\"points\"><thead><tr><th class=\"n\">#</th><th>date</th><th>run</th><th>kernel</th>\
-         <th class=\"n\">value ({unit})</th><th class=\"n\">95% CI</th><th class=\"n\">n</th><th class=\"n\">L</th><th>kind</th></tr></thead><tbody>\n"
+         <th class=\"n\">value ({unit})</th><th class=\"n\">95% CI</th><th class=\"n\">n</th><th class=\"n\">L</th><th>kind</th><th>harness</th></tr></thead><tbody>\n"
     )
     .unwrap();
     for (i, p) in s.points.iter().enumerate() {
-        let run = match &p.link {
-            Some(l) => format!("<a href=\"{}\">{}</a>", esc(l), esc(&p.run_id)),
-            None => esc(&p.run_id),
-        };
+        let run = link(p.link.as_deref(), &esc(&p.run_id));
         writeln!(
             b,
             "<tr><td class=\"n\">{}</td><td>{}</td><td>{run}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
             i + 1,
             esc(day(&p.date)),
             esc(&p.kernel),
@@ -149,7 +169,8 @@ fn point_table(b: &mut String, s: &SeriesData, unit: &str) {
             ci(p.ci),
             p.n,
             ticks(&p.sleep_ticks),
-            if p.estimated { "estimate" } else { "measured" }
+            if p.estimated { "estimate" } else { "measured" },
+            harness(&p.harness)
         )
         .unwrap();
     }

@@ -5,9 +5,10 @@
 //! finds the volume by its NVMe serial in sysfs, runs the guest protocol,
 //! and tears instance and volume down through the API.
 //!
-//! Both variants of both arches: a cloud kernel shares its build tree with
-//! the QEMU profile's of the same arch and HZ, so the other variant and the
-//! other profile cost a variant switch (about 25 s), not a cold build.
+//! Both variants of both arches: a cloud kernel's build slot is seeded from
+//! the QEMU profile's of the same arch and HZ, so the first costs the
+//! profile's configuration delta and the other variant a variant switch,
+//! not a cold build.
 
 mod common;
 

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lazyinit_bisect::log::{bisect_log, table, Step};
+use lazyinit_bisect::outcome::Named;
 use lazyinit_bisect::test::EndsError;
-use lazyinit_bisect::{git, next, Ends, Next, Sprt, Verdict};
+use lazyinit_bisect::{git, next, Ends, Next, Outcome, Sprt, Verdict};
 use lazyinit_core::exit::{self, bad_input};
 use lazyinit_core::StorageProfile;
 
@@ -24,7 +25,7 @@ pub struct Common {
     /// A commit where the cell is as it should be.
     #[arg(long)]
     pub good: String,
-    /// A later commit (on the first-parent line of --good) where it is not.
+    /// A later commit (a descendant of --good) where it is not.
     #[arg(long)]
     pub bad: String,
     /// The cell: ARCH:HZ:SIZE, e.g. arm64:100:8GiB (the cheapest that
@@ -37,10 +38,13 @@ pub struct Common {
     /// the same command to resume.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Samples of each end (their levels and noise).
+    /// Samples of each end (their levels and noise) before they are
+    /// compared; while they are not told apart, one more of each, up to
+    /// --max-samples.
     #[arg(long, default_value_t = 3)]
     pub end_samples: usize,
-    /// Cap on the samples of one step; undecided there, it is skipped.
+    /// Cap on the samples of one step (and of each end); undecided there,
+    /// a step is skipped.
     #[arg(long, default_value_t = 5)]
     pub max_samples: usize,
     /// The sequential test's error rate, each way, per step.
@@ -77,7 +81,7 @@ pub struct StepArgs {
 /// Everything checked before anything is created.
 struct Opened {
     session: Session,
-    commits: Vec<String>,
+    range: git::Range,
     head: String,
     _locks: Vec<nix::fcntl::Flock<std::fs::File>>,
 }
@@ -160,7 +164,7 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
     let (repo, head) = git::head_of(source).map_err(g)?;
     let good = git::resolve(&repo, &c.good).map_err(g)?;
     let bad = git::resolve(&repo, &c.bad).map_err(g)?;
-    let commits = git::range(&repo, &good, &bad).map_err(g)?;
+    let range = git::range(&repo, &good, &bad).map_err(g)?;
     let out = c.out.clone().unwrap_or_else(|| {
         PathBuf::from("results").join(format!(
             "bisect-{}-{}-{}-hz{}-{}",
@@ -179,14 +183,28 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
             .map_or("default".into(), |p| p.to_string()),
         repo.display()
     );
+    // Never in, over or holding the source tree, and never a folder that
+    // is not a bisection's: checked before anything is made.
+    let reads = lazyinit_core::output::Reads::new().tree(source).tree(&repo);
+    lazyinit_core::output::guard_folder(
+        "out",
+        &out,
+        &reads,
+        "a bisection's folder (no bisect.args)",
+        |d| d.join("bisect.args").is_file(),
+    )
+    .map_err(exit::refused)?;
     let mut locks = vec![claim_out(&out, &args_line)?];
     let canon = repo.canonicalize().unwrap_or(repo.clone());
     let hash = lazyinit_core::paths::sha256_hex(canon.display().to_string());
     let base = lazyinit_core::paths::cache_dir()
         .join("bisect")
         .join(&hash[..12]);
-    locks.push(lock(&base.join("worktree.lock"), true)?);
+    locks.push(lock(&base.join("clone.lock"), true)?);
     let worktree = git::Worktree::open(&repo, &base.join("linux"), &good)?;
+    // A test hook: samples read from a file of the checked-out commit
+    // instead of built and booted (see Session::fake).
+    let fake = std::env::var("LAZYINIT_BISECT_FAKE_MEASURE").ok();
     Ok(Opened {
         session: Session {
             repo,
@@ -198,45 +216,60 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
             worktree,
             cancel,
             rows: Vec::new(),
+            fake,
         },
-        commits,
+        range,
         head,
         _locks: locks,
     })
 }
 
 /// Measure both ends; refuse (exit 2, both figures) when they do not differ.
+///
+/// `--end-samples` of each end first. When the test between them is not
+/// conclusive (a Welch p at or above the error rate, and no sleep L that
+/// tells them apart: an end whose samples slept different L has a spread
+/// two samples cannot size), each end gets one more sample, up to
+/// `--max-samples`, before the ends are said not to differ: a loaded host
+/// that moves one sample's L does not end the bisection.
 async fn ends(
     s: &mut Session,
     c: &Common,
     good: &str,
     bad: &str,
 ) -> anyhow::Result<(Sprt, Vec<Step>)> {
-    let g = s.judge(good, "good end", Some(c.end_samples), None).await?;
-    let b = s.judge(bad, "bad end", Some(c.end_samples), None).await?;
-    for (j, which) in [(&g, "--good"), (&b, "--bad")] {
-        if j.samples.len() < 2 {
-            write_outputs(
-                s,
-                &[g.step.clone(), b.step.clone()],
-                "no answer: an end gave no samples",
-            )?;
-            return Err(bad_input(format!(
-                "{which} {} gives no samples ({}): pick an end that builds and boots",
-                &j.step.commit[..12],
-                j.step.reason
-            ))
-            .into());
+    let cap = c.max_samples.max(c.end_samples);
+    let mut k = c.end_samples;
+    let (ends, steps) = loop {
+        let g = s.judge(good, "good end", Some(k), None).await?;
+        let b = s.judge(bad, "bad end", Some(k), None).await?;
+        for (j, which) in [(&g, "--good"), (&b, "--bad")] {
+            if j.samples.len() < 2 {
+                let why = Outcome::Refused("an end gave no samples".into());
+                write_outputs(s, &[g.step.clone(), b.step.clone()], &why.line())?;
+                return Err(bad_input(format!(
+                    "{which} {} gives no samples ({}): pick an end that builds and boots",
+                    &j.step.commit[..12],
+                    j.step.reason
+                ))
+                .into());
+            }
         }
-    }
-    let steps = vec![g.step.clone(), b.step.clone()];
-    let ends = match Ends::new(&g.samples, &b.samples, c.error_rate) {
-        Ok(e) => e,
-        Err(e @ EndsError::Same { .. }) | Err(e @ EndsError::TooFew { .. }) => {
-            write_outputs(s, &steps, &format!("no answer: {e}"))?;
-            return Err(
-                bad_input(format!("{e}: nothing to bisect on this cell and metric")).into(),
-            );
+        let steps = vec![g.step.clone(), b.step.clone()];
+        match Ends::new(&g.samples, &b.samples, c.error_rate) {
+            Ok(e) => break (e, steps),
+            Err(e @ EndsError::Same { .. })
+                if k < cap && g.samples.len() == k && b.samples.len() == k =>
+            {
+                k += 1;
+                eprintln!("ends: not told apart yet ({e}): one more sample of each end ({k} of at most {cap})");
+            }
+            Err(e @ EndsError::Same { .. }) | Err(e @ EndsError::TooFew { .. }) => {
+                write_outputs(s, &steps, &Outcome::Refused(e.to_string()).line())?;
+                return Err(
+                    bad_input(format!("{e}: nothing to bisect on this cell and metric")).into(),
+                );
+            }
         }
     };
     let sprt = Sprt {
@@ -262,14 +295,15 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
     super::run::install_signal_handler(cancel.clone(), None);
     let Opened {
         mut session,
-        commits,
+        range,
         _locks,
         ..
     } = open(&a.source, &a.common, cancel)?;
     let s = &mut session;
+    let commits = &range.commits;
     let n = commits.len();
     eprintln!(
-        "bisect: {n} commits ({} steps without skips) on {}, results in {}",
+        "bisect: {n} commits ({} steps without skips on a line) on {}, results in {}",
         lazyinit_bisect::search::expected_steps(n),
         a.common.cell,
         s.out.display()
@@ -277,7 +311,7 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
     let (sprt, mut steps) = ends(s, &a.common, &commits[0], &commits[n - 1]).await?;
     let mut verdicts = BTreeMap::from([(0, Verdict::Good), (n - 1, Verdict::Bad)]);
     let found = loop {
-        match next(n, &verdicts) {
+        match next(&range.graph, &verdicts) {
             Next::Test(i) => {
                 let j = s.judge(&commits[i], "step", None, Some(&sprt)).await?;
                 verdicts.insert(i, verdict_of(&j.step));
@@ -288,44 +322,30 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
             Next::Range(r) => break Err(r),
         }
     };
-    let answer = match found {
-        Err(range) => {
-            let names: Vec<String> = range
-                .iter()
-                .map(|i| {
-                    format!(
-                        "{} {}",
-                        &commits[*i][..12],
-                        git::subject(&s.repo, &commits[*i])
-                    )
-                })
-                .collect();
-            format!(
-                "first bad commit: one of {} (skipped commits leave no way to tell): {}",
-                range.len(),
-                names.join("; ")
-            )
-        }
+    let named = |s: &Session, c: &str| Named {
+        commit: c.to_string(),
+        subject: git::subject(&s.repo, c),
+    };
+    let outcome = match found {
+        Err(range) => Outcome::Range(range.iter().map(|i| named(s, &commits[*i])).collect()),
         Ok(i) => {
             let culprit = &commits[i];
             let again = s.judge(culprit, "confirm bad", None, Some(&sprt)).await?;
-            let parent = s
-                .judge(&commits[i - 1], "confirm parent", None, Some(&sprt))
-                .await?;
-            let mut ok = again.step.verdict == "bad" && parent.step.verdict == "good";
-            let mut how = format!(
-                "bad again ({}), parent {} again ({})",
-                again.step.verdict,
-                &commits[i - 1][..12],
-                parent.step.verdict
-            );
+            let mut confirmed = again.step.verdict == "bad";
+            let mut how = format!("bad again ({})", again.step.verdict);
             steps.push(again.step);
-            steps.push(parent.step);
+            // Every parent (a merge has several): good again.
+            for p in &range.parents[i] {
+                let j = s.judge(p, "confirm parent", None, Some(&sprt)).await?;
+                confirmed &= j.step.verdict == "good";
+                how.push_str(&format!(", parent {} again ({})", &p[..12], j.step.verdict));
+                steps.push(j.step);
+            }
             if a.confirm_revert {
                 match s.worktree.revert_on(&commits[n - 1], culprit) {
                     Ok(rev) => {
                         let r = s.judge(&rev, "revert on bad", None, Some(&sprt)).await?;
-                        ok &= r.step.verdict == "good";
+                        confirmed &= r.step.verdict == "good";
                         how.push_str(&format!(", reverted on --bad: {}", r.step.verdict));
                         steps.push(r.step);
                     }
@@ -341,22 +361,34 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
                     }
                 }
             }
-            format!(
-                "first bad commit: [{culprit}] {}; {}: {how}",
-                git::subject(&s.repo, culprit),
-                if ok { "confirmed" } else { "NOT confirmed" }
-            )
+            Outcome::Named {
+                commit: named(s, culprit),
+                confirmed,
+                how,
+            }
         }
     };
     let total = started.elapsed().as_secs_f64();
+    let answer = outcome.line();
     write_outputs(s, &steps, &format!("{answer} (wall {total:.0} s this run)"))?;
     println!("{}", table(&steps, s.metric.name()));
     println!("{answer}");
-    Ok(if answer.contains("; confirmed:") {
-        exit::OK
-    } else {
-        exit::REGRESSION_OR_CELL_FAILED
-    })
+    Ok(exit_code(&outcome))
+}
+
+/// The exit code of a bisection's outcome: 0 named and confirmed; 1
+/// named but not confirmed, or a range; 2 nothing to bisect.
+fn exit_code(o: &Outcome) -> u8 {
+    match o {
+        Outcome::Named {
+            confirmed: true, ..
+        } => exit::OK,
+        Outcome::Named {
+            confirmed: false, ..
+        }
+        | Outcome::Range(_) => exit::REGRESSION_OR_CELL_FAILED,
+        Outcome::Refused(_) => exit::BAD_INPUT,
+    }
 }
 
 /// For `git bisect run`: exit 0 good, 1 bad, 125 skip (does not build,
@@ -377,11 +409,12 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
     super::run::install_signal_handler(cancel.clone(), None);
     let Opened {
         mut session,
-        commits,
+        range,
         head,
         _locks,
     } = open(&a.source, &a.common, cancel)?;
     let s = &mut session;
+    let commits = &range.commits;
     let (sprt, mut steps) = ends(s, &a.common, &commits[0], &commits[commits.len() - 1]).await?;
     let j = s.judge(&head, "step", None, Some(&sprt)).await?;
     let code = match verdict_of(&j.step) {
@@ -417,9 +450,10 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
             kept.display()
         );
     }
-    let tmp = s.out.join(".bisect-steps.jsonl.tmp");
-    std::fs::write(&tmp, lazyinit_bisect::log::steps_jsonl(&judged))?;
-    std::fs::rename(&tmp, &kept)?;
+    lazyinit_core::output::write_atomic(
+        &kept,
+        lazyinit_bisect::log::steps_jsonl(&judged).as_bytes(),
+    )?;
     steps.extend(judged);
     write_outputs(s, &steps, &format!("step {}: exit {code}", &head[..12]))?;
     Ok(code)
@@ -429,10 +463,10 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
 /// whole, then renamed: a reader never sees half a file).
 fn write_outputs(s: &Session, steps: &[Step], answer: &str) -> anyhow::Result<()> {
     let put = |name: &str, text: &str| -> anyhow::Result<()> {
-        let tmp = s.out.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, s.out.join(name))?;
-        Ok(())
+        Ok(lazyinit_core::output::write_atomic(
+            &s.out.join(name),
+            text.as_bytes(),
+        )?)
     };
     let good = steps.first().map_or("", |s| s.commit.as_str());
     let bad = steps.get(1).map_or("", |s| s.commit.as_str());
@@ -442,13 +476,13 @@ fn write_outputs(s: &Session, steps: &[Step], answer: &str) -> anyhow::Result<()
         &format!("{}\n{answer}\n", table(steps, s.metric.name())),
     )?;
     put("summary.txt", &format!("{answer}\n"))?;
-    let tmp = s.out.join(".results.csv.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut w = lazyinit_core::results::ResultsWriter::open(&tmp)?;
+    let csv = s.out.join("results.csv");
+    let tmp = lazyinit_core::output::temp_beside(&csv)?;
+    let mut w = lazyinit_core::results::ResultsWriter::open(tmp.path())?;
     for r in &s.rows {
         w.append(r)?;
     }
     drop(w);
-    std::fs::rename(&tmp, s.out.join("results.csv"))?;
+    tmp.persist(&csv).map_err(|e| e.error)?;
     Ok(())
 }

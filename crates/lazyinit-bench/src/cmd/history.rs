@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use lazyinit_core::exit::{self, bad_input};
+use lazyinit_core::output::Reads;
 use lazyinit_history::changes::AlertState;
 use lazyinit_history::check;
 use lazyinit_history::provenance::HostFacts;
 use lazyinit_history::render::{self, Format};
-use lazyinit_history::{ChangeOptions, DbUrl, History, RunImport, SeriesFilter};
+use lazyinit_history::{Access, ChangeOptions, DbUrl, History, RunImport, SeriesFilter};
 use lazyinit_report::cells::Metric;
 
 use super::providers;
@@ -199,9 +200,10 @@ pub struct GenerateArgs {
     pub seed: u64,
 }
 
-fn open(db: &DbArg) -> anyhow::Result<History> {
+/// The history `--db` names: a read (`Access::Read`) creates nothing.
+fn open(db: &DbArg, access: Access) -> anyhow::Result<History> {
     let url = db.url()?;
-    Ok(History::open(&url)?)
+    Ok(History::open_as(&url, access)?)
 }
 
 /// A run folder read and checked against its own spec.toml.
@@ -236,7 +238,7 @@ pub fn read_run(folder: &Path) -> anyhow::Result<(RunImport, Vec<String>)> {
     // only the spec's name can be checked.
     let run_id = match &spec.kernel_config {
         Some(c) if !c.is_file() => {
-            let rows = lazyinit_core::results::read_rows(folder.join("results.csv"))
+            let rows = lazyinit_core::results::read_untorn_rows(folder.join("results.csv"))
                 .map_err(lazyinit_core::exit::refused)?;
             let id = rows.first().map(|r| r.run_id.clone()).unwrap_or_default();
             if !id.starts_with(&format!("{}-", spec.name)) {
@@ -353,7 +355,12 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|f| read_folder(f))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut h = open(&a.db)?;
+    let mut h = open(&a.db, Access::Create)?;
+    // A run the history holds with other rows is refused before any run
+    // is imported (each import refuses it too, in its transaction).
+    for r in &runs {
+        h.refuse_changed(r)?;
+    }
     for r in &runs {
         let o = h.import(r)?;
         if let Some(l) = &a.label {
@@ -375,7 +382,7 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
 }
 
 fn show(a: ShowArgs) -> anyhow::Result<u8> {
-    let mut h = open(&a.series.db)?;
+    let mut h = open(&a.series.db, Access::Read)?;
     let series = h.series(a.series.metric, a.series.cell.as_ref())?;
     print!(
         "{}",
@@ -395,7 +402,7 @@ fn changes(a: ChangesArgs) -> anyhow::Result<u8> {
         return Err(bad_input("history changes: --format text or json").into());
     }
     let opts = a.test.options()?;
-    let mut h = open(&a.series.db)?;
+    let mut h = open(&a.series.db, Access::Read)?;
     let s = &a.series;
     let series = h.series(s.metric, s.cell.as_ref())?;
     let mut found = lazyinit_history::changes::find(&series, &opts);
@@ -423,16 +430,17 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
     if a.format == Format::Csv {
         return Err(bad_input("history check: --format text, json or junit").into());
     }
-    if let Some(parent) = a.out.as_deref().and_then(Path::parent) {
-        if !parent.as_os_str().is_empty() && !parent.is_dir() {
-            return Err(
-                bad_input(format!("--out: {} is not a directory", parent.display())).into(),
-            );
-        }
-    }
     let opts = a.test.options()?;
+    // Opened before the history is touched: never the run's files, the
+    // database, or a place that cannot take it.
+    let reads = db_reads(&a.db.url()?, Reads::new().run_folder(&a.folder));
+    let out = super::report::Output::open(&a.out, &reads)?;
     let (run, planned) = read_run(&a.folder)?;
-    let mut h = open(&a.db)?;
+    let mut h = open(&a.db, Access::Create)?;
+    // What the gate cannot judge is refused before the run is imported:
+    // rows that differ from the stored run's, a date before the history,
+    // a run of another spec than its series' (unless runs are chosen).
+    h.refuse_unjudgeable(&run, a.baseline.is_empty())?;
     let outcome = h.import(&run)?;
     let mut report = if a.baseline.is_empty() {
         check::check(&mut h, &outcome.run_key, &planned, a.metric, &opts)?
@@ -446,26 +454,23 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
         Format::Json => render::json(&report),
         _ => render::check_text(&report),
     };
-    match &a.out {
-        Some(p) => write_atomically(p, &text)?,
-        None => print!("{text}"),
-    }
+    out.finish(&text)?;
     if a.out.is_some() || a.format != Format::Text {
         eprint!("{}", render::check_text(&report));
     }
     Ok(report.exit_code())
 }
 
-/// Written whole or not at all.
-fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp-history");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+/// `reads` and the history's files, when it is a SQLite file.
+pub fn db_reads(url: &DbUrl, reads: Reads) -> Reads {
+    match url {
+        DbUrl::Sqlite(p) => reads.sqlite(p),
+        DbUrl::Postgres(_) => reads,
+    }
 }
 
 fn ack(a: AckArgs) -> anyhow::Result<u8> {
-    let mut h = open(&a.db)?;
+    let mut h = open(&a.db, Access::Read)?;
     let alert = h.set_alert_state(&a.id, a.state, &a.note)?;
     println!(
         "{} {} ({}): {}",
@@ -478,7 +483,7 @@ fn ack(a: AckArgs) -> anyhow::Result<u8> {
 }
 
 fn generate(a: GenerateArgs) -> anyhow::Result<u8> {
-    let mut h = open(&a.db)?;
+    let mut h = open(&a.db, Access::Create)?;
     let t = std::time::Instant::now();
     for r in lazyinit_history::generate::history(a.runs, a.seed) {
         h.import(&r)?;

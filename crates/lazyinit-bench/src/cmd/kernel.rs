@@ -151,6 +151,7 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
         source: a.source,
         profile: a.profile,
         config: a.config,
+        as_committed: false,
     };
     let mut opts = BuildOptions::default();
     if let Some(d) = a.cache_dir {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use lazyinit_core::exit::{self, bad_input};
+use lazyinit_core::output::Reads;
 use lazyinit_core::{ByteSize, Variant};
 use lazyinit_history::names::series_id;
 use lazyinit_history::series::StoredRow;
@@ -43,6 +44,25 @@ pub struct PublishArgs {
 
 pub fn publish(a: PublishArgs) -> anyhow::Result<u8> {
     let t = std::time::Instant::now();
+    // Both outputs are checked before the history is read (reading it
+    // raises alerts): never the database, the --data file, each other.
+    let reads = match &a.data {
+        Some(p) => Reads::new().file(p),
+        None => super::history::db_reads(&a.db.url()?, Reads::new()),
+    };
+    let save = match &a.save_data {
+        Some(p) => Some(super::report::open_file(
+            "save-data",
+            p,
+            &reads.clone().tree(&a.out),
+        )?),
+        None => None,
+    };
+    let site_reads = match &a.save_data {
+        Some(p) => reads.clone().file(p),
+        None => reads.clone(),
+    };
+    site::check_out(&a.out, &site_reads)?;
     let data = match &a.data {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -56,11 +76,10 @@ pub fn publish(a: PublishArgs) -> anyhow::Result<u8> {
         }
         None => from_history(&a)?,
     };
-    if let Some(p) = &a.save_data {
-        std::fs::write(p, serde_json::to_string_pretty(&data)?)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+    if let Some(f) = save {
+        f.finish(serde_json::to_string_pretty(&data)?.as_bytes())?;
     }
-    let done = site::publish(&data, &a.out)?;
+    let done = site::publish(&data, &a.out, &site_reads)?;
     eprintln!(
         "published {} series, {} alerts to {}: {} files, {} bytes, {:.2} s",
         data.series.len(),
@@ -75,7 +94,7 @@ pub fn publish(a: PublishArgs) -> anyhow::Result<u8> {
 
 fn from_history(a: &PublishArgs) -> anyhow::Result<site::SiteData> {
     let url = a.db.url()?;
-    let mut h = History::open(&url)?;
+    let mut h = History::open_as(&url, lazyinit_history::Access::Read)?;
     let rows = h.stored_rows()?;
     let series = lazyinit_history::names::build(&rows, a.metric, None);
     let mut changes = lazyinit_history::changes::find(&series, &ChangeOptions::default());
@@ -187,6 +206,7 @@ fn series_data(s: &Series, changes: &[&Change], links: &Links) -> site::SeriesDa
             sleep_ticks: p.sleep_ticks.clone(),
             estimated: p.estimated,
             link: links.run(&p.folder, 1),
+            harness: p.harness.clone(),
         })
         .collect();
     site::SeriesData {

@@ -48,7 +48,7 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<u8> {
     if !matches!(format, Format::Markdown | Format::Csv | Format::Json) {
         return Err(bad_input("replay writes markdown, csv or json").into());
     }
-    let out = super::report::Output::open(&a.out, &a.csv.iter().collect::<Vec<_>>())?;
+    let out = super::report::Output::open(&a.out, &super::report::csv_reads(&a.csv))?;
     let rows = load(&a.csv).map_err(lazyinit_core::exit::refused)?;
     let r = lazyinit_report::replay::replay(&rows, &a.after, a.tolerance);
     let text = match format {

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use lazyinit_core::exit::bad_input;
-use lazyinit_core::output::{self, OutputFile};
+use lazyinit_core::output::{self, OutputFile, Reads};
 use lazyinit_report::compare::{compare as compare_cells, CompareOptions, KeyField};
-use lazyinit_report::input::{load, load_cycles};
+use lazyinit_report::input::load;
 use lazyinit_report::render::{self, Format};
 use lazyinit_report::{plot, Metric};
 
@@ -86,10 +86,10 @@ pub(crate) enum Output {
 }
 
 impl Output {
-    pub(crate) fn open(out: &Option<PathBuf>, inputs: &[&PathBuf]) -> anyhow::Result<Self> {
+    pub(crate) fn open(out: &Option<PathBuf>, reads: &Reads) -> anyhow::Result<Self> {
         Ok(match out {
             None => Output::Stdout(std::io::stdout().lock()),
-            Some(dest) => Output::File(open_file("out", dest, inputs)?),
+            Some(dest) => Output::File(open_file("out", dest, reads)?),
         })
     }
 
@@ -102,15 +102,20 @@ impl Output {
     }
 }
 
-/// A file output that is refused (exit 2) when it is one of `inputs`, a
+/// A file output that is refused (exit 2) when it is one of `reads`, a
 /// folder, or cannot be made.
 pub(crate) fn open_file(
     flag: &'static str,
     dest: &Path,
-    inputs: &[&PathBuf],
+    reads: &Reads,
 ) -> anyhow::Result<OutputFile> {
-    let inputs: Vec<&Path> = inputs.iter().map(|p| p.as_path()).collect();
-    output::open(flag, dest, &inputs).map_err(|e| lazyinit_core::exit::refused(e).into())
+    output::open(flag, dest, reads).map_err(|e| lazyinit_core::exit::refused(e).into())
+}
+
+/// What reading these results.csv files reads: each, its run's spec.toml
+/// and its cells' folders (groups data, the files KCIDB lists).
+pub(crate) fn csv_reads<'a>(csvs: impl IntoIterator<Item = &'a PathBuf>) -> Reads {
+    csvs.into_iter().fold(Reads::new(), |r, c| r.results_csv(c))
 }
 
 fn format_of(format: Option<Format>, out: &Option<PathBuf>) -> Format {
@@ -143,7 +148,7 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     if a.origin.is_some() || a.cache_dir.is_some() {
         return Err(bad_input("--origin and --cache-dir go with --format kcidb").into());
     }
-    let inputs: Vec<&PathBuf> = a.csv.iter().collect();
+    let inputs = csv_reads(&a.csv);
     let out = Output::open(&a.out, &inputs)?;
     let svgs = match &a.svg {
         Some(svg) => Some((
@@ -162,18 +167,18 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
     };
     out.finish(&text).context("cannot write the report")?;
     if let Some((bars, cycles)) = svgs {
+        let p = plot::plots(&rep, &loaded)?;
         let path = bars.path().to_path_buf();
-        bars.finish(plot::bars_svg(&rep)?.as_bytes())?;
+        bars.finish(p.bars.as_bytes())?;
         eprintln!("wrote {}", path.display());
-        let (series, warnings) = load_cycles(&loaded);
-        for w in warnings {
+        for w in p.warnings {
             eprintln!("warning: {w}");
         }
         // Without series the cycles output is dropped unwritten (nothing made).
-        if !series.is_empty() {
-            let p = cycles.path().to_path_buf();
-            cycles.finish(plot::cycles_svg(&series)?.as_bytes())?;
-            eprintln!("wrote {} ({} runs)", p.display(), series.len());
+        if let Some((svg, runs)) = p.cycles {
+            let path = cycles.path().to_path_buf();
+            cycles.finish(svg.as_bytes())?;
+            eprintln!("wrote {} ({runs} runs)", path.display());
         }
     }
     Ok(lazyinit_core::exit::OK)
@@ -190,9 +195,9 @@ fn kcidb(a: ReportArgs) -> anyhow::Result<u8> {
         .as_deref()
         .unwrap_or(lazyinit_report::kcidb::DEFAULT_ORIGIN);
     lazyinit_report::kcidb::ids::check_origin(origin).map_err(bad_input)?;
-    let out = Output::open(&a.out, &a.csv.iter().collect::<Vec<_>>())?;
-    let loaded = load_all(&a.csv)?;
     let cache_dir = a.cache_dir.unwrap_or_else(lazyinit_core::paths::cache_dir);
+    let out = Output::open(&a.out, &csv_reads(&a.csv).tree(&cache_dir))?;
+    let loaded = load_all(&a.csv)?;
     let kernels = super::kcidb::kernel_facts(&loaded, &cache_dir);
     let files = super::kcidb::run_files(&loaded);
     let rows: Vec<_> = loaded.into_iter().map(|l| l.row).collect();
@@ -226,8 +231,7 @@ pub async fn compare(a: CompareArgs) -> anyhow::Result<u8> {
     if format == Format::Kcidb {
         return Err(bad_input("--format kcidb is a format of `report` only").into());
     }
-    let inputs: Vec<&PathBuf> = a.baseline.iter().chain(&a.candidate).collect();
-    let out = Output::open(&a.out, &inputs)?;
+    let out = Output::open(&a.out, &csv_reads(a.baseline.iter().chain(&a.candidate)))?;
     let rows = |paths: &[PathBuf]| -> anyhow::Result<Vec<_>> {
         Ok(load_all(paths)?.into_iter().map(|l| l.row).collect())
     };

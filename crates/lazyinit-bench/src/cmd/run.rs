@@ -1,7 +1,7 @@
 //! `lazyinit-bench run` and `plan`.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,7 +78,7 @@ pub struct RunArgs {
     /// Seconds to wait for SSH after launch.
     #[arg(long, default_value_t = 300)]
     pub boot_timeout: u64,
-    /// Do not print the table at the end.
+    /// Do not print the table at the end, nor write report.md and the plots.
     #[arg(long)]
     pub no_report: bool,
     /// Import each row into a history as it is written (docs/history.md):
@@ -308,6 +308,36 @@ fn resolve_shard(
     }
 }
 
+/// The results folder, checked before any key, folder or banner: a folder
+/// (or none yet) on a real file system that can be created in, not the
+/// spec file or the kernel config, and, when it holds anything, a results
+/// folder of a run before (rerunning resumes it).
+fn check_out(out: &Path, args: &SpecArgs, spec: &Spec) -> anyhow::Result<()> {
+    let mut reads = lazyinit_core::output::Reads::new();
+    if let Some(p) = args.spec.as_deref().map(Path::new).filter(|p| p.exists()) {
+        reads = reads.file(p);
+    }
+    if let Some(c) = &spec.kernel_config {
+        reads = reads.file(c);
+    }
+    let run_files = [
+        RunFolder::RESULTS_CSV,
+        RunFolder::SPEC_TOML,
+        RunFolder::COMMAND_TXT,
+        RunFolder::LOCK,
+        RunFolder::SHARD_TOML,
+        RunFolder::MERGE_TOML,
+    ];
+    lazyinit_core::output::guard_folder(
+        "out",
+        out,
+        &reads,
+        "a results folder (no results.csv, spec.toml or command.txt)",
+        |d| run_files.iter().any(|f| d.join(f).exists()),
+    )
+    .map_err(|e| lazyinit_core::exit::refused(e).into())
+}
+
 // Long: the run command top to bottom (spec, provider, plan, events, run, summary, exit code), read in one go.
 pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     let shard = resolve_shard(a.shard)?;
@@ -315,7 +345,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     // Bad input before any key, folder or banner: a file, a device, /proc
     // or a read-only place is not a results folder.
     if let Some(out) = &a.out {
-        lazyinit_core::output::check_folder("out", out).map_err(lazyinit_core::exit::refused)?;
+        check_out(out, &a.spec, &spec)?;
     }
     if a.boot_timeout == 0 || a.boot_timeout > MAX_BOOT_TIMEOUT_S {
         return Err(bad_input(format!(
@@ -361,7 +391,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             .unwrap_or_default();
         out.set_file_name(format!("{name}-alone"));
     }
-    lazyinit_core::output::check_folder("out", &out).map_err(lazyinit_core::exit::refused)?;
+    check_out(&out, &a.spec, &spec)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone(), keys.own_dir().map(PathBuf::from));
 
@@ -422,7 +452,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         summary.results_csv.display()
     );
     if !a.no_report && summary.results_csv.exists() {
-        match table_for(&summary.results_csv) {
+        match report_beside(&RunFolder::of_results_csv(&summary.results_csv)) {
             Ok(t) => println!("{t}"),
             Err(e) => eprintln!("(no table: {})", crate::fail::text(&e)),
         }
@@ -442,13 +472,132 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// The table printed at the end of `run`: the same markdown as `report`.
-fn table_for(csv: &std::path::Path) -> anyhow::Result<String> {
-    let rows = lazyinit_core::results::read_rows(csv)?;
+/// The end of `run`: the report of the folder's `results.csv`, as
+/// `lazyinit-bench report --svg` makes it, written beside it through the
+/// folder's writer (`report.md`, `report.svg`, `report-cycles.svg` when a
+/// run has its groups); returns the markdown, the table printed.
+fn report_beside(folder: &RunFolder) -> anyhow::Result<String> {
+    let loaded = lazyinit_report::input::load(&[folder.results_csv()])?;
+    let rows: Vec<_> = loaded.iter().map(|l| l.row.clone()).collect();
     let rep = lazyinit_report::build(&rows, lazyinit_report::Metric::default());
-    Ok(lazyinit_report::render::markdown::render(&rep))
+    let text = lazyinit_report::render::markdown::render(&rep);
+    folder.put(RunFolder::REPORT_MD, &text)?;
+    // A plot that cannot be drawn costs the plots, never the table.
+    let plots = match lazyinit_report::plot::plots(&rep, &loaded) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("(no plots: {e})");
+            return Ok(text);
+        }
+    };
+    for w in &plots.warnings {
+        eprintln!("warning: {w}");
+    }
+    folder.put(RunFolder::REPORT_SVG, &plots.bars)?;
+    if let Some((svg, _)) = &plots.cycles {
+        folder.put(RunFolder::REPORT_CYCLES_SVG, svg)?;
+    }
+    Ok(text)
 }
 
 fn show_bars() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::path::Path;
+
+    /// `run` ends by keeping the report beside its results (README:
+    /// "with `report.md` and plots beside the CSV"): the markdown `report`
+    /// prints, its bars, and the cycle times of the runs with groups.
+    #[test]
+    fn the_report_and_its_plots_are_written_beside_the_results() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../lazyinit-report/tests/fixtures/qemu-64g");
+        let dir = tempfile::tempdir().unwrap();
+        let folder = RunFolder::new(dir.path());
+        std::fs::copy(fixture.join("results.csv"), folder.results_csv()).unwrap();
+        for cell in [
+            "qemu-arm64-debian-6.1-hz100-fix-64GiB-r3",
+            "qemu-arm64-debian-6.1-hz100-nofix-64GiB-r1",
+        ] {
+            std::fs::create_dir(dir.path().join(cell)).unwrap();
+            let groups = Path::new(cell).join("groups.csv");
+            std::fs::copy(fixture.join(&groups), dir.path().join(&groups)).unwrap();
+        }
+        let text = report_beside(&folder).unwrap();
+        let rows = lazyinit_core::results::read_rows(folder.results_csv()).unwrap();
+        let want = lazyinit_report::render::markdown::render(&lazyinit_report::build(
+            &rows,
+            lazyinit_report::Metric::default(),
+        ));
+        assert_eq!(text, want, "the table printed is `report`'s");
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        assert_eq!(read(RunFolder::REPORT_MD), want);
+        assert!(read(RunFolder::REPORT_SVG).contains("<svg"));
+        assert!(read(RunFolder::REPORT_CYCLES_SVG).contains("<svg"));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        spec: SpecArgs,
+    }
+
+    fn refusal(out: &Path, spec_args: &[&str]) -> Option<String> {
+        let a = Cli::try_parse_from(std::iter::once("run").chain(spec_args.iter().copied()))
+            .unwrap()
+            .spec;
+        let spec = resolve_spec(&a).unwrap();
+        check_out(out, &a, &spec).err().map(|e| {
+            assert_eq!(crate::fail::code(&e), exit::BAD_INPUT, "{e}");
+            format!("{e}")
+        })
+    }
+
+    /// `run --out` (which needs guests past this point): never the spec
+    /// or the kernel config, never over a folder holding them, never a
+    /// non-empty folder that is not a results folder; a new, empty or
+    /// earlier results folder is taken. Nothing is made by the check.
+    #[test]
+    fn the_results_folder_is_never_an_input_or_a_tree_it_does_not_own() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let specs = root.join("specs");
+        std::fs::create_dir_all(specs.join("x")).unwrap();
+        let spec = specs.join("quick.toml");
+        std::fs::write(&spec, spec::preset("quick").unwrap()).unwrap();
+        let config = specs.join("my.config");
+        std::fs::write(&config, "CONFIG_EXT4_FS=y\n").unwrap();
+        let link = root.join("link");
+        std::os::unix::fs::symlink(&specs, &link).unwrap();
+        let mine = root.join("mine");
+        std::fs::create_dir(&mine).unwrap();
+        std::fs::write(mine.join("notes.md"), "mine").unwrap();
+        let s = spec.to_str().unwrap();
+        let with_config = [s, "--kernel-config", config.to_str().unwrap()];
+        for (out, args, why) in [
+            (specs.clone(), &[s][..], "would replace"),
+            (link.clone(), &[s][..], "would replace"),
+            (specs.join("x/.."), &[s][..], "would replace"),
+            (config.clone(), &with_config[..], "would replace"),
+            (mine.clone(), &["quick"][..], "not a results folder"),
+        ] {
+            let e = refusal(&out, args).unwrap_or_else(|| panic!("{} taken", out.display()));
+            assert!(e.contains(why), "{}: {e}", out.display());
+        }
+        let before: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
+        // Taken: a new folder, an empty one, an earlier run's.
+        let earlier = root.join("earlier");
+        std::fs::create_dir(&earlier).unwrap();
+        std::fs::write(earlier.join("results.csv"), "").unwrap();
+        for out in [root.join("new/run"), specs.join("x"), earlier] {
+            assert_eq!(refusal(&out, &[s]), None, "{}", out.display());
+        }
+        assert!(!root.join("new").exists(), "the check makes nothing");
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), before.len() + 1);
+    }
 }

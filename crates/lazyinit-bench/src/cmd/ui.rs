@@ -154,10 +154,11 @@ impl Bars {
                 }
             }
             Event::Note { message, .. } => {
-                if bars {
+                if bars && !message.starts_with("warning:") {
                     pb.set_message(message.chars().take(40).collect::<String>());
                 } else {
-                    eprintln!("{cell}: {message}");
+                    // A warning stays on the screen, above the bars.
+                    mp.suspend(|| eprintln!("{cell}: {message}"));
                 }
             }
             Event::Finished {

@@ -39,6 +39,8 @@ pub(super) fn check(row: &ResultRow) -> Result<(), String> {
         ("estimate_cycle_ms", m.estimate_cycle_ms),
         ("lazyinit_lo_s", m.lazyinit_lo_s),
         ("lazyinit_hi_s", m.lazyinit_hi_s),
+        ("z1_lo_ms", m.z1_lo_ms),
+        ("z1_hi_ms", m.z1_hi_ms),
     ];
     for (name, v) in values {
         if let Some(v) = v {
@@ -70,6 +72,15 @@ pub(super) fn check(row: &ResultRow) -> Result<(), String> {
     {
         return Err(format!(
             "column `crossed_ticks`: {v} is not a measurement (it is finite, at most {MAX_TICKS:e} ticks); fix or remove the row"
+        ));
+    }
+    // A row torn inside its last column still has every field: a commit
+    // cut short is refused here, not read as another commit.
+    let commit = &row.harness_commit;
+    if !commit.is_empty() && !crate::is_harness_commit(commit) {
+        return Err(format!(
+            "column `harness_commit`: `{commit}` is not a harness commit (40 hex digits, \
+             then `-dirty` or nothing, or `unknown`); fix or remove the row"
         ));
     }
     if row.status == Status::Ok && m.lazyinit_s.is_none() {
@@ -156,6 +167,29 @@ mod tests {
             assert!(e.contains(needle), "{v}: {e}");
         }
         assert_eq!(read(&with_lazyinit("60.5")).unwrap().len(), 1);
+    }
+
+    /// A harness commit is 40 hex digits (and `-dirty`) or `unknown`; one
+    /// cut short, as a row torn inside it, is refused, not read.
+    #[test]
+    fn a_harness_commit_cut_short_is_refused() {
+        let text = csv_of(&[sample()]);
+        assert!(read(&text).is_ok());
+        let commit = sample().harness_commit;
+        for (bad, ok) in [
+            (&commit[..30], false),
+            (commit.trim_end_matches("-dirty"), true),
+            ("unknown", true),
+            ("", true),
+            ("0F1E2D3C4B5A69788796A5B4C3D2E1F00F1E2D3C", false),
+        ] {
+            let got = read(&text.replace(&commit, bad));
+            assert_eq!(got.is_ok(), ok, "{bad}: {got:?}");
+            if !ok {
+                let e = got.unwrap_err();
+                assert!(e.contains("column `harness_commit`"), "{e}");
+            }
+        }
     }
 
     #[test]

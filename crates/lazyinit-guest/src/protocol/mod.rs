@@ -15,7 +15,7 @@
 
 mod calibrate;
 mod retry;
-mod steps;
+pub(crate) mod steps;
 #[cfg(test)]
 mod tests;
 mod verify;
@@ -170,6 +170,10 @@ pub fn run(
     steps::interrupted(opts)?;
     // From here on the guest runs above unmeasured work on the host.
     let measuring = opts.gate.measuring();
+    // The profile's window (the calibration aims at its target), and
+    // whether the kept first zeroing (the row's z1) is in it: said in the
+    // row, never silent.
+    let window = opts.z1_target.map(|t| z1_window(exp.hz, opts.wait_mult, t));
     let mut calibrated_part = None;
     if let Some(dev) = &opts.warmup_device {
         opts.events
@@ -178,6 +182,13 @@ pub fn run(
             m.z1_target_ms = Some(ms(c.z1_target));
             m.guest_part_ms = Some(ms(c.guest_part));
             calibrated_part = Some(c.guest_part);
+            // Told before the measured mount, not after its attempts: a
+            // host that moves the first zeroing by more than the window
+            // is unlikely to hold the target's L.
+            let samples = ev.storage.calibration.as_ref().map(|n| &n.samples[..]);
+            if let Some(w) = samples.zip(window).and_then(|(s, w)| noisy_host(s, w)) {
+                opts.events.note(cell, w);
+            }
         }
     }
     steps::arm_trace(remote, &kb)?;
@@ -208,6 +219,7 @@ pub fn run(
         ev,
     )?;
     if stopped {
+        retry::record_window(&mut m, window);
         return Ok(m);
     }
     steps::poll_until_done(remote, exp, opts, groups.to_init, mounted_at, &mut m)?;
@@ -215,7 +227,39 @@ pub fn run(
 
     opts.events.phase(cell, Phase::Collect);
     steps::collect(remote, exp, opts, groups, &mut m, ev)?;
+    retry::record_window(&mut m, window);
     Ok(m)
+}
+
+/// The warning a calibration gives when its warm first zeroings (the
+/// cold ones left out) spread over at least the window that holds the
+/// target's L: the host's noise is then larger than what the profile can
+/// aim at, whatever the hold. None when they fit (or are too few to say).
+pub(crate) fn noisy_host(samples: &[Duration], (lo, hi): (f64, f64)) -> Option<String> {
+    let warm: Vec<f64> = samples
+        .iter()
+        .skip(calibrate::COLD_MOUNTS)
+        .map(|d| d.as_secs_f64())
+        .collect();
+    if warm.len() < 2 {
+        return None;
+    }
+    let min = warm.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = warm.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let width = hi - lo;
+    (max - min >= width).then(|| {
+        format!(
+            "warning: this host moved the first zeroing over {:.2} ms in calibration \
+             ({:.2}-{:.2} ms), as wide as or wider than the {:.2} ms window that holds \
+             the target's L: the L may miss (up to {MAX_ATTEMPTS} attempts, then the row \
+             says profile_held=false); fewer cells at once (--concurrency) or a quieter \
+             host hold it better",
+            (max - min) * 1e3,
+            min * 1e3,
+            max * 1e3,
+            width * 1e3,
+        )
+    })
 }
 
 fn ms(d: Duration) -> f64 {

@@ -233,14 +233,35 @@ pub(super) fn poll_until_done(
             return Ok(());
         }
         if mounted_at.elapsed() > opts.lazyinit_deadline {
-            return Err(GuestError::Timeout {
-                step: "lazyinit",
-                after: opts.lazyinit_deadline,
-            });
+            return Err(lazyinit_timeout(opts, &poll, done, to_init));
         }
         // Every poll runs a shell in this very guest: no faster than asked,
         // so that one rarely lands on a zeroing.
         sleep_unless_cancelled(opts.poll_interval, &opts.cancel)?;
+    }
+}
+
+/// The deadline passed with the thread alive: how far it got and the
+/// state and wait channel the last poll saw (`D` in a block layer
+/// function is a stuck request, `S`/`R` with groups still coming a slow
+/// host).
+pub(crate) fn lazyinit_timeout(
+    opts: &ProtocolOptions,
+    poll: &std::collections::BTreeMap<String, String>,
+    done: u64,
+    total: u64,
+) -> GuestError {
+    let field = |k: &str| poll.get(k).map(String::as_str).filter(|v| !v.is_empty());
+    let thread = match (field("state"), field("wchan")) {
+        (Some(s), Some(w)) => format!("in state {s}, waiting in {w}"),
+        (Some(s), None) => format!("in state {s}"),
+        _ => "state unknown".to_string(),
+    };
+    GuestError::LazyinitTimeout {
+        after: opts.lazyinit_deadline,
+        done,
+        total,
+        thread,
     }
 }
 

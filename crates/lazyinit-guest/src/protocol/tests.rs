@@ -148,6 +148,22 @@ fn whole_protocol_on_a_scripted_guest() {
     assert_eq!(ev.storage.render(), None, "no hold, no storage.txt");
 }
 
+/// A thread still alive at its deadline: the error says how far it got and
+/// where it waits, so a stuck request reads apart from a slow host.
+#[test]
+fn a_thread_past_its_deadline_says_how_far_it_got() {
+    let mut g = guest(64, 64, 0);
+    g.exit_at_poll = u32::MAX;
+    let mut o = opts();
+    o.lazyinit_deadline = Duration::from_millis(50);
+    o.poll_interval = Duration::from_millis(20);
+    let err = run(&mut g, &exp(), &o, &mut Evidence::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "lazyinit did not finish within 50ms: 10 of 64 groups zeroed, the thread in state D, waiting in blk_mq_get_tag"
+    );
+}
+
 #[test]
 fn lost_events_are_an_error() {
     let mut g = guest(64, 60, 0);
@@ -316,6 +332,36 @@ fn a_first_zeroing_outside_the_target_interval_is_made_again() {
     assert_eq!(g.steps.iter().filter(|s| **s == "mount").count(), 1);
 }
 
+/// The retry decides on the device, never on the kernel (issue 37): a
+/// kernel patched to sleep one tick more than its formula, on a first
+/// zeroing inside the window, is measured as it is, in one attempt.
+#[test]
+fn a_kernel_sleeping_another_l_is_measured_as_it_is_in_one_attempt() {
+    let mut o = opts();
+    o.warmup_device = Some("/dev/vdb".into());
+    o.z1_target = Some(Duration::from_micros(3400));
+    o.hold = Some(Arc::new(FakeHold(std::sync::Mutex::new(
+        Duration::from_micros(2300),
+    ))));
+    let fix = Expectation {
+        variant: Variant::Fix,
+        kernel_release: "6.1.158-lazyinit-hz250-fix".into(),
+        ..exp()
+    };
+    let mut g = FakeGuest::new(fix.arch, fix.hz, fix.variant, &fix.kernel_release, 64);
+    // 3.45 ms is in [3.2, 3.6): the model's L is 8, this kernel sleeps 9.
+    g.first_zeroings_us = vec![3450];
+    g.extra_sleep_ticks = 1;
+    let m = run(&mut g, &fix, &o, &mut Evidence::default()).unwrap();
+    let mounts = g.steps.iter().filter(|s| **s == "mount").count();
+    assert_eq!(mounts, 1, "{:?}", g.steps);
+    assert_eq!(m.z1_attempts, Some(1));
+    assert_eq!(m.sleep_ticks, Some(9), "the kernel's L, as it is");
+    assert!(close(m.z1_ms, 3.45), "{:?}", m.z1_ms);
+    assert_eq!(m.profile_held, Some(true));
+    assert_eq!((m.z1_lo_ms, m.z1_hi_ms), (Some(3.2), Some(3.6)));
+}
+
 /// With a calibration, the row counts the measured mounts it took.
 #[test]
 fn attempts_are_counted_with_a_calibration() {
@@ -336,6 +382,12 @@ fn attempts_are_counted_with_a_calibration() {
     let mut ev = Evidence::default();
     let m = run(&mut g, &fix, &o, &mut ev).unwrap();
     assert_eq!(m.z1_attempts, Some(MAX_ATTEMPTS));
+    // The last attempt missed too: the row says so, never silent.
+    assert_eq!(m.profile_held, Some(false));
+    assert_eq!(
+        m.profile_miss().as_deref(),
+        Some("profile not held: first zeroing 3.10 ms, want 3.20-3.60")
+    );
     // Each next hold is aimed at the median of the calibrated guest
     // part and every missed one, not at the last miss alone.
     let kv = key_values(&ev.storage.render().unwrap());
@@ -419,4 +471,31 @@ fn calibration_without_every_zeroing_timed_fails() {
             ..
         })
     ));
+}
+
+/// A host whose warm calibration zeroings spread over the window is told
+/// before the measured mount (issue 37: the first zeroings 2.22-3.08 ms of
+/// a loaded host against [3.2, 3.6) were kept silently); a quiet one is
+/// not.
+#[test]
+fn a_noisy_calibration_warns_before_the_measured_mount() {
+    let ms = |v: &[f64]| -> Vec<Duration> {
+        v.iter().map(|m| Duration::from_secs_f64(m / 1e3)).collect()
+    };
+    let window = z1_window(Hz::new(250).unwrap(), 10, Duration::from_micros(3400));
+    let loaded = ms(&[5.9, 4.2, 3.05, 3.08, 2.22, 2.62]);
+    let w = super::noisy_host(&loaded, window).expect("a loaded host is told");
+    assert!(
+        w.starts_with("warning: ") && w.contains("0.86 ms") && w.contains("2.22-3.08 ms"),
+        "{w}"
+    );
+    assert!(
+        w.contains("0.40 ms window") && w.contains("--concurrency"),
+        "{w}"
+    );
+    // The cold mounts (TCG translating) are left out: 5.9 and 4.2 do not
+    // make a quiet host noisy.
+    let quiet = ms(&[5.9, 4.2, 3.40, 3.45, 3.50, 3.42]);
+    assert_eq!(super::noisy_host(&quiet, window), None);
+    assert_eq!(super::noisy_host(&ms(&[5.9, 4.2, 3.4]), window), None);
 }

@@ -10,32 +10,9 @@ use lazyinit_core::results::read_rows;
 use lazyinit_history::provenance::{CellFacts, RunFacts};
 use lazyinit_history::{DbUrl, RunImport};
 
-pub const PG_ENV: &str = "LAZYINIT_TEST_POSTGRES";
-
-/// The server's URL: the test fails (not skips) without one.
-pub fn postgres_base() -> String {
-    std::env::var(PG_ENV).unwrap_or_else(|_| {
-        panic!("{PG_ENV} is not set: run scripts/history-postgres.sh (scripts/test.sh does) and export its URL")
-    })
-}
-
 /// A new, empty database on the test server.
 pub fn fresh_postgres(tag: &str) -> DbUrl {
-    let base = postgres_base();
-    let name = format!(
-        "t_{tag}_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_000
-    );
-    let mut c = postgres::Client::connect(&base, postgres::NoTls)
-        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {base}: {e}"));
-    c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    DbUrl::Postgres(format!("{prefix}/{name}"))
+    DbUrl::Postgres(lazyinit_core::testing::fresh_postgres(tag))
 }
 
 pub fn fresh_sqlite(dir: &Path) -> DbUrl {

@@ -15,6 +15,36 @@ pub use bars::bars_svg;
 pub use cycles::cycles_svg;
 pub use trend::{sparkline, trend, TrendPoint};
 
+/// The plots of a report: what `report --svg` writes and `run` keeps
+/// beside its `results.csv`.
+pub struct Plots {
+    /// The cells' bars ([`bars_svg`]).
+    pub bars: String,
+    /// The per-group cycle times ([`cycles_svg`]) and how many runs they
+    /// show; `None` when no run has its `groups.csv` beside it.
+    pub cycles: Option<(String, usize)>,
+    /// Runs whose `groups.csv` could not be read, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Draws the plots of `report` from the rows it was built of.
+pub fn plots(
+    report: &crate::Report,
+    loaded: &[crate::input::LoadedRow],
+) -> Result<Plots, PlotError> {
+    let bars = bars_svg(report)?;
+    let (series, warnings) = crate::input::load_cycles(loaded);
+    let cycles = match series.is_empty() {
+        true => None,
+        false => Some((cycles_svg(&series)?, series.len())),
+    };
+    Ok(Plots {
+        bars,
+        cycles,
+        warnings,
+    })
+}
+
 /// Estimated values: never the measured blue.
 pub(crate) const ESTIMATE: plotters::style::RGBColor = plotters::style::RGBColor(230, 130, 0);
 

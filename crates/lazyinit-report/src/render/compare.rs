@@ -28,8 +28,13 @@ fn side(s: Option<&Summary>, estimated: bool) -> String {
 /// One line a gate log can grep for.
 pub fn summary_line(c: &Comparison) -> String {
     use crate::compare::Verdict::*;
+    // Said only when there are any: the line is grepped as it was.
+    let unknown = match c.count(Unknown) {
+        0 => String::new(),
+        n => format!(", {n} UNKNOWN (storage profile not held)"),
+    };
     format!(
-        "{} cells compared: {} regression(s), {} improvement(s), {} unchanged, {} with insufficient data, {} missing on one side; exit {}",
+        "{} cells compared: {} regression(s), {} improvement(s), {} unchanged{unknown}, {} with insufficient data, {} missing on one side; exit {}",
         c.cells.len(),
         c.count(Regression),
         c.count(Improvement),

@@ -68,6 +68,11 @@ fn outcome(c: &Comparison, x: &CellComparison) -> Option<(&'static str, &'static
             "insufficient_data",
             format!("no ok run on a side: {detail}"),
         )),
+        Verdict::Unknown => Some((
+            "skipped",
+            "profile_not_held",
+            format!("UNKNOWN, the storage profile was not held: {detail}"),
+        )),
         Verdict::Improvement | Verdict::NoChange => None,
     }
 }

@@ -27,7 +27,18 @@ fn column_of(k: &CellKey) -> CellKey {
     k
 }
 
+/// The measured cell, marked when a run did not hold its storage profile
+/// (`16.24 (n=1) L=5, profile not held: first zeroing 2.28 ms, want
+/// 3.20-3.60`).
 fn measured(c: &CellStats) -> String {
+    let m = measured_only(c);
+    match c.profile_mark() {
+        Some(mark) => format!("{m} {}", mark.replace('|', "\\|")),
+        None => m,
+    }
+}
+
+fn measured_only(c: &CellStats) -> String {
     match &c.summary {
         None => "no data".into(),
         Some(s) => match (s.ci95, c.prediction) {
@@ -231,4 +242,28 @@ pub fn render(r: &Report) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// A cell with a run that did not hold its storage profile is marked
+    /// in the table, with the L it slept and the window it missed.
+    #[test]
+    fn a_cell_whose_profile_was_not_held_is_marked() {
+        let mut r = crate::cells::tests_support::row("debian-6.1", 16.24);
+        let held = super::render(&crate::build(&[r.clone()], Default::default()));
+        assert!(!held.contains("profile not held"), "{held}");
+        r.measured.sleep_ticks = Some(5);
+        r.measured.z1_ms = Some(2.28);
+        r.measured.profile_held = Some(false);
+        r.measured.z1_lo_ms = Some(3.2);
+        r.measured.z1_hi_ms = Some(3.6);
+        let md = super::render(&crate::build(&[r], Default::default()));
+        assert!(
+            md.contains(
+                "| 16.24 (n=1) L=5, profile not held: first zeroing 2.28 ms, want 3.20-3.60 |"
+            ),
+            "{md}"
+        );
+    }
 }

@@ -17,6 +17,13 @@ fn point(i: usize, value: f64, estimated: bool, n: usize) -> PointData {
         sleep_ticks: vec![if i < 3 { 3 } else { 4 }],
         estimated,
         link: Some(format!("../runs/nightly-{i:03}/report.md")),
+        // The last run by a build with changes, the first before the
+        // column (none recorded).
+        harness: match i {
+            0 => String::new(),
+            4 => format!("{}-dirty", "c6a35ce0".repeat(5)),
+            _ => "0f1e2d3c".repeat(5),
+        },
     }
 }
 
@@ -213,4 +220,172 @@ impl Chromium {
             page,
         );
     }
+}
+
+/// Markup that runs script if a page writes it unescaped: each marks the
+/// document (`data-pwned`), which the DOM Chromium builds would show.
+pub const SCRIPT: &str =
+    "<script>window.__pwned=1;document.documentElement.setAttribute('data-pwned','1')</script>";
+pub const BREAKOUT: &str =
+    "\"><img src=x onerror=\"document.documentElement.setAttribute('data-pwned','2')\">'><svg onload=\"document.documentElement.setAttribute('data-pwned','3')\">";
+
+/// Links no page may make a link of, and two it must keep.
+pub const BAD_LINKS: &[&str] = &[
+    "javascript:alert(1)",
+    "JaVaScRiPt:alert(2)",
+    " javascript:alert(3)",
+    "java\tscript:alert(4)",
+    "data:text/html,<script>alert(5)</script>",
+    "vbscript:msgbox(6)",
+    "\u{1}javascript:alert(7)",
+    "file:///etc/passwd",
+];
+pub const GOOD_LINKS: &[&str] = &["../runs/nightly-001/report.md", "https://example.org/r/1"];
+
+/// A hostile text for the field `name`: markup, a quote that ends an
+/// attribute, and the field's name so a test can find it shown.
+pub fn hostile_text(name: &str) -> String {
+    format!("{SCRIPT}{BREAKOUT}&amp;{name}")
+}
+
+/// The sample with every text field of SiteData hostile and every link a
+/// bad one (but two good), its series and alerts still pointing at each
+/// other. The destructuring names every field: a field added to SiteData
+/// fails to compile here until it is made hostile too.
+pub fn hostile() -> SiteData {
+    let mut d = sample();
+    let h = hostile_text;
+    let SiteData {
+        title,
+        generated_at,
+        metric,
+        unit,
+        series,
+        alerts,
+        latest,
+    } = &mut d;
+    *title = h("title");
+    *generated_at = h("generated_at");
+    *metric = h("metric");
+    *unit = h("unit");
+    let mut links = BAD_LINKS.iter().chain(GOOD_LINKS).cycle();
+    for (i, s) in series.iter_mut().enumerate() {
+        let SeriesData {
+            id,
+            label,
+            estimated: _,
+            points,
+            changes,
+        } = s;
+        *id = h(&format!("id{i}"));
+        *label = h(&format!("label{i}"));
+        for (j, p) in points.iter_mut().enumerate() {
+            let PointData {
+                run_id,
+                date,
+                kernel,
+                value: _,
+                ci: _,
+                n: _,
+                sleep_ticks: _,
+                estimated: _,
+                link,
+                harness,
+            } = p;
+            *run_id = h(&format!("run_id{i}.{j}"));
+            *harness = h(&format!("harness{i}.{j}"));
+            *date = h("date");
+            *kernel = h(&format!("kernel{i}.{j}"));
+            *link = Some(links.next().unwrap().to_string());
+        }
+        for c in changes {
+            let ChangeData {
+                index: _,
+                before,
+                after,
+                change_pct: _,
+                p: _,
+                alert,
+                state,
+                commits,
+            } = c;
+            for (side, x) in [("before", before), ("after", after)] {
+                let SideData {
+                    mean: _,
+                    runs: _,
+                    sleep_ticks: _,
+                    kernels,
+                    run,
+                    kernel,
+                    kernel_identity,
+                } = x;
+                *kernels = vec![h(&format!("{side}.kernels"))];
+                *run = h(&format!("{side}.run"));
+                *kernel = h(&format!("{side}.kernel"));
+                *kernel_identity = Some(h(&format!("{side}.kernel_identity")));
+            }
+            *alert = Some(h("change.alert"));
+            *state = Some(h("change.state"));
+            let CommitsData {
+                good,
+                bad,
+                log,
+                bisect,
+            } = commits.as_mut().unwrap();
+            *good = h("good");
+            *bad = h("bad");
+            *log = h("log");
+            *bisect = h("bisect");
+        }
+    }
+    let first = series[0].id.clone();
+    for (i, a) in alerts.iter_mut().enumerate() {
+        let AlertData {
+            id,
+            series,
+            run,
+            kind,
+            state,
+            note,
+            created_at,
+        } = a;
+        *id = h(&format!("alert{i}"));
+        *series = first.clone();
+        *run = h(&format!("alert.run{i}"));
+        *kind = h(&format!("kind{i}"));
+        // The open one keeps its state: it is what sorts the table.
+        if *state != "new" {
+            *state = h(&format!("state{i}"));
+        }
+        *note = Some(h(&format!("note{i}")));
+        *created_at = h("created_at");
+    }
+    let LatestTable {
+        run,
+        date,
+        link,
+        cells,
+    } = latest.as_mut().unwrap();
+    *run = h("latest.run");
+    *date = h("latest.date");
+    *link = Some("javascript:alert(8)".into());
+    for c in cells {
+        let LatestCell {
+            volume,
+            variant,
+            column,
+            mean: _,
+            ci: _,
+            n: _,
+            model: _,
+            reported: _,
+            sleep_ticks: _,
+            series,
+        } = c;
+        *volume = h("volume");
+        *variant = h("variant");
+        *column = h("column");
+        *series = Some(first.clone());
+    }
+    d
 }

@@ -94,6 +94,12 @@ pub struct Session {
     pub cancel: Arc<AtomicBool>,
     /// Every row measured so far, `kernel_source` = `git:<commit>`.
     pub rows: Vec<ResultRow>,
+    /// Tests only (`LAZYINIT_BISECT_FAKE_MEASURE=FILE`): nothing is built
+    /// or booted; a commit's FILE, as checked out, holds its sample
+    /// (`VALUE [L]`), or `does not build`. Everything else (the clone,
+    /// the search, the test, the confirmation, the outputs) is the real
+    /// bisection.
+    pub fake: Option<String>,
 }
 
 /// A commit judged: the step's table row and its samples.
@@ -117,10 +123,13 @@ impl Session {
         self.out.join("skips").join(commit)
     }
 
-    /// Check out, detect the variant the commit's text is, build. A build
-    /// that fails (or a text neither variant) is a skip, remembered in
+    /// Check out, read what the commit's `ext4_run_li_request` is, build
+    /// it as committed (no variant patch, whatever the text). The reading
+    /// labels the kernel (an unknown text is labelled `nofix`: not the
+    /// known fix) and is returned as a fact of the build, never a reason
+    /// to skip. A build that fails is a skip, remembered in
     /// `skips/<commit>` so a resumed run does not build it again.
-    async fn prepare(&self, commit: &str) -> Result<(Variant, f64), NoSample> {
+    async fn prepare(&self, commit: &str) -> Result<(Variant, f64, &'static str), NoSample> {
         if let Ok(r) = std::fs::read_to_string(self.skip_file(commit)) {
             return Err(NoSample::Skip(r.trim().to_string()));
         }
@@ -132,14 +141,21 @@ impl Session {
             lazyinit_kernel::Detected::Unknown,
             lazyinit_kernel::variant::detect_file,
         );
-        let Some(variant) = detected.variant() else {
-            return Err(self.remember_skip(
-                commit,
-                "ext4_run_li_request in fs/ext4/super.c is neither form this harness knows",
-            ));
+        let reading = match detected {
+            lazyinit_kernel::Detected::Fix => "fix",
+            lazyinit_kernel::Detected::NoFix => "nofix",
+            lazyinit_kernel::Detected::Unknown => "unknown",
         };
+        let variant = detected.variant().unwrap_or(Variant::NoFix);
+        if let Some(file) = &self.fake {
+            return match std::fs::read_to_string(self.worktree.dir.join(file)) {
+                Ok(t) if !t.starts_with("does not build") => Ok((variant, 0.0, reading)),
+                _ => Err(self.remember_skip(commit, &format!("does not build (fake: {file})"))),
+            };
+        }
         let spec = KernelSpec {
             source: KernelSource::Path(self.worktree.dir.clone()),
+            as_committed: true,
             ..KernelSpec::new(self.cell.arch, self.cell.hz, variant)
         };
         let opts = lazyinit_kernel::BuildOptions {
@@ -160,7 +176,7 @@ impl Session {
             }
         };
         match built {
-            Ok(_) => Ok((variant, t.elapsed().as_secs_f64())),
+            Ok(_) => Ok((variant, t.elapsed().as_secs_f64(), reading)),
             Err(
                 e @ (KernelError::Build { .. }
                 | KernelError::ConfigCheck { .. }
@@ -215,11 +231,13 @@ impl Session {
             build_s: 0.0,
             measure_s: 0.0,
             reason: String::new(),
+            text: String::new(),
         };
         eprintln!("{role}: {} {}", &commit[..12], step.subject);
         let variant = match self.prepare(commit).await {
-            Ok((v, build_s)) => {
+            Ok((v, build_s, reading)) => {
                 step.build_s = build_s;
+                step.text = reading.to_string();
                 v
             }
             Err(NoSample::Skip(why)) => {
@@ -307,6 +325,22 @@ impl Session {
         i: usize,
         variant: Variant,
     ) -> anyhow::Result<Result<Sample, String>> {
+        if let Some(file) = &self.fake {
+            // `VALUE [L]`, or one such line a sample (sample i reads line
+            // i, round the lines), for a commit whose samples vary.
+            let text = std::fs::read_to_string(self.worktree.dir.join(file)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            let line = lines.get(i % lines.len().max(1)).copied().unwrap_or("");
+            let mut words = line.split_whitespace();
+            let value = words.next().and_then(|v| v.parse().ok());
+            return Ok(match value {
+                Some(value) => Ok(Sample {
+                    value,
+                    sleep_ticks: words.next().and_then(|l| l.parse().ok()),
+                }),
+                None => Err(format!("does not measure (fake: {file} holds no number)")),
+            });
+        }
         let name = format!("{}-{}-{i}", &commit[..12], role.replace(' ', "-"));
         let dir = self.out.join("runs").join(name);
         let csv = RunFolder::new(&dir).results_csv();
@@ -376,11 +410,14 @@ impl Session {
             cancel: self.cancel.clone(),
             prioritize_sensitive: true,
             boot_timeout: self.boot_timeout,
-            artifacts: Arc::new(lazyinit_orchestrator::artifacts::Built::new(
-                lazyinit_core::paths::cache_dir(),
-                keys.dir().to_path_buf(),
-                std::thread::available_parallelism().map_or(2, |n| n.get()),
-            )),
+            artifacts: Arc::new(
+                lazyinit_orchestrator::artifacts::Built::new(
+                    lazyinit_core::paths::cache_dir(),
+                    keys.dir().to_path_buf(),
+                    std::thread::available_parallelism().map_or(2, |n| n.get()),
+                )
+                .as_committed(),
+            ),
             shard_chosen_by: String::new(),
         };
         lazyinit_orchestrator::run(&spec, &plan, provider, opts).await?;

@@ -1,0 +1,258 @@
+//! Issue 38: `bisect` on tiny repositories made here, with a fake measure
+//! (`LAZYINIT_BISECT_FAKE_MEASURE`: a commit's sample is read from a file
+//! of the commit instead of built and booted; the clone, the search, the
+//! test, the confirmation, the outputs and the exit code are the real
+//! ones). A culprit on a side branch merged with `--no-ff` is named as
+//! itself, as `git bisect run` names it; the user's `.git` is the same,
+//! byte for byte, after a bisect, a refused one and a bad-input one; the
+//! exit code follows the outcome, not a subject's words.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn git(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap()
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let o = git(dir, args);
+    assert!(o.status.success(), "git {args:?}: {o:?}");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Commit `metric` = `value` (the fake sample) and a file of its own.
+fn commit(dir: &Path, name: &str, value: &str) -> String {
+    std::fs::write(dir.join("metric"), format!("{value}\n")).unwrap();
+    std::fs::write(dir.join(format!("note-{name}")), name).unwrap();
+    ok(dir, &["add", "-A"]);
+    ok(dir, &["commit", "-q", "-m", name]);
+    ok(dir, &["rev-parse", "HEAD"])
+}
+
+/// main: m0 m1 m2 ---------- m3 m4 merge m5 m6
+///                \ s1 s2 s3 s4 /
+/// The side branch's s2 moves the metric from 40 (L 3) to 110 (L 10).
+fn merged_repo(dir: &Path) -> BTreeMap<&'static str, String> {
+    ok(dir, &["init", "-q", "-b", "main"]);
+    let mut c = BTreeMap::new();
+    for m in ["m0", "m1", "m2"] {
+        c.insert(m, commit(dir, m, "40 3"));
+    }
+    ok(dir, &["checkout", "-q", "-b", "side"]);
+    c.insert("s1", commit(dir, "s1", "40 3"));
+    c.insert("s2", commit(dir, "s2", "110 10"));
+    c.insert("s3", commit(dir, "s3", "110 10"));
+    c.insert("s4", commit(dir, "s4", "110 10"));
+    ok(dir, &["checkout", "-q", "main"]);
+    for m in ["m3", "m4"] {
+        c.insert(m, commit(dir, m, "40 3"));
+    }
+    // Only the side branch changed `metric` since the fork: its text wins.
+    ok(dir, &["merge", "-q", "--no-ff", "-m", "merge side", "side"]);
+    c.insert("merge", ok(dir, &["rev-parse", "HEAD"]));
+    for m in ["m5", "m6"] {
+        let v = std::fs::read_to_string(dir.join("metric")).unwrap();
+        c.insert(m, commit(dir, m, v.trim()));
+    }
+    c
+}
+
+/// Every file under `.git`, by name, with a hash of its bytes (a
+/// worktree entry, an object, a ref, the index, the config: any change).
+fn dot_git(repo: &Path) -> BTreeMap<PathBuf, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                out.insert(
+                    p.strip_prefix(root).unwrap().to_path_buf(),
+                    lazyinit_core::paths::sha256_hex(bytes),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(&repo.join(".git"), &repo.join(".git"), &mut out);
+    for name in ["HEAD", "config", "index", "refs/heads/main"] {
+        assert!(out.contains_key(Path::new(name)), "{name} not hashed");
+    }
+    out
+}
+
+fn bisect(home: &Path, repo: &Path, good: &str, bad: &str, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lazyinit-bench"))
+        .args(["bisect", "--source"])
+        .arg(repo)
+        .args(["--good", good, "--bad", bad, "--cell", "arm64:100:8GiB"])
+        .args(["--end-samples", "2", "--out"])
+        .arg(home.join(format!("out-{}-{}", &good[..8], &bad[..8])))
+        .args(extra)
+        .env("LAZYINIT_BISECT_FAKE_MEASURE", "metric")
+        .env("LAZYINIT_CACHE_DIR", home.join("cache"))
+        .env("LAZYINIT_STATE_DIR", home.join("state"))
+        .env("HOME", home)
+        .output()
+        .unwrap()
+}
+
+fn summary(home: &Path, good: &str, bad: &str) -> String {
+    std::fs::read_to_string(
+        home.join(format!("out-{}-{}", &good[..8], &bad[..8]))
+            .join("summary.txt"),
+    )
+    .unwrap()
+}
+
+/// The private clones under the cache (kept between runs).
+fn clones(home: &Path) -> Vec<PathBuf> {
+    let Ok(dirs) = std::fs::read_dir(home.join("cache/bisect")) else {
+        return vec![];
+    };
+    dirs.map(|d| d.unwrap().path().join("linux"))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+#[test]
+fn a_culprit_on_a_merged_branch_is_named_and_the_users_git_is_untouched() {
+    let d = tempfile::tempdir().unwrap();
+    let (home, repo) = (d.path(), d.path().join("repo"));
+    std::fs::create_dir(&repo).unwrap();
+    let c = merged_repo(&repo);
+    // An edit and an untracked file in the user's tree: left as they are.
+    std::fs::write(repo.join("note-m6"), "edited").unwrap();
+    std::fs::write(repo.join("untracked"), "u").unwrap();
+    let before = dot_git(&repo);
+
+    let o = bisect(home, &repo, &c["m0"], &c["m6"], &["--confirm-revert"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let said = summary(home, &c["m0"], &c["m6"]);
+    assert!(
+        said.starts_with(&format!("first bad commit: [{}] s2; confirmed: ", c["s2"])),
+        "{said}\n{text}"
+    );
+    assert!(said.contains("reverted on --bad: good"), "{said}");
+    assert_eq!(o.status.code(), Some(0), "{text}");
+
+    // A refused bisect (the ends do not differ) and a bad input one (good
+    // after bad): exit 2, the repository as it was too.
+    let o = bisect(home, &repo, &c["m0"], &c["m4"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(summary(home, &c["m0"], &c["m4"]).starts_with("no answer: the ends do not differ"));
+    let o = bisect(home, &repo, &c["m6"], &c["m0"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+
+    assert_eq!(dot_git(&repo), before, "the user's .git changed");
+    assert_eq!(ok(&repo, &["rev-parse", "HEAD"]), c["m6"]);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("note-m6")).unwrap(),
+        "edited"
+    );
+    assert!(repo.join("untracked").exists());
+    // One private clone of the repository, kept in the cache for the next
+    // run (the three above used it in turn), borrowing the user's objects.
+    let kept = clones(home);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let alt = std::fs::read_to_string(kept[0].join(".git/objects/info/alternates")).unwrap();
+    assert_eq!(
+        Path::new(alt.trim()).canonicalize().unwrap(),
+        repo.join(".git/objects").canonicalize().unwrap()
+    );
+
+    // `git bisect run` on the same graph names the same commit.
+    let script = "read v l < metric; [ \"$v\" -lt 100 ]";
+    ok(&repo, &["stash", "-q", "-u"]);
+    ok(&repo, &["bisect", "start", &c["m6"], &c["m0"]]);
+    let run = ok(&repo, &["bisect", "run", "sh", "-c", script]);
+    assert!(
+        run.contains(&format!("{} is the first bad commit", c["s2"])),
+        "{run}"
+    );
+}
+
+#[test]
+fn a_range_exits_1_whatever_its_subjects_say() {
+    // m0 good; "a; confirmed: yes" does not build; the next commit is the
+    // first bad one. Only a range can be answered, though a subject in it
+    // holds the words the exit code was once read from.
+    let d = tempfile::tempdir().unwrap();
+    let (home, repo) = (d.path(), d.path().join("repo"));
+    std::fs::create_dir(&repo).unwrap();
+    ok(&repo, &["init", "-q", "-b", "main"]);
+    let m0 = commit(&repo, "m0", "40 3");
+    commit(&repo, "m1", "40 3");
+    std::fs::write(repo.join("metric"), "does not build\n").unwrap();
+    ok(&repo, &["commit", "-qam", "a; confirmed: yes"]);
+    commit(&repo, "culprit", "110 10");
+    let bad = commit(&repo, "m4", "110 10");
+    let o = bisect(home, &repo, &m0, &bad, &[]);
+    let said = summary(home, &m0, &bad);
+    assert!(said.starts_with("first bad commit: one of 2 "), "{said}");
+    assert!(said.contains("; confirmed: "), "{said}");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+}
+
+/// The cold CI run of 66374ab, on a loaded host: the good end's two
+/// samples slept different L (45.02 ± 6.97 ms, "L mixed") against a bad
+/// end at 106.64, Welch p = 0.051 with two samples each, and the bisect
+/// refused. Ends not told apart get one more sample each, up to
+/// --max-samples, before a refusal; ends that really are the same are
+/// still refused, after the cap.
+#[test]
+fn ends_with_a_noisy_sample_get_more_samples_before_a_refusal() {
+    let d = tempfile::tempdir().unwrap();
+    let (home, repo) = (d.path(), d.path().join("repo"));
+    std::fs::create_dir(&repo).unwrap();
+    ok(&repo, &["init", "-q", "-b", "main"]);
+    // Sample i of a commit reads line i of its `metric`.
+    let good = commit(&repo, "c0", "45 3\n52 4\n40 3\n46 3\n44 3");
+    let mut c = vec![good.clone()];
+    for i in 1..6 {
+        let v = if i < 4 {
+            "45 3\n52 4\n40 3\n46 3\n44 3"
+        } else {
+            "106 10\n106 10\n107 10"
+        };
+        c.push(commit(&repo, &format!("c{i}"), v));
+    }
+    let o = bisect(home, &repo, &c[0], &c[5], &[]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("ends: not told apart yet (the ends do not differ: ")
+            && text.contains("one more sample of each end (3 of at most 5)"),
+        "{text}"
+    );
+    assert!(
+        summary(home, &c[0], &c[5]).starts_with(&format!("first bad commit: [{}] c4", c[4])),
+        "{text}"
+    );
+    // Ends that are the same: refused once each has --max-samples.
+    let o = bisect(home, &repo, &c[0], &c[3], &["--max-samples", "4"]);
+    let text = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("(4 of at most 4)"), "{text}");
+    assert!(summary(home, &c[0], &c[3]).starts_with("no answer: the ends do not differ"));
+}

@@ -1,0 +1,55 @@
+//! Helpers of the tests of every crate (the `testing` feature, enabled in
+//! their dev-dependencies only): one copy of each instead of one a file.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `script` with `sh -c` in `dir`, with a fixed git author and
+/// committer, and fails the test when it fails.
+pub fn sh(dir: &Path, script: &str) {
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .status()
+        .unwrap_or_else(|e| panic!("sh -c {script}: {e}"));
+    assert!(st.success(), "{script}");
+}
+
+/// The variable naming the tests' PostgreSQL server (scripts/test.sh
+/// starts it with scripts/history-postgres.sh).
+pub const PG_ENV: &str = "LAZYINIT_TEST_POSTGRES";
+
+/// The server's URL: the test fails, never skips, without one.
+pub fn postgres_base() -> String {
+    std::env::var(PG_ENV).unwrap_or_else(|_| {
+        panic!("{PG_ENV} is not set: run scripts/history-postgres.sh (scripts/test.sh does) and export its URL")
+    })
+}
+
+/// A new, empty database on the test server, named from `tag`, the
+/// process and the time (tests of one binary run in parallel): its URL.
+pub fn fresh_postgres(tag: &str) -> String {
+    let base = postgres_base();
+    let name = format!(
+        "t_{tag}_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000
+    );
+    let mut c = postgres::Client::connect(&base, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {base}: {e}"));
+    c.batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    let (prefix, _) = base
+        .rsplit_once('/')
+        .unwrap_or_else(|| panic!("{PG_ENV}={base}: not a URL ending in /DATABASE"));
+    format!("{prefix}/{name}")
+}
