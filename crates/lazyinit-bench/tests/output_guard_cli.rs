@@ -216,7 +216,7 @@ fn history_publish_never_writes_over_the_history_or_a_tree_it_does_not_own() {
     let db = s.db();
     walk(
         &mut s,
-        &[db.clone()],
+        std::slice::from_ref(&db),
         &["history", "publish", "--db", &url, "--out", &site],
         "--save-data",
     );

@@ -25,17 +25,12 @@ fn git(dir: &Path) -> Command {
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<String, GitError> {
-    let out = cmd.output().map_err(|e| GitError::Failed {
-        what: what.into(),
-        detail: e.to_string(),
-    })?;
-    if !out.status.success() {
-        return Err(GitError::Failed {
+    lazyinit_core::command::run_text(cmd)
+        .map(|s| s.trim_end().to_string())
+        .map_err(|e| GitError::Failed {
             what: what.into(),
-            detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+            detail: e.detail(),
+        })
 }
 
 /// The full hash of a revision, or bad input naming it.

@@ -14,7 +14,7 @@
 //! reaches the sample cap undecided is "unknown" (Pinpoint's answer): the
 //! caller skips it rather than guess.
 
-use statrs::distribution::{ContinuousCDF, StudentsT};
+use lazyinit_core::stats;
 
 /// One measurement of a commit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,24 +40,11 @@ impl Level {
         if n == 0 {
             return None;
         }
-        let mean = samples.iter().map(|s| s.value).sum::<f64>() / n as f64;
-        let var = if n > 1 {
-            samples
-                .iter()
-                .map(|s| (s.value - mean).powi(2))
-                .sum::<f64>()
-                / (n - 1) as f64
-        } else {
-            0.0
-        };
+        let values: Vec<f64> = samples.iter().map(|s| s.value).collect();
+        let (mean, sd) = stats::mean_sd(&values);
         let first = samples[0].sleep_ticks;
         let ticks = first.filter(|_| samples.iter().all(|s| s.sleep_ticks == first));
-        Some(Level {
-            n,
-            mean,
-            sd: var.sqrt(),
-            ticks,
-        })
+        Some(Level { n, mean, sd, ticks })
     }
 }
 
@@ -90,22 +77,7 @@ fn show_l(t: Option<u64>) -> String {
 
 /// Two-sided Welch t-test p-value (1.0 when it cannot be computed).
 pub fn welch_p(a: &Level, b: &Level) -> f64 {
-    let va = a.sd.powi(2) / a.n as f64;
-    let vb = b.sd.powi(2) / b.n as f64;
-    let se = (va + vb).sqrt();
-    if a.n < 2 || b.n < 2 {
-        return 1.0;
-    }
-    if se == 0.0 {
-        return if a.mean == b.mean { 1.0 } else { 0.0 };
-    }
-    let t = (a.mean - b.mean).abs() / se;
-    let df =
-        (va + vb).powi(2) / (va.powi(2) / (a.n as f64 - 1.0) + vb.powi(2) / (b.n as f64 - 1.0));
-    match StudentsT::new(0.0, 1.0, df) {
-        Ok(d) => 2.0 * (1.0 - d.cdf(t)),
-        Err(_) => 1.0,
-    }
+    stats::welch_moments((a.mean, a.sd, a.n), (b.mean, b.sd, b.n)).map_or(1.0, |w| w.p)
 }
 
 impl Ends {
@@ -218,7 +190,12 @@ impl Sprt {
     /// Whether the samples' mean lies within `BAND` sigmas of `level`:
     /// a step at a third level is closer to one end without being it.
     fn near(&self, samples: &[Sample], level: f64) -> bool {
-        let mean = samples.iter().map(|s| s.value).sum::<f64>() / samples.len().max(1) as f64;
+        let values: Vec<f64> = samples.iter().map(|s| s.value).collect();
+        let mean = if values.is_empty() {
+            0.0
+        } else {
+            stats::mean(&values)
+        };
         (mean - level).abs() <= BAND * self.ends.sigma()
     }
 

@@ -35,9 +35,10 @@
 //! a Student t interval for the sum of the cycles to come.
 
 use serde::Serialize;
-use statrs::distribution::{ContinuousCDF, DiscreteCDF, NegativeBinomial, StudentsT};
+use statrs::distribution::{DiscreteCDF, NegativeBinomial};
 
 use crate::cell::Hz;
+use crate::stats::{mean, variance};
 
 pub use spread::Load;
 
@@ -63,7 +64,7 @@ pub const MIN_WINDOW: u64 = 12;
 pub const MIN_GROUPS: u64 = 2 * MIN_WINDOW + 1;
 
 /// Coverage of the prediction interval.
-pub const CONFIDENCE: f64 = 0.95;
+pub const CONFIDENCE: f64 = crate::stats::CONFIDENCE;
 
 /// How far apart, in standard errors, the halves of the window may be. A
 /// refusal only costs more tracing, so the test need not be loose.
@@ -325,24 +326,9 @@ fn median_u64(v: &mut [u64]) -> u64 {
     v[v.len() / 2]
 }
 
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
-}
-
-/// Sample variance (n - 1); 0 for fewer than two values.
-fn variance(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64
-}
-
-/// Two-sided Student t quantile for [`CONFIDENCE`].
+/// Two-sided Student t quantile for [`CONFIDENCE`] (1.96 where undefined).
 fn t_quantile(df: f64) -> f64 {
-    StudentsT::new(0.0, 1.0, df.max(1.0))
-        .map(|t| t.inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0))
-        .unwrap_or(1.96)
+    crate::stats::t_quantile(df.max(1.0)).unwrap_or(1.96)
 }
 
 /// The spread of cycles, for the drift test and the interval.

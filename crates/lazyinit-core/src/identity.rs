@@ -327,7 +327,7 @@ impl From<CellAxes> for RowAxes {
 /// boot it, and the configuration (`profile`) its provider's machines
 /// need. `P` is `Option<KernelProfile>` where it may be unknown (rows
 /// written before the `kernel_profile` column).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct KernelId<S = KernelSource, P = KernelProfile> {
     pub arch: Arch,
     pub source: S,
@@ -338,6 +338,19 @@ pub struct KernelId<S = KernelSource, P = KernelProfile> {
 
 /// The kernel a row ran.
 pub type RowKernel = KernelId<SourceId, Option<KernelProfile>>;
+
+impl KernelId {
+    /// This kernel as a row records it.
+    pub fn as_row(&self) -> RowKernel {
+        KernelId {
+            arch: self.arch,
+            source: self.source.clone().into(),
+            hz: self.hz,
+            variant: self.variant,
+            profile: Some(self.profile),
+        }
+    }
+}
 
 /// What a cell ran on: the provider, its machine and accel, and what a
 /// zeroing costs on the volume.
@@ -358,6 +371,63 @@ impl Default for Accel {
 impl Default for StorageId {
     fn default() -> Self {
         StorageId::Profile(StorageProfile::None)
+    }
+}
+
+/// What a cell, a series or a bisection aggregates: one number of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Guest clock, mount to thread exit (seconds).
+    #[default]
+    LazyinitS,
+    /// Trace, first to last group (milliseconds per group).
+    MsPerGroup,
+    /// `lazyinit_s - first_group_s` (seconds): the first group to the
+    /// thread's exit, the part the random start delay does not move.
+    FromFirstGroupS,
+}
+
+impl Metric {
+    pub fn of(self, row: &crate::results::ResultRow) -> Option<f64> {
+        match self {
+            Metric::LazyinitS => row.measured.lazyinit_s,
+            Metric::MsPerGroup => row.measured.ms_per_group,
+            Metric::FromFirstGroupS => Some(row.measured.lazyinit_s? - row.measured.first_group_s?),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::LazyinitS => "lazyinit_s",
+            Metric::MsPerGroup => "ms_per_group",
+            Metric::FromFirstGroupS => "from_first_group_s",
+        }
+    }
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::LazyinitS | Metric::FromFirstGroupS => "s",
+            Metric::MsPerGroup => "ms",
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "lazyinit_s" => Ok(Metric::LazyinitS),
+            "ms_per_group" => Ok(Metric::MsPerGroup),
+            "from_first_group_s" => Ok(Metric::FromFirstGroupS),
+            _ => Err(format!(
+                "unknown metric `{s}`: use lazyinit_s, ms_per_group or from_first_group_s"
+            )),
+        }
     }
 }
 

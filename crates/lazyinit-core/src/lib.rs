@@ -6,10 +6,11 @@
 //! result row looks like on disk ([`results`]), the figures of the 2021 report
 //! ([`reported`]), the progress events the orchestrator emits ([`events`]),
 //! the results folder's files ([`layout`]) and their one writer
-//! ([`writer`]), and the one seam that has several
-//! implementations, the [`provider::Provider`].
+//! ([`writer`]), the statistics every judge uses ([`stats`]), and the one
+//! seam that has several implementations, the [`provider::Provider`].
 
 pub mod cell;
+pub mod command;
 pub mod estimate;
 pub mod events;
 pub mod evidence;
@@ -25,6 +26,7 @@ pub mod reported;
 pub mod results;
 pub mod shell;
 pub mod size;
+pub mod stats;
 pub mod storage;
 #[cfg(feature = "testing")]
 pub mod testing;

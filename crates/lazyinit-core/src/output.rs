@@ -371,7 +371,7 @@ impl Reads {
         let target = canonical(dest);
         for (input, tree) in self.all() {
             let read = canonical(input);
-            if (!tree && (read == target || same_file(input, dest))) || (tree && read == target) {
+            if read == target || (!tree && same_file(input, dest)) {
                 return Err(OutputError::IsInput {
                     flag,
                     dest: dest.display().to_string(),
@@ -474,8 +474,20 @@ pub fn guard_folder(
 /// temporary file (created exclusively) in the same folder, synced, then
 /// renamed onto it; removed on any failure. For a command's own files
 /// inside a folder it owns (the checks of [`open`] are for user paths).
+/// The project's one atomic write (0644; [`write_atomic_private`] for a
+/// secret).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = temp_beside(path)?;
+    write_atomic_mode(path, bytes, 0o644)
+}
+
+/// [`write_atomic`] for a secret: the file is 0600 from its creation (the
+/// temporary file is created 0600 and never widened).
+pub fn write_atomic_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_mode(path, bytes, 0o600)
+}
+
+fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut tmp = temp_beside_mode(path, mode)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -495,6 +507,11 @@ fn hidden_prefix(path: &Path) -> String {
 /// An empty temporary file beside `path`, named `.NAME.XXXXXX.tmp`,
 /// readable by all (as a file the user makes); gone when dropped.
 pub fn temp_beside(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    temp_beside_mode(path, 0o644)
+}
+
+/// [`temp_beside`] with `mode` (tempfile creates it 0600; set after).
+fn temp_beside_mode(path: &Path, mode: u32) -> std::io::Result<tempfile::NamedTempFile> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -503,8 +520,10 @@ pub fn temp_beside(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
         .prefix(&hidden_prefix(path))
         .suffix(".tmp")
         .tempfile_in(dir)?;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    if mode != 0o600 {
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    }
     Ok(tmp)
 }
 

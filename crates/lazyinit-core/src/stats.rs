@@ -1,15 +1,72 @@
-//! Descriptive statistics, Welch's t-test and ratio intervals.
+//! The project's statistics, in one place: descriptive statistics (mean,
+//! sample variance, median, the robust spread), Student t quantiles and
+//! two-sided p-values, Welch's t-test and ratio intervals. Every crate that
+//! judges numbers (the report's tables and `compare`, the estimator, the
+//! history's gate and change points, the bisect's ends) takes them from
+//! here.
 //!
 //! Numerics come from statrs (Student t quantiles and CDF, sample variance,
-//! median); this file only combines them. Functions are pure and return
-//! `None` where a statistic is undefined rather than NaN.
+//! median); this file only combines them. The summaries return `None`
+//! where a statistic is undefined rather than NaN.
 
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use statrs::statistics::{Data, Median, Statistics};
 
-/// Confidence level of every interval this crate reports.
+/// Confidence level of every interval the project reports.
 pub const CONFIDENCE: f64 = 0.95;
+
+/// The arithmetic mean; NaN for no values.
+pub fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// Sample variance (n - 1); 0 for fewer than two values.
+pub fn variance(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64
+}
+
+/// The mean and the sample standard deviation (0 for fewer than two
+/// values).
+pub fn mean_sd(v: &[f64]) -> (f64, f64) {
+    (mean(v), variance(v).sqrt())
+}
+
+/// The median (the mean of the middle two for an even count), sorting `v`
+/// in place; 0 for no values.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_unstable_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The median and 1.4826 x the median absolute deviation (the standard
+/// deviation of normal noise), neither moved by a few outliers.
+pub fn robust(x: &[f64]) -> (f64, f64) {
+    let mut v = x.to_vec();
+    let m = median(&mut v);
+    let mut dev: Vec<f64> = x.iter().map(|a| (a - m).abs()).collect();
+    (m, 1.4826 * median(&mut dev))
+}
+
+/// Two-sided p-value of a Student t statistic at `df` degrees of freedom;
+/// 1 where the distribution is undefined (df not positive, or NaN).
+pub fn t_p(t: f64, df: f64) -> f64 {
+    match StudentsT::new(0.0, 1.0, df) {
+        Ok(d) => (2.0 * (1.0 - d.cdf(t.abs()))).clamp(0.0, 1.0),
+        Err(_) => 1.0,
+    }
+}
 
 /// Summary of one cell's repetitions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -83,12 +140,18 @@ pub struct Welch {
 /// variance the test is degenerate: equal means give p = 1, different
 /// means p = 0 (the difference is exact, not noise).
 pub fn welch(a: &Summary, b: &Summary) -> Option<Welch> {
-    if a.n < 2 || b.n < 2 {
+    welch_moments((a.mean, a.stddev?, a.n), (b.mean, b.stddev?, b.n))
+}
+
+/// [`welch`] from each side's (mean, sample sd, n).
+pub fn welch_moments(a: (f64, f64, usize), b: (f64, f64, usize)) -> Option<Welch> {
+    let ((ma, sa, na), (mb, sb, nb)) = (a, b);
+    if na < 2 || nb < 2 {
         return None;
     }
-    let va = a.stddev?.powi(2) / a.n as f64;
-    let vb = b.stddev?.powi(2) / b.n as f64;
-    let diff = b.mean - a.mean;
+    let va = sa.powi(2) / na as f64;
+    let vb = sb.powi(2) / nb as f64;
+    let diff = mb - ma;
     if va + vb == 0.0 {
         let (t, p) = if diff == 0.0 {
             (0.0, 1.0)
@@ -97,15 +160,18 @@ pub fn welch(a: &Summary, b: &Summary) -> Option<Welch> {
         };
         return Some(Welch {
             t,
-            df: (a.n + b.n - 2) as f64,
+            df: (na + nb - 2) as f64,
             p,
         });
     }
     let t = diff / (va + vb).sqrt();
-    let df = (va + vb).powi(2) / (va.powi(2) / (a.n - 1) as f64 + vb.powi(2) / (b.n - 1) as f64);
-    let dist = StudentsT::new(0.0, 1.0, df).ok()?;
-    let p = (2.0 * (1.0 - dist.cdf(t.abs()))).clamp(0.0, 1.0);
-    Some(Welch { t, df, p })
+    let df = (va + vb).powi(2) / (va.powi(2) / (na - 1) as f64 + vb.powi(2) / (nb - 1) as f64);
+    StudentsT::new(0.0, 1.0, df).ok()?;
+    Some(Welch {
+        t,
+        df,
+        p: t_p(t, df),
+    })
 }
 
 /// A ratio of two cells' means with its 95% interval.
@@ -201,6 +267,24 @@ mod tests {
         assert!(welch(&s, &summarize(&G1).unwrap()).is_none());
         assert!(summarize(&[]).is_none());
         assert!(summarize(&[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn primitives_by_hand() {
+        assert_eq!(mean(&[1.0, 2.0, 6.0]), 3.0);
+        assert_eq!(variance(&[1.0, 2.0, 6.0]), 7.0);
+        assert_eq!(variance(&[5.0]), 0.0);
+        assert_eq!(mean_sd(&[2.0, 4.0]), (3.0, 2f64.sqrt()));
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&mut []), 0.0);
+        // MAD of 1, 2, 3, 4, 100: median 3, deviations 2 1 0 1 97 -> 1.
+        assert_eq!(robust(&[1.0, 2.0, 3.0, 4.0, 100.0]), (3.0, 1.4826));
+        // R: 2 * pt(-2.262157, 9) = 0.05
+        assert!(close(t_p(2.262157, 9.0), 0.05, 1e-6));
+        assert!(close(t_p(-2.262157, 9.0), 0.05, 1e-6));
+        assert_eq!(t_p(3.0, 0.0), 1.0);
+        assert_eq!(t_p(3.0, f64::NAN), 1.0);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Change points over the history's series, and the alerts they raise.
 
+use lazyinit_core::identity::Metric;
 use serde::Serialize;
 
 use crate::backend::Row;
@@ -50,6 +51,17 @@ impl ChangeKind {
         match self {
             ChangeKind::Change => "change",
             ChangeKind::NewRun => "new-run",
+        }
+    }
+}
+
+impl std::str::FromStr for ChangeKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "change" => Ok(ChangeKind::Change),
+            "new-run" => Ok(ChangeKind::NewRun),
+            _ => Err(format!("unknown alert kind `{s}` (change or new-run)")),
         }
     }
 }
@@ -105,10 +117,10 @@ impl std::str::FromStr for AlertState {
 pub struct Alert {
     pub alert_id: String,
     pub series: String,
-    pub metric: String,
+    pub metric: Metric,
     /// The first run after the change (or the new run).
     pub run_key: String,
-    pub kind: String,
+    pub kind: ChangeKind,
     pub state: AlertState,
     pub note: Option<String>,
     /// The [`Change`] as JSON when it was raised.
@@ -119,16 +131,19 @@ pub struct Alert {
 
 impl Alert {
     pub(crate) fn from_row(r: &Row) -> Result<Alert, HistoryError> {
-        let state = r.str(5).parse().map_err(|message| HistoryError::Corrupt {
+        let corrupt = |message| HistoryError::Corrupt {
             what: format!("alert {}", r.str(0)),
             message,
-        })?;
+        };
+        let state = r.str(5).parse().map_err(corrupt)?;
+        let metric = r.str(2).parse().map_err(corrupt)?;
+        let kind = r.str(4).parse().map_err(corrupt)?;
         Ok(Alert {
             alert_id: r.str(0),
             series: r.str(1),
-            metric: r.str(2),
+            metric,
             run_key: r.str(3),
-            kind: r.str(4),
+            kind,
             state,
             note: r.text(6),
             detail: r.str(7),
@@ -180,11 +195,10 @@ impl CommitRange {
     /// with uncommitted changes on either side still gives its commits: the
     /// bisect measures commits, so a change made only by the diff shows
     /// there as ends that do not differ.
-    pub fn of(series: &Series, metric: &str, before: &RunRef, after: &RunRef) -> Option<Self> {
+    pub fn of(series: &Series, metric: Metric, before: &RunRef, after: &RunRef) -> Option<Self> {
         let commit = |r: &RunRef| -> Option<String> {
-            let rest = r.kernel_identity.as_deref()?.strip_prefix("git:")?;
-            let c = rest.split('+').next().unwrap_or(rest);
-            (c.len() >= 7 && c.chars().all(|ch| ch.is_ascii_hexdigit())).then(|| c.to_string())
+            lazyinit_kernel::gittree::identity_commit(r.kernel_identity.as_deref()?)
+                .map(String::from)
         };
         let (good, bad) = (commit(before)?, commit(after)?);
         if good == bad {
@@ -245,7 +259,7 @@ pub struct Change {
     pub kind: ChangeKind,
     pub series: String,
     pub label: String,
-    pub metric: String,
+    pub metric: Metric,
     pub unit: String,
     /// Position of the first run after the change in the series (0-based).
     pub index: usize,
@@ -281,7 +295,8 @@ impl Change {
     }
 }
 
-pub fn alert_id(series: &str, metric: &str, run_key: &str) -> String {
+/// An alert's id: the series, the metric's name and the run, hashed.
+pub fn alert_id(series: &str, metric: Metric, run_key: &str) -> String {
     lazyinit_core::paths::sha256_hex(format!("{series}|{metric}|{run_key}"))[..8].to_string()
 }
 
@@ -319,7 +334,7 @@ pub fn change_of(series: &Series, split: &Split, lo: usize, hi: usize, kind: Cha
         kind,
         series: series.id.clone(),
         label: series.label.clone(),
-        metric: series.metric.to_string(),
+        metric: series.metric,
         unit: series.unit.to_string(),
         index: i,
         last_run_before,
@@ -410,7 +425,7 @@ pub fn unsupported(
                 )
             })
             .unwrap_or_else(|| "; the series has no change point".to_string());
-        let reason = if a.kind == ChangeKind::NewRun.as_str() {
+        let reason = if a.kind == ChangeKind::NewRun {
             if here
                 .iter()
                 .any(|c| c.index <= at && at < c.index + min_size)
@@ -466,9 +481,9 @@ mod tests {
         Alert {
             alert_id: alert_id(&s.id, s.metric, &run_key),
             series: s.id.clone(),
-            metric: s.metric.to_string(),
+            metric: s.metric,
             run_key,
-            kind: kind.as_str().to_string(),
+            kind,
             state,
             note: None,
             detail: String::new(),

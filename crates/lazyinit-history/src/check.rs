@@ -30,9 +30,9 @@ use std::collections::BTreeMap;
 
 use lazyinit_core::exit;
 use lazyinit_core::results::Status;
+use lazyinit_core::stats::{self, median};
 use lazyinit_report::cells::{CellKey, Metric};
 use serde::Serialize;
-use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::changes::{self, Alert, Change, ChangeKind, ChangeOptions};
 use crate::edivisive::{Split, TTest};
@@ -162,34 +162,16 @@ pub struct Level {
     pub sleeps: BTreeMap<u64, usize>,
 }
 
-fn median(x: &mut [f64]) -> f64 {
-    x.sort_by(f64::total_cmp);
-    let n = x.len();
-    if n % 2 == 1 {
-        x[n / 2]
-    } else {
-        (x[n / 2 - 1] + x[n / 2]) / 2.0
-    }
-}
-
 impl Level {
     pub fn of(points: &[Point]) -> Option<Level> {
         if points.is_empty() {
             return None;
         }
-        let mut v: Vec<f64> = points.iter().map(|p| p.value).collect();
-        let m = median(&mut v);
-        let n = v.len() as f64;
-        let mean = v.iter().sum::<f64>() / n;
+        let v: Vec<f64> = points.iter().map(|p| p.value).collect();
+        let (m, noise) = stats::robust(&v);
         // The sd is the runs' own (an outlier among them widens the
         // interval, erring to pass on time; the L test does not widen).
-        let spread = if v.len() > 1 {
-            (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-        } else {
-            0.0
-        };
-        let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-        let noise = 1.4826 * median(&mut dev);
+        let (_, spread) = stats::mean_sd(&v);
         let mut sleeps = BTreeMap::new();
         for l in points.iter().flat_map(|p| p.sleep_ticks.iter()) {
             *sleeps.entry(*l).or_insert(0) += 1;
@@ -232,9 +214,8 @@ impl Level {
                 0.0
             }
         } else {
-            let t = ((value - self.median) / (self.spread * (1.0 + 1.0 / n).sqrt())).abs();
-            let dist = StudentsT::new(0.0, 1.0, n - 1.0).expect("n >= 2");
-            2.0 * (1.0 - dist.cdf(t))
+            let t = (value - self.median) / (self.spread * (1.0 + 1.0 / n).sqrt());
+            stats::t_p(t, n - 1.0)
         };
         TTest {
             mean_before: self.median,

@@ -38,7 +38,7 @@
 //! (n - 1; Otava passes numpy's n one to scipy, which expects n - 1), and
 //! after a merge every change point's test is recomputed, not only two.
 
-use statrs::distribution::{ContinuousCDF, StudentsT};
+use lazyinit_core::stats::{self, mean_sd, robust};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
@@ -125,38 +125,6 @@ impl TTest {
     }
 }
 
-fn mean_sd(x: &[f64]) -> (f64, f64) {
-    let n = x.len() as f64;
-    let mean = x.iter().sum::<f64>() / n;
-    let sd = if x.len() > 1 {
-        (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-    } else {
-        0.0
-    };
-    (mean, sd)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_unstable_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// The median and 1.4826 x the median absolute deviation (the standard
-/// deviation of normal noise), neither moved by a few loaded nights.
-fn robust(x: &[f64]) -> (f64, f64) {
-    let mut v = x.to_vec();
-    let m = median(&mut v);
-    let mut dev: Vec<f64> = x.iter().map(|a| (a - m).abs()).collect();
-    (m, 1.4826 * median(&mut dev))
-}
-
 /// The step between `left` and `right` (of their medians) in units of
 /// their pooled robust noise (infinite when neither side has any): a
 /// stretch of loaded nights moves neither.
@@ -194,9 +162,7 @@ pub fn ttest(left: &[f64], right: &[f64]) -> TTest {
                 0.0
             }
         } else {
-            let t = ((m1 - m2) / se).abs();
-            let dist = StudentsT::new(0.0, 1.0, df).expect("df >= 1");
-            2.0 * (1.0 - dist.cdf(t))
+            stats::t_p((m1 - m2) / se, df)
         }
     };
     TTest {

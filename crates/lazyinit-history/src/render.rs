@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use lazyinit_report::render::junit::esc;
+use lazyinit_report::render::junit::{Case, CaseResult, Suite};
 
 use serde::Serialize;
 
@@ -203,45 +203,51 @@ pub fn check_text(r: &CheckReport) -> String {
 
 /// JUnit XML: one test case per series of the run (and per planned cell
 /// without a row); a fail is a `failure`, an error an `error`, an
-/// unknown `skipped`, each with its reason.
+/// unknown `skipped`, each with its reason; a pass says why in its
+/// `system-out`.
 pub fn check_junit(r: &CheckReport) -> String {
-    let count = |o: Outcome| r.verdicts.iter().filter(|v| v.outcome == o).count();
-    let counts = format!(
-        "tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\"",
-        r.verdicts.len(),
-        count(Outcome::Fail),
-        count(Outcome::Error),
-        count(Outcome::Unknown)
-    );
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    writeln!(out, "<testsuites name=\"lazyinit-history\" {counts}>").unwrap();
-    writeln!(
-        out,
-        "  <testsuite name=\"history check {}\" {counts}>",
-        esc(&r.run_key)
-    )
-    .unwrap();
-    for v in &r.verdicts {
-        write!(
-            out,
-            "    <testcase classname=\"lazyinit.history.{}\" name=\"{}\">\n      ",
-            esc(&r.metric),
-            esc(&v.series)
-        )
-        .unwrap();
-        let m = esc(&v.message);
-        match v.outcome {
-            Outcome::Fail => write!(
+    let cases = r
+        .verdicts
+        .iter()
+        .map(|v| {
+            let message = v.message.clone();
+            let (result, out) = match v.outcome {
+                Outcome::Fail => (
+                    CaseResult::Failure {
+                        kind: "change",
+                        message,
+                    },
+                    String::new(),
+                ),
+                Outcome::Error => (
+                    CaseResult::Error {
+                        kind: "cell",
+                        message,
+                    },
+                    String::new(),
+                ),
+                Outcome::Unknown => (
+                    CaseResult::Skipped {
+                        kind: "unknown",
+                        message,
+                    },
+                    String::new(),
+                ),
+                Outcome::Pass => (CaseResult::Pass, message),
+            };
+            Case {
+                classname: format!("lazyinit.history.{}", r.metric),
+                name: v.series.clone(),
+                result,
                 out,
-                "<failure type=\"change\" message=\"{m}\">{m}</failure>"
-            ),
-            Outcome::Error => write!(out, "<error type=\"cell\" message=\"{m}\">{m}</error>"),
-            Outcome::Unknown => write!(out, "<skipped message=\"{m}\"/>"),
-            Outcome::Pass => write!(out, "<system-out>{m}</system-out>"),
-        }
-        .unwrap();
-        out.push_str("\n    </testcase>\n");
+            }
+        })
+        .collect();
+    Suite {
+        report: "lazyinit-history".into(),
+        name: format!("history check {}", r.run_key),
+        cases,
+        ..Suite::default()
     }
-    out.push_str("  </testsuite>\n</testsuites>\n");
-    out
+    .xml()
 }

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use lazyinit_core::results::{ResultRow, Status};
+use lazyinit_core::stats::summarize;
 use lazyinit_report::cells::{CellKey, Metric};
-use lazyinit_report::stats::summarize;
 use serde::Serialize;
 
 /// A row as the history holds it: the CSV's columns and where it came from.
@@ -79,7 +79,7 @@ pub struct Series {
     /// One line naming every key field.
     pub label: String,
     pub key: CellKey,
-    pub metric: &'static str,
+    pub metric: Metric,
     pub unit: &'static str,
     pub points: Vec<Point>,
 }
@@ -231,7 +231,7 @@ impl Builder {
             .map(|(key, (runs, _))| Series {
                 id: series_id(&key),
                 label: key.label(),
-                metric: metric.name(),
+                metric,
                 unit: metric.unit(),
                 points: runs.into_iter().map(Acc::point).collect(),
                 key,

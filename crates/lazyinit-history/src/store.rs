@@ -552,7 +552,7 @@ impl History {
                     &[
                         c.alert_id.clone().into(),
                         c.series.clone().into(),
-                        c.metric.clone().into(),
+                        c.metric.name().into(),
                         c.first_run.run_key.clone().into(),
                         c.kind.as_str().into(),
                         AlertState::New.as_str().into(),

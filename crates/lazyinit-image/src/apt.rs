@@ -81,18 +81,20 @@ pub fn is_library_package(name: &str) -> bool {
     name.starts_with("lib") || name == "zlib1g"
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<String, ImageError> {
-    let out = cmd.output().map_err(|source| ImageError::Spawn {
-        what: what.to_string(),
-        source,
-    })?;
-    if !out.status.success() {
-        return Err(ImageError::Tool {
+/// Runs a host tool of the image build: its stdout, or an error naming it
+/// with what it said.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<String, ImageError> {
+    use lazyinit_core::command::{self, CommandError};
+    command::run_text(cmd).map_err(|e| match e {
+        CommandError::Spawn { source, .. } => ImageError::Spawn {
             what: what.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            source,
+        },
+        e @ CommandError::Failed { .. } => ImageError::Tool {
+            what: what.to_string(),
+            stderr: e.detail(),
+        },
+    })
 }
 
 fn lists_error(arch: Arch, detail: String) -> ImageError {
@@ -208,15 +210,7 @@ pub fn resolve_cached(
         let _ = std::fs::create_dir_all(dir);
     }
     // Losing this file only costs the next build a few seconds: said, not fatal.
-    let written = (|| {
-        use std::io::Write;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let mut f = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-        f.write_all(text.as_bytes())?;
-        f.persist(&path).map_err(|e| e.error)?;
-        Ok::<(), std::io::Error>(())
-    })();
-    if let Err(e) = written {
+    if let Err(e) = lazyinit_core::output::write_atomic(&path, text.as_bytes()) {
         tracing::warn!("cannot save the package list {}: {e}", path.display());
     }
     Ok(packages)

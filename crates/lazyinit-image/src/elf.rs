@@ -50,21 +50,11 @@ pub fn is_elf(bytes: &[u8]) -> bool {
 
 /// Runs `readelf -hdlW` on one file.
 pub fn readelf(path: &Path) -> Result<ElfInfo, ImageError> {
-    let out = Command::new("readelf")
-        .arg("-hdlW")
-        .arg(path)
-        .output()
-        .map_err(|source| ImageError::Spawn {
-            what: "readelf".into(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(ImageError::Tool {
-            what: format!("readelf {}", path.display()),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(parse_readelf(&String::from_utf8_lossy(&out.stdout)))
+    let out = crate::apt::run(
+        Command::new("readelf").arg("-hdlW").arg(path),
+        &format!("readelf {}", path.display()),
+    )?;
+    Ok(parse_readelf(&out))
 }
 
 #[cfg(test)]

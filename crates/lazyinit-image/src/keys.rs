@@ -1,8 +1,7 @@
 //! The launch-time archive with the secrets, kept out of the cached image:
 //! the guest's host private key and the client key root may log in with.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use lazyinit_ssh::Keys;
@@ -55,24 +54,11 @@ fn private_dir(dir: &Path) -> Result<(), ImageError> {
         .map_err(|e| ImageError::io("create", dir, e))
 }
 
-/// Writes `bytes` to `path` as a 0600 file, atomically.
-/// The temporary file (0600, of an unpredictable name, removed unless
-/// renamed) is tempfile's.
+/// Writes `parts` to `path` as a 0600 file, atomically
+/// (`lazyinit_core::output::write_atomic_private`).
 fn write_private(path: &Path, parts: &[&[u8]]) -> Result<(), ImageError> {
-    let result = (|| {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let mut f = tempfile::Builder::new()
-            .prefix(".tmp-")
-            .permissions(std::fs::Permissions::from_mode(0o600))
-            .tempfile_in(dir)?;
-        for p in parts {
-            f.write_all(p)?;
-        }
-        f.as_file().sync_all()?;
-        f.persist(path).map_err(|e| e.error)?;
-        Ok(())
-    })();
-    result.map_err(|e: std::io::Error| ImageError::io("write", path, e))
+    lazyinit_core::output::write_atomic_private(path, &parts.concat())
+        .map_err(|e| ImageError::io("write", path, e))
 }
 
 /// Writes the gzip'd keys archive to `dir/guest-keys.cpio.gz` (0600).

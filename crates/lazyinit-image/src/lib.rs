@@ -120,22 +120,14 @@ pub fn build_blocking(arch: Arch, opts: &ImageOptions) -> Result<ImageArtifact, 
 }
 
 fn unpack(deb: &Path, root: &Path) -> Result<(), ImageError> {
-    let out = std::process::Command::new("dpkg-deb")
-        .arg("-x")
-        .arg(deb)
-        .arg(root)
-        .output()
-        .map_err(|source| ImageError::Spawn {
-            what: "dpkg-deb".into(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(ImageError::Tool {
-            what: format!("dpkg-deb -x {}", deb.display()),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(())
+    apt::run(
+        std::process::Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(deb)
+            .arg(root),
+        &format!("dpkg-deb -x {}", deb.display()),
+    )
+    .map(drop)
 }
 
 /// Host tools the build runs, with the package that provides each.

@@ -39,23 +39,23 @@ pub(crate) struct Plan {
 }
 
 pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelError> {
-    let resolved = source::resolve(&spec.source, cache_dir)?;
+    let resolved = source::resolve(&spec.id.source, cache_dir)?;
     let planned = if spec.as_committed {
         Ok(variant::plan_as_committed(
             resolved.facts.released,
-            spec.variant,
+            spec.id.variant,
         ))
     } else {
         variant::plan(
             resolved.facts.released,
-            spec.variant,
+            spec.id.variant,
             &resolved.facts.version,
         )
     };
     let (method, patches) = planned.map_err(|detail| KernelError::Patch {
-        source_name: spec.source.to_string(),
+        source_name: spec.id.source.to_string(),
         version: resolved.facts.version.clone(),
-        variant: spec.variant.to_string(),
+        variant: spec.id.variant.to_string(),
         detail,
     })?;
     let base = spec
@@ -65,15 +65,15 @@ pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelEr
         .transpose()?;
     let merged = match &base {
         None => fragments::merged_config(
-            spec.arch,
-            spec.hz,
-            spec.variant,
-            spec.profile,
+            spec.id.arch,
+            spec.id.hz,
+            spec.id.variant,
+            spec.id.profile,
             &resolved.facts.version,
         ),
         Some(b) => {
             // What the user's file alone shows is refused before any work.
-            let refusals = userconfig::refuse_before(&fragments::parse(&b.text), spec.arch);
+            let refusals = userconfig::refuse_before(&fragments::parse(&b.text), spec.id.arch);
             if !refusals.is_empty() {
                 return Err(KernelError::Unmeasurable {
                     config: b.path.display().to_string(),
@@ -81,20 +81,20 @@ pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelEr
                 });
             }
             fragments::render(&userconfig::needs(
-                spec.arch,
-                spec.hz,
-                spec.variant,
-                spec.profile,
+                spec.id.arch,
+                spec.id.hz,
+                spec.id.variant,
+                spec.id.profile,
             ))
         }
     };
-    let compiler = tools::compiler_version(spec.arch)?;
+    let compiler = tools::compiler_version(spec.id.arch)?;
     let material = cache::key_material(
         &resolved.facts.identity,
-        spec.arch,
-        spec.profile,
-        spec.hz,
-        spec.variant,
+        spec.id.arch,
+        spec.id.profile,
+        spec.id.hz,
+        spec.id.variant,
         method,
         &patches,
         &merged,
@@ -102,13 +102,13 @@ pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelEr
         base.as_ref().map(|b| b.sha256.as_str()),
     );
     let key = cache::cache_key(&material);
-    let slug = cache::source_slug(&spec.source);
+    let slug = cache::source_slug(&spec.id.source);
     let final_dir = cache::builds_dir(cache_dir).join(cache::build_dir_name(
         &slug,
-        spec.arch,
-        spec.hz,
-        spec.variant,
-        spec.profile,
+        spec.id.arch,
+        spec.id.hz,
+        spec.id.variant,
+        spec.id.profile,
         &key,
     ));
     Ok(Plan {
@@ -222,8 +222,8 @@ impl Ctx<'_> {
             "-n".into(),
             self.opts.nice.to_string(),
             "make".into(),
-            format!("ARCH={}", self.spec.arch.kernel_arch()),
-            format!("CROSS_COMPILE={}", tools::cross_prefix(self.spec.arch)),
+            format!("ARCH={}", self.spec.id.arch.kernel_arch()),
+            format!("CROSS_COMPILE={}", tools::cross_prefix(self.spec.id.arch)),
             format!("-j{}", self.opts.jobs.max(1)),
             // Same build identity every time, so a rebuild of unchanged
             // inputs does not recompile init/version.o for a new user/host.
@@ -274,17 +274,41 @@ fn inherit_fd(cmd: &mut tokio::process::Command, fd: std::os::fd::RawFd) {
 /// which make would trust, so those files are removed and made again.
 const MAKE_UNFINISHED: &str = "make.unfinished";
 
-/// Removes what a make cut short left (see [`MAKE_UNFINISHED`]); the
-/// number of files removed, None when no make was cut short.
-fn clear_unfinished_make(slot: &Path) -> Result<Option<usize>, KernelError> {
+/// Whether a file the cut make wrote (`rel`, inside the tree) is whole
+/// by construction, so kept: what kconfig writes, each through a
+/// temporary file renamed into place (`.config`, `include/config/auto.conf`
+/// and `.cmd`, `include/generated/autoconf.h` and `rustc_cfg`;
+/// scripts/kconfig/confdata.c), and the per-symbol files under
+/// `include/config/`, which it only creates empty. Removing those costs a
+/// whole tree: with no `auto.conf` to compare with, kconfig takes every
+/// symbol as changed and touches all their files, and every object is
+/// compiled again (a kill during a variant switch cost about 1,200 files
+/// that way, against a handful).
+fn whole_by_construction(rel: &Path) -> bool {
+    rel.starts_with("include/config")
+        || [
+            ".config",
+            ".config.old",
+            "include/generated/autoconf.h",
+            "include/generated/rustc_cfg",
+        ]
+        .iter()
+        .any(|k| rel == Path::new(k))
+}
+
+/// Removes what a make cut short left (see [`MAKE_UNFINISHED`]) but what
+/// is whole by construction ([`whole_by_construction`]); the files
+/// removed (relative to the tree), None when no make was cut short.
+fn clear_unfinished_make(slot: &Path) -> Result<Option<Vec<PathBuf>>, KernelError> {
     let mark = slot.join(MAKE_UNFINISHED);
     let since = match std::fs::metadata(&mark).and_then(|m| m.modified()) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(KernelError::io(&mark, e)),
     };
-    let mut removed = 0;
-    let mut todo = vec![slot.join("linux")];
+    let mut removed = Vec::new();
+    let tree = slot.join("linux");
+    let mut todo = vec![tree.clone()];
     while let Some(dir) = todo.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
@@ -297,10 +321,14 @@ fn clear_unfinished_make(slot: &Path) -> Result<Option<usize>, KernelError> {
                 && e.metadata()
                     .and_then(|m| m.modified())
                     .is_ok_and(|m| m > since)
+                && !e
+                    .path()
+                    .strip_prefix(&tree)
+                    .is_ok_and(whole_by_construction)
             {
                 let p = e.path();
                 std::fs::remove_file(&p).map_err(|err| KernelError::io(&p, err))?;
-                removed += 1;
+                removed.push(p.strip_prefix(&tree).unwrap_or(&p).to_path_buf());
             }
         }
     }
@@ -330,7 +358,7 @@ pub(crate) async fn build(
     spec: &KernelSpec,
     opts: &BuildOptions,
 ) -> Result<KernelArtifact, KernelError> {
-    tools::check(spec.arch)?;
+    tools::check(spec.id.arch)?;
     fetch_source(spec, opts).await?;
     let cache_dir = opts.cache_dir.clone();
     let spec_c = spec.clone();
@@ -344,15 +372,15 @@ pub(crate) async fn build(
     let qemu_slot = cache::slot_dir(
         &opts.cache_dir,
         &plan.slug,
-        spec.arch,
-        spec.hz,
+        spec.id.arch,
+        spec.id.hz,
         plan.base.as_ref().map(|b| b.sha256.as_str()),
     );
     // A slot per profile: the cloud profile's configuration differs (NVMe,
     // ENA, ACPI, EFI), and one tree switched between the two recompiled
     // most of itself at each switch (the twin's cells and the QEMU tests,
     // in turn, in CI). Its first build is seeded from the QEMU slot.
-    let slot = match spec.profile {
+    let slot = match spec.id.profile {
         fragments::Profile::Qemu => qemu_slot.clone(),
         p => {
             let mut name = qemu_slot.file_name().unwrap_or_default().to_os_string();
@@ -378,9 +406,22 @@ pub(crate) async fn build(
     if slot != qemu_slot && !slot.join("linux").exists() {
         seed_profile_slot(&ctx, &qemu_slot, &slot).await?;
     }
-    if let Some(n) = clear_unfinished_make(&slot)? {
+    if let Some(mut gone) = clear_unfinished_make(&slot)? {
+        gone.sort();
+        let shown: Vec<String> = gone
+            .iter()
+            .take(8)
+            .map(|p| p.display().to_string())
+            .collect();
+        let more = if gone.len() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        };
         ctx.step(format!(
-            "a make was cut short in this slot: {n} files it wrote after it started removed, to be made again"
+            "a make was cut short in this slot: {} files it wrote after it started removed, to be made again ({}{more})",
+            gone.len(),
+            shown.join(", ")
         ));
     }
     if slot.join("linux").is_dir() {
@@ -458,17 +499,17 @@ async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Built, KernelEr
     let release = read(&tree.join("include/config/kernel.release"))?
         .trim()
         .to_string();
-    let localversion = fragments::localversion(spec.hz, spec.variant);
+    let localversion = fragments::localversion(spec.id.hz, spec.id.variant);
     decide::check_release(&release, &localversion)?;
     // The tree may have changed under us only through this slot, which is
     // locked; still, confirm the variant the compiled text had (as
     // committed: record it).
     let now = variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?);
     if plan.method != Method::AsCommitted {
-        decide::check_compiled(now, spec.variant, &tree)?;
+        decide::check_compiled(now, spec.id.variant, &tree)?;
     }
 
-    let image_src = tree.join(spec.arch.image_path());
+    let image_src = tree.join(spec.id.arch.image_path());
     let image_file = image_src
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
@@ -490,11 +531,7 @@ async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Built, KernelEr
 fn manifest(spec: &KernelSpec, plan: &Plan, b: &Built) -> Manifest {
     let report = b.configured.report.as_ref();
     Manifest {
-        arch: spec.arch,
-        hz: spec.hz,
-        variant: spec.variant,
-        profile: spec.profile,
-        source: spec.source.clone(),
+        id: spec.id.clone(),
         source_identity: plan.resolved.facts.identity.clone(),
         source_version: plan.resolved.facts.version.clone(),
         debian_package: plan.resolved.debian_package.clone(),
@@ -529,7 +566,7 @@ fn manifest(spec: &KernelSpec, plan: &Plan, b: &Built) -> Manifest {
 /// Download what a source needs first: an upstream tarball by version, or
 /// a Debian package the host's apt does not carry (debian-5.10).
 async fn fetch_source(spec: &KernelSpec, opts: &BuildOptions) -> Result<(), KernelError> {
-    if let lazyinit_core::KernelSource::Version(v) = &spec.source {
+    if let lazyinit_core::KernelSource::Version(v) = &spec.id.source {
         let fo = crate::fetch::FetchOptions {
             mirror: opts.mirror.clone(),
             progress: opts.progress.clone(),
@@ -537,9 +574,9 @@ async fn fetch_source(spec: &KernelSpec, opts: &BuildOptions) -> Result<(), Kern
         };
         crate::fetch::fetch_version(v, &opts.cache_dir, &fo).await?;
     }
-    if let Some(pkg) = crate::debian::package_for(&spec.source) {
+    if let Some(pkg) = crate::debian::package_for(&spec.id.source) {
         if matches!(
-            source::locate(&spec.source, &opts.cache_dir),
+            source::locate(&spec.id.source, &opts.cache_dir),
             Err(KernelError::NotFetched(_))
         ) {
             let cache_dir = opts.cache_dir.clone();
@@ -555,7 +592,7 @@ async fn fetch_source(spec: &KernelSpec, opts: &BuildOptions) -> Result<(), Kern
 }
 
 fn image_target(spec: &KernelSpec) -> &'static str {
-    match spec.arch {
+    match spec.id.arch {
         lazyinit_core::Arch::X86_64 => "bzImage",
         lazyinit_core::Arch::Arm64 => "Image",
     }
@@ -835,7 +872,7 @@ async fn seed_profile_slot(ctx: &Ctx<'_>, from: &Path, slot: &Path) -> Result<()
     remove_dirs(&[&tmp])?;
     ctx.step(format!(
         "seed the {} build tree from {} (its objects kept)",
-        ctx.spec.profile,
+        ctx.spec.id.profile,
         from.display()
     ));
     if !copy_seed(ctx, from, &tmp, slot).await? {
@@ -862,7 +899,7 @@ async fn seed_git_tree(
     };
     // The commit's own identity, before the work tree's changes.
     let clean = format!("git:{commit}");
-    let Some(from) = crate::seed::find(slot, ctx.spec.arch, ctx.spec.hz, root) else {
+    let Some(from) = crate::seed::find(slot, ctx.spec.id.arch, ctx.spec.id.hz, root) else {
         return Ok(false);
     };
     let tree = slot.join("linux");
@@ -1026,7 +1063,7 @@ async fn switch_variant(
             .copied()
             .find(|p| p.name == n.trim())
     });
-    let wanted = ctx.spec.variant;
+    let wanted = ctx.spec.id.variant;
     let now = variant::detect_file(&read(&super_c)?);
     let steps = decide::switch(now, wanted, applied, plan.method);
     let mut carried = applied;
@@ -1062,7 +1099,7 @@ async fn apply_first(ctx: &Ctx<'_>, plan: &Plan, tree: &Path) -> Result<Patch, K
     Err(KernelError::Patch {
         source_name: plan.resolved.source.to_string(),
         version: plan.resolved.facts.version.clone(),
-        variant: ctx.spec.variant.to_string(),
+        variant: ctx.spec.id.variant.to_string(),
         detail: format!(
             "no variant patch applies cleanly (tried {}); add one for this series under kernels/patches/",
             tried.join(", ")
@@ -1205,7 +1242,7 @@ async fn configure_on(
     .await?;
     let config = read(&config_path)?;
     let resolved = fragments::parse(&config);
-    let refusals = userconfig::refuse_after(&needs, &resolved, ctx.spec.arch);
+    let refusals = userconfig::refuse_after(&needs, &resolved, ctx.spec.id.arch);
     if !refusals.is_empty() {
         return Err(KernelError::Unmeasurable {
             config: base.path.display().to_string(),
@@ -1380,9 +1417,36 @@ mod tests {
         );
         std::fs::write(tree.join("fs/ext4/half.o"), "half").unwrap();
         std::fs::write(tree.join("fs/ext4/.half.o.cmd"), "cmd").unwrap();
-        assert_eq!(clear_unfinished_make(slot).unwrap(), Some(2));
+        // What kconfig wrote whole (renamed into place, or created empty)
+        // is kept: without auto.conf the next make would compile the tree.
+        let whole = [
+            ".config",
+            "include/config/auto.conf",
+            "include/config/LOCALVERSION",
+            "include/generated/autoconf.h",
+        ];
+        for w in whole {
+            std::fs::create_dir_all(tree.join(w).parent().unwrap()).unwrap();
+            std::fs::write(tree.join(w), "").unwrap();
+        }
+        std::fs::write(tree.join("include/generated/utsrelease.h"), "half").unwrap();
+        let mut gone = clear_unfinished_make(slot).unwrap().unwrap();
+        gone.sort();
+        assert_eq!(
+            gone,
+            [
+                "fs/ext4/.half.o.cmd",
+                "fs/ext4/half.o",
+                "include/generated/utsrelease.h"
+            ]
+            .map(PathBuf::from)
+        );
         assert!(tree.join("fs/ext4/super.c").exists() && tree.join("fs/ext4/old.o").exists());
         assert!(!tree.join("fs/ext4/half.o").exists());
+        assert!(!tree.join("include/generated/utsrelease.h").exists());
+        for w in whole {
+            assert!(tree.join(w).exists(), "{w}");
+        }
         assert!(!slot.join(MAKE_UNFINISHED).exists());
     }
 

@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
+use lazyinit_core::identity::KernelId;
 use lazyinit_core::{Arch, Hz, KernelSource, Variant};
 use serde::{Deserialize, Serialize};
 
@@ -24,12 +25,11 @@ pub const RECIPE_VERSION: u32 = 1;
 /// What a finished build records (`manifest.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
-    pub arch: Arch,
-    pub hz: Hz,
-    pub variant: Variant,
-    pub profile: Profile,
-    /// As asked: `debian-6.1`, `5.10.79` or a path.
-    pub source: KernelSource,
+    /// The kernel built (its fields at the top of `manifest.json`, as
+    /// before the type): the source as asked (`debian-6.1`, `5.10.79` or
+    /// a path).
+    #[serde(flatten)]
+    pub id: KernelId,
     /// `sha256:<hex>` of the tarball or `tree:<hex>` of a tree.
     pub source_identity: String,
     /// `make kernelversion`, e.g. `6.1.192`.
@@ -123,19 +123,6 @@ pub fn key_material(
         m.push_str(&format!("base-config sha256:{sha}\n"));
     }
     m
-}
-
-/// Writes `bytes` to `path` whole: into a temporary file of an
-/// unpredictable name beside it, then renamed over it, so a reader sees
-/// the old file or the new one and no other process can plant the name.
-pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 pub fn cache_key(material: &str) -> String {

@@ -146,22 +146,17 @@ pub fn deb_version(file_name: &str, package: &str) -> Option<String> {
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<(), KernelError> {
-    let out = cmd.output().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => KernelError::MissingTool {
+    match lazyinit_core::command::run(cmd) {
+        Ok(_) => Ok(()),
+        Err(e) if e.not_found() => Err(KernelError::MissingTool {
             tool: what.split_whitespace().next().unwrap_or(what).to_string(),
             install: "apt-get install apt dpkg (a Debian host)".into(),
-        },
-        _ => KernelError::Step(format!("{what}: {e}")),
-    })?;
-    if out.status.success() {
-        return Ok(());
+        }),
+        Err(e @ lazyinit_core::command::CommandError::Spawn { .. }) => {
+            Err(KernelError::Step(format!("{what}: {}", e.detail())))
+        }
+        Err(e) => Err(KernelError::Step(format!("{what} failed: {}", e.tail(6)))),
     }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let tail: Vec<&str> = err.lines().rev().take(6).collect();
-    Err(KernelError::Step(format!(
-        "{what} failed: {}",
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-    )))
 }
 
 /// `/proc/self` belongs to the process's effective user.
@@ -303,7 +298,7 @@ fn install_from(
         std::fs::rename(&tarball, &dest).map_err(|e| KernelError::io(&dest, e))?;
     }
     let current = pkg_dir.join("current");
-    crate::cache::write_whole(&current, format!("{version}\n").as_bytes())
+    lazyinit_core::output::write_atomic(&current, format!("{version}\n").as_bytes())
         .map_err(|e| KernelError::io(&current, e))?;
     source::remember_tarball(cache_dir, &dest, &facts)?;
     Ok((dest, facts))

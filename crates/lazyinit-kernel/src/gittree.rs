@@ -37,17 +37,16 @@ fn git(root: &Path) -> Command {
     c
 }
 
+/// Runs a command of the kernel crate: its stdout, or a step error that
+/// keeps what it said (`lazyinit_core::command`).
 pub(crate) fn output(cmd: &mut Command, what: &str) -> Result<Vec<u8>, KernelError> {
-    let out = cmd
-        .output()
-        .map_err(|e| KernelError::Step(format!("{what}: {e}")))?;
-    if !out.status.success() {
-        return Err(KernelError::Step(format!(
-            "{what} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(out.stdout)
+    use lazyinit_core::command::{self, CommandError};
+    command::run(cmd).map_err(|e| match e {
+        CommandError::Spawn { source, .. } => KernelError::Step(format!("{what}: {source}")),
+        e @ CommandError::Failed { .. } => {
+            KernelError::Step(format!("{what} failed: {}", e.detail()))
+        }
+    })
 }
 
 /// Whether `root` is the top of a git work tree (a kernel inside a larger
@@ -190,10 +189,14 @@ pub fn changed_since(
     Ok(Some(names))
 }
 
-/// The commit of an identity written by [`GitState::identity`].
+/// The commit of an identity written by [`GitState::identity`]
+/// (`git:<commit>[+<diff hash>]`): the project's one reader of it. None
+/// for another identity, or one whose commit is not a hash (7 or more hex
+/// digits).
 pub fn identity_commit(identity: &str) -> Option<&str> {
     let rest = identity.strip_prefix("git:")?;
-    Some(rest.split('+').next().unwrap_or(rest))
+    let c = rest.split('+').next().unwrap_or(rest);
+    (c.len() >= 7 && c.chars().all(|ch| ch.is_ascii_hexdigit())).then_some(c)
 }
 
 #[cfg(test)]
@@ -201,6 +204,18 @@ mod tests {
     use super::*;
 
     use lazyinit_core::testing::sh;
+
+    #[test]
+    fn identity_commit_reads_only_a_hash() {
+        assert_eq!(identity_commit("git:abcdef0+0123"), Some("abcdef0"));
+        assert_eq!(
+            identity_commit("git:0123456789abcdef"),
+            Some("0123456789abcdef")
+        );
+        assert_eq!(identity_commit("git:abc"), None);
+        assert_eq!(identity_commit("git:main"), None);
+        assert_eq!(identity_commit("debian-6.1.158"), None);
+    }
 
     #[test]
     fn changed_since_names_commits_and_both_sides_dirt() {

@@ -20,6 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use lazyinit_core::identity::KernelId;
 pub use lazyinit_core::{Arch, Hz, KernelSource, Variant};
 
 mod build;
@@ -41,14 +42,12 @@ pub use error::KernelError;
 pub use fragments::Profile;
 pub use variant::{Detected, Method};
 
-/// One kernel to build.
+/// One kernel to build: the kernel's identity (the plan's, the row's and
+/// the manifest's type) and how to configure and patch it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KernelSpec {
-    pub arch: Arch,
-    pub hz: Hz,
-    pub variant: Variant,
-    pub source: KernelSource,
-    pub profile: Profile,
+    /// Arch, source, HZ, variant and profile.
+    pub id: KernelId,
     /// A user's own config as the base (`--config FILE`, see
     /// [`userconfig`]); None: `allnoconfig` plus kernels/fragments.
     pub config: Option<PathBuf>,
@@ -62,12 +61,19 @@ pub struct KernelSpec {
 impl KernelSpec {
     /// Debian's 6.1 source, QEMU profile, the minimal config.
     pub fn new(arch: Arch, hz: Hz, variant: Variant) -> Self {
-        KernelSpec {
+        KernelSpec::of(KernelId {
             arch,
+            source: KernelSource::default(),
             hz,
             variant,
-            source: KernelSource::default(),
             profile: Profile::default(),
+        })
+    }
+
+    /// The kernel `id`, from the minimal config, patched to its variant.
+    pub fn of(id: KernelId) -> Self {
+        KernelSpec {
+            id,
             config: None,
             as_committed: false,
         }

@@ -151,21 +151,12 @@ fn write_memo(cache_dir: &Path, key: String, facts: &SourceFacts) -> Result<(), 
     let path = memo_path(cache_dir);
     let dir = path.parent().unwrap();
     std::fs::create_dir_all(dir).map_err(|e| KernelError::io(&path, e))?;
-    crate::cache::write_whole(&path, &serde_json::to_vec_pretty(&memo).unwrap())
+    lazyinit_core::output::write_atomic(&path, &serde_json::to_vec_pretty(&memo).unwrap())
         .map_err(|e| KernelError::io(&path, e))
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>, KernelError> {
-    let out = cmd
-        .output()
-        .map_err(|e| KernelError::Step(format!("{what}: {e}")))?;
-    if !out.status.success() {
-        return Err(KernelError::Step(format!(
-            "{what} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(out.stdout)
+    crate::gittree::output(cmd, what)
 }
 
 /// Read a tarball's identity, version and released variant (slow: hashes

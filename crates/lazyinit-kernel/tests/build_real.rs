@@ -28,7 +28,7 @@ async fn debian_6_1_x86_64_both_variants_build_and_differ_only_as_asked() {
         (&fix, Variant::Fix, Method::AsReleased),
     ] {
         let m = &k.manifest;
-        assert_eq!(m.variant, v);
+        assert_eq!(m.id.variant, v);
         assert_eq!(m.variant_method, method);
         assert_eq!(
             m.kernel_release,
@@ -95,7 +95,7 @@ async fn an_unknown_function_form_is_refused_before_any_work() {
         "static int ext4_run_li_request(struct ext4_li_request *elr)\n{\n\treturn 0;\n}\n",
     );
     let mut s = spec(Variant::Fix);
-    s.source = KernelSource::Path(tree.path().into());
+    s.id.source = KernelSource::Path(tree.path().into());
     let opts = BuildOptions {
         cache_dir: cache.path().into(),
         ..BuildOptions::default()
@@ -119,7 +119,7 @@ async fn a_patch_that_does_not_apply_fails_clearly_and_caches_nothing() {
     let tree = tempfile::tempdir().unwrap();
     fake_tree(tree.path(), &text);
     let mut s = spec(Variant::Fix);
-    s.source = KernelSource::Path(tree.path().into());
+    s.id.source = KernelSource::Path(tree.path().into());
     let opts = BuildOptions {
         cache_dir: cache.path().into(),
         ..BuildOptions::default()
@@ -134,7 +134,7 @@ async fn a_patch_that_does_not_apply_fails_clearly_and_caches_nothing() {
     no_builds(cache.path());
     // The nofix variant of that tree is the tree as released and needs no patch;
     // it gets as far as configuring, which fails on a tree without Kconfig.
-    s.variant = Variant::NoFix;
+    s.id.variant = Variant::NoFix;
     let e = build(&s, &opts).await.unwrap_err();
     assert!(matches!(e, KernelError::Build { .. }), "{e}");
     no_builds(cache.path());

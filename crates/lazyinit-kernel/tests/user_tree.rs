@@ -134,11 +134,9 @@ async fn a_config_without_ext4_is_refused_by_name_before_any_work() {
         "CONFIG_HZ_1000=y\nCONFIG_HZ=1000\n# CONFIG_EXT4_FS is not set\nCONFIG_EXT2_FS=y\nCONFIG_CMDLINE_BOOL=y\nCONFIG_CMDLINE=\"console=ttyS0 clocksource=jiffies\"\n",
     )
     .unwrap();
-    let spec = KernelSpec {
-        source: KernelSource::Path(tree.path().into()),
-        config: Some(config.clone()),
-        ..KernelSpec::new(Arch::X86_64, Hz::new(250).unwrap(), Variant::NoFix)
-    };
+    let mut spec = KernelSpec::new(Arch::X86_64, Hz::new(250).unwrap(), Variant::NoFix);
+    spec.id.source = KernelSource::Path(tree.path().into());
+    spec.config = Some(config.clone());
     let e = build(&spec, &opts(cache.path())).await.unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, KernelError::Unmeasurable { .. }), "{msg}");
@@ -159,11 +157,9 @@ async fn a_missing_or_empty_config_is_bad_input() {
     let cache = tempfile::tempdir().unwrap();
     let tree = tempfile::tempdir().unwrap();
     git_tree(tree.path());
-    let mut spec = KernelSpec {
-        source: KernelSource::Path(tree.path().into()),
-        config: Some(tree.path().join("nope")),
-        ..KernelSpec::new(Arch::Arm64, Hz::new(100).unwrap(), Variant::Fix)
-    };
+    let mut spec = KernelSpec::new(Arch::Arm64, Hz::new(100).unwrap(), Variant::Fix);
+    spec.id.source = KernelSource::Path(tree.path().into());
+    spec.config = Some(tree.path().join("nope"));
     let e = build(&spec, &opts(cache.path())).await.unwrap_err();
     assert!(matches!(e, KernelError::BadInput(_)), "{e}");
     std::fs::write(tree.path().join("empty"), "# nothing\n").unwrap();

@@ -121,11 +121,10 @@ impl Artifacts for Built {
         progress: Progress,
     ) -> Result<Kernel, KernelError> {
         let spec = lazyinit_kernel::KernelSpec {
-            arch: need.arch,
-            hz: need.hz,
-            variant: need.variant,
-            source: need.source.clone(),
-            profile,
+            id: KernelNeed {
+                profile,
+                ..need.clone()
+            },
             config: self.kernel_config.clone(),
             as_committed: self.as_committed,
         };

@@ -371,6 +371,42 @@ pub fn check_estimate_after(n: u64) -> Result<(), String> {
 }
 
 /// Built-in presets, also shipped as files under `specs/`.
+/// One cell as spec text: the project's one builder of it (`run --arch
+/// .. --hz ..` and each bisect step), made as a TOML table so that any
+/// source path is quoted as TOML quotes it. `storage_profile` None keeps
+/// the spec's default.
+pub struct OneCell<'a> {
+    pub name: &'a str,
+    pub arch: lazyinit_core::Arch,
+    pub hz: lazyinit_core::Hz,
+    pub variant: lazyinit_core::Variant,
+    pub size: lazyinit_core::ByteSize,
+    pub source: &'a str,
+    pub storage_profile: Option<&'a str>,
+}
+
+impl OneCell<'_> {
+    pub fn toml(&self) -> String {
+        use toml::Value;
+        let one = |v: String| Value::Array(vec![Value::String(v)]);
+        let mut t = toml::Table::new();
+        t.insert("name".into(), Value::String(self.name.into()));
+        t.insert("arches".into(), one(self.arch.to_string()));
+        t.insert(
+            "hz".into(),
+            Value::Array(vec![Value::Integer(self.hz.get().into())]),
+        );
+        t.insert("variants".into(), one(self.variant.to_string()));
+        t.insert("sizes".into(), one(self.size.to_string()));
+        t.insert("sources".into(), one(self.source.to_string()));
+        t.insert("repetitions".into(), Value::Integer(1));
+        if let Some(p) = self.storage_profile {
+            t.insert("storage-profile".into(), Value::String(p.into()));
+        }
+        toml::to_string(&t).unwrap_or_default()
+    }
+}
+
 pub fn preset(name: &str) -> Option<&'static str> {
     match name {
         "quick" => Some(include_str!("../../../specs/quick.toml")),
@@ -524,6 +560,35 @@ mod tests {
             ..n
         };
         assert_eq!(same, r);
+    }
+
+    #[test]
+    fn one_cell_quotes_its_source_as_toml_does() {
+        use lazyinit_core::{Arch, Hz, Variant};
+        // A path with a quote, a backslash and a non-ASCII letter, quoted
+        // as TOML quotes (Rust's `{:?}` escaping is not TOML's).
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("tr\"ee\\é");
+        std::fs::create_dir(&src).unwrap();
+        let text = OneCell {
+            name: "bisect",
+            arch: Arch::Arm64,
+            hz: Hz::new(100).unwrap(),
+            variant: Variant::Fix,
+            size: "8GiB".parse().unwrap(),
+            source: &src.display().to_string(),
+            storage_profile: Some("ebs"),
+        }
+        .toml();
+        let t: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(
+            t["sources"][0].as_str(),
+            Some(src.to_str().unwrap()),
+            "{text}"
+        );
+        assert_eq!(t["storage-profile"].as_str(), Some("ebs"));
+        assert_eq!(t["repetitions"].as_integer(), Some(1));
+        assert_eq!(t["hz"][0].as_integer(), Some(100));
     }
 
     #[test]

@@ -209,14 +209,11 @@ fn renice(which: &str, id: u32, nice: u8) -> Result<(), String> {
 }
 
 fn run_quiet(mut c: std::process::Command) -> Result<(), String> {
-    let out = c
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {:?}: {e}", c.get_program()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    use lazyinit_core::command::{self, CommandError};
+    match command::run(c.stdin(Stdio::null())) {
+        Ok(_) => Ok(()),
+        Err(e @ CommandError::Spawn { .. }) => Err(e.to_string()),
+        Err(e) => Err(e.detail()),
     }
 }
 

@@ -16,56 +16,7 @@ use serde::Serialize;
 
 use crate::stats::{summarize, Interval, Summary};
 
-/// What is aggregated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// Guest clock, mount to thread exit (seconds).
-    #[default]
-    LazyinitS,
-    /// Trace, first to last group (milliseconds per group).
-    MsPerGroup,
-    /// `lazyinit_s - first_group_s` (seconds): the first group to the
-    /// thread's exit, the part the random start delay does not move.
-    FromFirstGroupS,
-}
-
-impl Metric {
-    pub fn of(self, row: &ResultRow) -> Option<f64> {
-        match self {
-            Metric::LazyinitS => row.measured.lazyinit_s,
-            Metric::MsPerGroup => row.measured.ms_per_group,
-            Metric::FromFirstGroupS => Some(row.measured.lazyinit_s? - row.measured.first_group_s?),
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::LazyinitS => "lazyinit_s",
-            Metric::MsPerGroup => "ms_per_group",
-            Metric::FromFirstGroupS => "from_first_group_s",
-        }
-    }
-    pub fn unit(self) -> &'static str {
-        match self {
-            Metric::LazyinitS | Metric::FromFirstGroupS => "s",
-            Metric::MsPerGroup => "ms",
-        }
-    }
-}
-
-impl std::str::FromStr for Metric {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "lazyinit_s" => Ok(Metric::LazyinitS),
-            "ms_per_group" => Ok(Metric::MsPerGroup),
-            "from_first_group_s" => Ok(Metric::FromFirstGroupS),
-            _ => Err(format!(
-                "unknown metric `{s}`: use lazyinit_s, ms_per_group or from_first_group_s"
-            )),
-        }
-    }
-}
+pub use lazyinit_core::identity::Metric;
 
 /// The configuration that identifies a cell: the row's testbed and axes
 /// (the identity's types, `lazyinit_core::identity`), and whether it is
@@ -432,7 +383,7 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
             let crossed: Option<Vec<f64>> = ok.iter().map(|r| r.measured.crossed_ticks).collect();
             let crossed = crossed
                 .filter(|c| !c.is_empty())
-                .map(|c| c.iter().sum::<f64>() / c.len() as f64);
+                .map(|c| crate::stats::mean(&c));
             let model = model_for(&key, &sleep_ticks, crossed, metric);
             let reported = reported_for(&key, metric, summary.as_ref().map(|s| s.mean));
             CellStats {

@@ -428,7 +428,7 @@ mod tests {
         let mut cand = base.clone();
         cand.measured.lazyinit_s = Some(80.0);
         let o = CompareOptions::default();
-        let c = compare(&[base.clone()], &[cand.clone()], &o).unwrap();
+        let c = compare(std::slice::from_ref(&base), std::slice::from_ref(&cand), &o).unwrap();
         assert_eq!(c.cells[0].verdict, Verdict::Regression, "held: judged");
         cand.measured.sleep_ticks = Some(5);
         cand.measured.z1_ms = Some(2.28);

@@ -1,4 +1,4 @@
-//! Statistics, tables, plots and the regression gate; reads only result CSVs.
+//! Tables, plots and the regression gate; reads only result CSVs.
 //!
 //! Pipeline: [`input::load`] the CSVs, [`report::build`] (cells keyed by
 //! their whole configuration, statistics, model, 2021 figures, ratios),
@@ -16,7 +16,9 @@ pub mod ratios;
 pub mod render;
 pub mod replay;
 pub mod report;
-pub mod stats;
+/// The project's statistics live in `lazyinit_core::stats`; this name keeps
+/// the report's paths.
+pub use lazyinit_core::stats;
 
 pub use cells::{CellKey, CellStats, Metric};
 pub use report::{build, Report};

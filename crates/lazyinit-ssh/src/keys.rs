@@ -215,25 +215,19 @@ fn run_keygen(
     install: &str,
     args: &[&std::ffi::OsStr],
 ) -> Result<String, SshError> {
-    let out = Command::new(tool).args(args).output().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
+    let stdout = lazyinit_core::command::run(Command::new(tool).args(args)).map_err(|e| {
+        if e.not_found() {
             SshError::MissingTool(exit::missing_tool(tool, install))
         } else {
             SshError::KeyGen {
                 tool,
-                stderr: e.to_string(),
+                stderr: e.detail(),
             }
         }
     })?;
-    if !out.status.success() {
-        return Err(SshError::KeyGen {
-            tool,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
     // stdout may carry key material (dropbearkey prints the public half); the
     // caller picks what it needs and nothing is logged.
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(String::from_utf8_lossy(&stdout).into_owned())
 }
 
 /// The public line in `dropbearkey -y` output ("Public key portion is:" ...).

@@ -566,17 +566,18 @@ fn keyed_initramfs(
             .open(&openssh)?,
         k.host_private.as_bytes(),
     )?;
-    let out = std::process::Command::new("dropbearconvert")
-        .args(["openssh", "dropbear"])
-        .arg(&openssh)
-        .arg(&dropbear)
-        .output()
-        .map_err(|e| anyhow::anyhow!("dropbearconvert: {e} (apt-get install dropbear-bin)"))?;
-    anyhow::ensure!(
-        out.status.success(),
-        "dropbearconvert: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    lazyinit_core::command::run(
+        std::process::Command::new("dropbearconvert")
+            .args(["openssh", "dropbear"])
+            .arg(&openssh)
+            .arg(&dropbear),
+    )
+    .map_err(|e| match e {
+        e if e.not_found() => {
+            anyhow::anyhow!("dropbearconvert: {e} (apt-get install dropbear-bin)")
+        }
+        e => anyhow::anyhow!("dropbearconvert: {}", e.detail()),
+    })?;
     let pin = lazyinit_ssh::HostKeyPin::parse_public_line(&k.host_public)
         .ok_or_else(|| anyhow::anyhow!("user data host key `{}` is not a key", k.host_public))?;
     let keys = lazyinit_ssh::Keys {

@@ -16,13 +16,12 @@ use lazyinit_ec2::{Ec2Error, InstanceResolver};
 pub const TWIN_TCG: &str = "twin-tcg";
 
 pub fn write(dir: &Path, instance: &str, port: u16) -> std::io::Result<()> {
-    use std::io::Write;
     std::fs::create_dir_all(dir)?;
     // Whole or not at all, through a file of an unpredictable name.
-    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-    tmp.write_all(format!("127.0.0.1:{port}\n").as_bytes())?;
-    tmp.persist(dir.join(instance)).map_err(|e| e.error)?;
-    Ok(())
+    lazyinit_core::output::write_atomic(
+        &dir.join(instance),
+        format!("127.0.0.1:{port}\n").as_bytes(),
+    )
 }
 
 pub fn remove(dir: &Path, instance: &str) {

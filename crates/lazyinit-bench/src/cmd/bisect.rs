@@ -32,7 +32,9 @@ pub struct Common {
     /// tells the ends apart).
     #[arg(long)]
     pub cell: CellArg,
-    #[arg(long, value_enum, default_value = "ms_per_group")]
+    /// What to compare: ms_per_group, lazyinit_s or from_first_group_s
+    /// (lazyinit_s less first_group_s: the history's default).
+    #[arg(long, default_value = "ms_per_group", value_parser = clap::value_parser!(Metric))]
     pub metric: Metric,
     /// Results folder (default results/bisect-<good>-<bad>-<cell>); rerun
     /// the same command to resume.

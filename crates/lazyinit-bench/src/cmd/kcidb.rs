@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use lazyinit_core::{CellFolder, KernelProfile, SourceId};
+use lazyinit_core::identity::RowKernel;
+use lazyinit_core::{CellFolder, KernelProfile};
 use lazyinit_kernel::cache::{self, Manifest};
 use lazyinit_report::input::LoadedRow;
 use lazyinit_report::kcidb::types::ManifestMisc;
@@ -105,12 +106,12 @@ fn find<'a>(
     builds
         .iter()
         .filter(|(m, _)| {
-            k.source == SourceId::from(m.source.clone())
+            m.id.as_row()
+                == RowKernel {
+                    profile,
+                    ..k.clone()
+                }
                 && m.kernel_release == key.kernel_release
-                && m.arch == k.arch
-                && m.hz == k.hz
-                && m.variant == k.variant
-                && Some(m.profile) == profile
                 && m.built_at < before
         })
         .max_by_key(|(m, _)| m.built_at)

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use lazyinit_core::exit;
 use lazyinit_core::{Arch, Hz, KernelSource, Variant};
-use lazyinit_kernel::{BuildEvent, BuildOptions, KernelArtifact, KernelSpec, Manifest, Profile};
+use lazyinit_kernel::{
+    BuildEvent, BuildOptions, KernelArtifact, KernelId, KernelSpec, Manifest, Profile,
+};
 
 #[derive(clap::Subcommand)]
 pub enum KernelCmd {
@@ -145,13 +147,14 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
         }
     }
     let spec = KernelSpec {
-        arch: a.arch,
-        hz: a.hz,
-        variant: a.variant,
-        source: a.source,
-        profile: a.profile,
         config: a.config,
-        as_committed: false,
+        ..KernelSpec::of(KernelId {
+            arch: a.arch,
+            source: a.source,
+            hz: a.hz,
+            variant: a.variant,
+            profile: a.profile,
+        })
     };
     let mut opts = BuildOptions::default();
     if let Some(d) = a.cache_dir {
@@ -176,7 +179,7 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
         let m = &k.manifest;
         println!(
             "kernel   {} ({}, {}: {})",
-            m.kernel_release, m.arch, m.variant, m.variant_method
+            m.kernel_release, m.id.arch, m.id.variant, m.variant_method
         );
         println!("source   {}", source_line(m));
         println!("config   {}", m.config_origin);
@@ -197,12 +200,15 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
 /// The source as asked, with what it was: `debian-5.10 (linux-source-5.10
 /// 5.10.262-1)`, `/src/linux (git:<commit>+<changes>)`.
 fn source_line(m: &Manifest) -> String {
-    match (&m.debian_package, &m.source) {
-        (Some(p), _) => format!("{} {} ({p})", m.source, m.source_version),
+    match (&m.debian_package, &m.id.source) {
+        (Some(p), _) => format!("{} {} ({p})", m.id.source, m.source_version),
         (None, KernelSource::Path(_)) => {
-            format!("{} {} ({})", m.source, m.source_version, m.source_identity)
+            format!(
+                "{} {} ({})",
+                m.id.source, m.source_version, m.source_identity
+            )
         }
-        (None, _) => format!("{} {}", m.source, m.source_version),
+        (None, _) => format!("{} {}", m.id.source, m.source_version),
     }
 }
 
@@ -237,11 +243,11 @@ fn list(a: ListArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|m| {
             [
-                m.arch.to_string(),
-                m.hz.get().to_string(),
-                m.variant.to_string(),
+                m.id.arch.to_string(),
+                m.id.hz.get().to_string(),
+                m.id.variant.to_string(),
                 m.variant_method.to_string(),
-                m.profile.to_string(),
+                m.id.profile.to_string(),
                 source_line(m),
                 config_cell(m),
                 format!("{}K", m.image_bytes / 1024),

@@ -251,7 +251,7 @@ fn alert_data(a: &Alert) -> site::AlertData {
         id: a.alert_id.clone(),
         series: a.series.clone(),
         run: a.run_key.clone(),
-        kind: a.kind.clone(),
+        kind: a.kind.as_str().into(),
         state: a.state.as_str().into(),
         note: a.note.clone(),
         created_at: a.created_at.clone(),

@@ -197,21 +197,17 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
 /// as a TOML table (never by pasting flag text into TOML, which would let
 /// a flag add keys).
 fn one_cell_toml(arch: Arch, hz: Hz, variant: Variant, size: ByteSize, a: &SpecArgs) -> String {
-    let one = |v: String| toml::Value::Array(vec![toml::Value::String(v)]);
-    let mut t = toml::Table::new();
-    t.insert("name".into(), toml::Value::String("cell".into()));
-    t.insert("arches".into(), one(arch.to_string()));
-    t.insert(
-        "hz".into(),
-        toml::Value::Array(vec![toml::Value::Integer(hz.get().into())]),
-    );
-    t.insert("variants".into(), one(variant.to_string()));
-    t.insert("sizes".into(), one(size.to_string()));
-    t.insert(
-        "sources".into(),
-        one(a.source.clone().unwrap_or_default().to_string()),
-    );
-    toml::to_string(&t).unwrap_or_default()
+    let source = a.source.clone().unwrap_or_default().to_string();
+    lazyinit_orchestrator::spec::OneCell {
+        name: "cell",
+        arch,
+        hz,
+        variant,
+        size,
+        source: &source,
+        storage_profile: None,
+    }
+    .toml()
 }
 
 pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {

@@ -23,6 +23,8 @@
 
 use serde::Serialize;
 
+use crate::stats::{mean, mean_sd, variance};
+
 /// The least shift of a zeroing's end the interval allows for: the rms
 /// of one guest's first zeroings under TCG (README, "Storage profiles").
 pub const FLOOR_SHIFT_S: f64 = 0.000_1;
@@ -77,7 +79,7 @@ pub fn block_length(ticks: &[f64]) -> f64 {
     if n < 4 {
         return 1.0;
     }
-    let m = ticks.iter().sum::<f64>() / n as f64;
+    let m = mean(ticks);
     let d: Vec<f64> = ticks.iter().map(|k| k - m).collect();
     let c0 = d.iter().map(|x| x * x).sum::<f64>() / n as f64;
     if c0 <= 0.0 {
@@ -193,16 +195,11 @@ pub fn regime_shift(margins: &[Margin], block: usize) -> f64 {
     }
     let k = chunks.len() as f64;
     let medians: Vec<f64> = chunks.iter().map(|a| a[a.len() / 2]).collect();
-    let mm = medians.iter().sum::<f64>() / k;
+    let mm = mean(&medians);
+    // The medians' spread over the blocks (population: / k); each block's
+    // sample variance (blocks hold at least two values).
     let between = medians.iter().map(|m| (m - mm).powi(2)).sum::<f64>() / k;
-    let within = chunks
-        .iter()
-        .map(|a| {
-            let m = a.iter().sum::<f64>() / a.len() as f64;
-            a.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (a.len() - 1) as f64
-        })
-        .sum::<f64>()
-        / k;
+    let within = chunks.iter().map(|a| variance(a)).sum::<f64>() / k;
     let noise = std::f64::consts::FRAC_PI_2 * within / block as f64;
     2.0 * (between - noise).max(0.0).sqrt()
 }
@@ -239,10 +236,8 @@ pub fn tick_drift(cycles: &[f64], tick: f64) -> f64 {
         .iter()
         .map(|c| c - (c / tick).round() * tick)
         .collect();
-    let n = r.len() as f64;
-    let m = r.iter().sum::<f64>() / n;
-    let sd = (r.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
-    m.abs() + 2.0 * sd / n.sqrt()
+    let (m, sd) = mean_sd(&r);
+    m.abs() + 2.0 * sd / (r.len() as f64).sqrt()
 }
 
 #[cfg(test)]

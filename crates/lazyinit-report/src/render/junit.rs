@@ -1,8 +1,11 @@
-//! JUnit XML of a [`Comparison`], the report format CI systems read (GitLab,
-//! Jenkins, GitHub actions): one `<testcase>` per cell; a regression is a
-//! `<failure>`, a cell without data on a side or missing from one is an
-//! `<error>` (the comparison is incomplete: exit 2); an improvement or no
-//! change passes. The verdicts are the markdown's, to the same numbers.
+//! JUnit XML, the report format CI systems read (GitLab, Jenkins, GitHub
+//! actions): the project's one writer ([`Suite`], also `history check
+//! --junit`'s) and [`render`] of a [`Comparison`]: one `<testcase>` per
+//! cell; a regression is a `<failure>`, a cell without data on a side or
+//! missing from one is an `<error>` (the comparison is incomplete: exit 2),
+//! a cell whose storage profile was not held is `<skipped>`; an improvement
+//! or no change passes. The verdicts are the markdown's, to the same
+//! numbers.
 
 use lazyinit_core::exit::ExitCode;
 use std::fmt::Write;
@@ -12,8 +15,7 @@ use crate::cells::CellKey;
 use crate::compare::{CellComparison, Comparison, Side, Verdict};
 use crate::stats::Summary;
 
-/// Escapes text for an XML attribute or element (also `history check`'s
-/// JUnit).
+/// Escapes text for an XML attribute or element.
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
@@ -31,6 +33,114 @@ pub fn esc(s: &str) -> String {
     out
 }
 
+/// What a JUnit test case says beyond its name: a CI reads `failure` as a
+/// test that failed, `error` as one that could not be judged, `skipped` as
+/// one that was not.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CaseResult {
+    Pass,
+    Failure { kind: &'static str, message: String },
+    Error { kind: &'static str, message: String },
+    Skipped { kind: &'static str, message: String },
+}
+
+impl CaseResult {
+    fn element(&self) -> Option<(&'static str, &'static str, &str)> {
+        match self {
+            CaseResult::Pass => None,
+            CaseResult::Failure { kind, message } => Some(("failure", kind, message)),
+            CaseResult::Error { kind, message } => Some(("error", kind, message)),
+            CaseResult::Skipped { kind, message } => Some(("skipped", kind, message)),
+        }
+    }
+}
+
+/// One `<testcase>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    pub classname: String,
+    pub name: String,
+    pub result: CaseResult,
+    /// `<system-out>`; empty for none.
+    pub out: String,
+}
+
+/// One `<testsuite>` inside a `<testsuites>` named `report`. The counts
+/// are the cases'.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Suite {
+    pub report: String,
+    pub name: String,
+    pub properties: Vec<(String, String)>,
+    pub cases: Vec<Case>,
+    /// The suite's own `<system-out>`; empty for none.
+    pub out: String,
+}
+
+impl Suite {
+    pub fn xml(&self) -> String {
+        let count = |el: &str| {
+            self.cases
+                .iter()
+                .filter(|c| c.result.element().is_some_and(|(e, _, _)| e == el))
+                .count()
+        };
+        let counts = format!(
+            "tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\"",
+            self.cases.len(),
+            count("failure"),
+            count("error"),
+            count("skipped"),
+        );
+        let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        let _ = writeln!(out, "<testsuites name=\"{}\" {counts}>", esc(&self.report));
+        let _ = writeln!(out, "  <testsuite name=\"{}\" {counts}>", esc(&self.name));
+        if !self.properties.is_empty() {
+            out.push_str("    <properties>\n");
+            for (name, value) in &self.properties {
+                let _ = writeln!(
+                    out,
+                    "      <property name=\"{}\" value=\"{}\"/>",
+                    esc(name),
+                    esc(value)
+                );
+            }
+            out.push_str("    </properties>\n");
+        }
+        for c in &self.cases {
+            let _ = write!(
+                out,
+                "    <testcase classname=\"{}\" name=\"{}\"",
+                esc(&c.classname),
+                esc(&c.name)
+            );
+            let element = c.result.element();
+            if element.is_none() && c.out.is_empty() {
+                out.push_str("/>\n");
+                continue;
+            }
+            out.push_str(">\n");
+            if let Some((el, kind, msg)) = element {
+                let m = esc(msg);
+                let _ = writeln!(
+                    out,
+                    "      <{el} type=\"{}\" message=\"{m}\">{m}</{el}>",
+                    esc(kind)
+                );
+            }
+            if !c.out.is_empty() {
+                let _ = writeln!(out, "      <system-out>{}</system-out>", esc(&c.out));
+            }
+            out.push_str("    </testcase>\n");
+        }
+        if !self.out.is_empty() {
+            let _ = writeln!(out, "    <system-out>{}</system-out>", esc(&self.out));
+        }
+        out.push_str("  </testsuite>\n</testsuites>\n");
+        out
+    }
+}
+
 /// Groups a CI's test tree by arch and HZ; the name is the whole cell.
 fn classname(k: &CellKey) -> String {
     format!("lazyinit.{}.hz{}", k.axes.arch, k.axes.hz)
@@ -44,8 +154,8 @@ fn side(s: Option<&Summary>, unit: &str, estimated: bool) -> String {
     }
 }
 
-/// What the test case says beyond pass: (element, type, message).
-fn outcome(c: &Comparison, x: &CellComparison) -> Option<(&'static str, &'static str, String)> {
+/// What the test case says beyond pass.
+fn outcome(c: &Comparison, x: &CellComparison) -> CaseResult {
     let unit = c.metric.unit();
     let change = x.change_pct.map(pct).unwrap_or_else(|| "–".into());
     let detail = format!(
@@ -54,75 +164,36 @@ fn outcome(c: &Comparison, x: &CellComparison) -> Option<(&'static str, &'static
         side(x.candidate.as_ref(), unit, x.candidate_estimated)
     );
     match x.verdict {
-        Verdict::Regression => Some((
-            "failure",
-            "regression",
-            format!(
+        Verdict::Regression => CaseResult::Failure {
+            kind: "regression",
+            message: format!(
                 "REGRESSION of {}, {detail} (threshold {}%)",
                 c.metric.name(),
                 c.threshold_pct
             ),
-        )),
-        Verdict::InsufficientData => Some((
-            "error",
-            "insufficient_data",
-            format!("no ok run on a side: {detail}"),
-        )),
-        Verdict::Unknown => Some((
-            "skipped",
-            "profile_not_held",
-            format!("UNKNOWN, the storage profile was not held: {detail}"),
-        )),
-        Verdict::Improvement | Verdict::NoChange => None,
+        },
+        Verdict::InsufficientData => CaseResult::Error {
+            kind: "insufficient_data",
+            message: format!("no ok run on a side: {detail}"),
+        },
+        Verdict::Unknown => CaseResult::Skipped {
+            kind: "profile_not_held",
+            message: format!("UNKNOWN, the storage profile was not held: {detail}"),
+        },
+        Verdict::Improvement | Verdict::NoChange => CaseResult::Pass,
     }
 }
 
-fn testcase(out: &mut String, k: &CellKey, body: Option<(&str, &str, String)>, text: &str) {
-    write!(
+fn case(k: &CellKey, result: CaseResult, out: String) -> Case {
+    Case {
+        classname: classname(k),
+        name: k.label(),
+        result,
         out,
-        "    <testcase classname=\"{}\" name=\"{}\"",
-        esc(&classname(k)),
-        esc(&k.label())
-    )
-    .unwrap();
-    if body.is_none() && text.is_empty() {
-        out.push_str("/>\n");
-        return;
     }
-    out.push_str(">\n");
-    if let Some((el, ty, msg)) = body {
-        writeln!(
-            out,
-            "      <{el} type=\"{ty}\" message=\"{}\">{}</{el}>",
-            esc(&msg),
-            esc(&msg)
-        )
-        .unwrap();
-    }
-    if !text.is_empty() {
-        writeln!(out, "      <system-out>{}</system-out>", esc(text)).unwrap();
-    }
-    out.push_str("    </testcase>\n");
 }
 
 pub fn render(c: &Comparison) -> String {
-    let failures = c.count(Verdict::Regression);
-    let errors = c.count(Verdict::InsufficientData) + c.missing.len();
-    let tests = c.cells.len() + c.missing.len();
-    let suite = format!("lazyinit-bench compare {}", c.metric.name());
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    writeln!(
-        out,
-        "<testsuites name=\"lazyinit-bench\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">"
-    )
-    .unwrap();
-    writeln!(
-        out,
-        "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"0\">",
-        esc(&suite)
-    )
-    .unwrap();
-    out.push_str("    <properties>\n");
     let ignored: Vec<String> = c
         .ignored
         .iter()
@@ -133,55 +204,58 @@ pub fn render(c: &Comparison) -> String {
                 .unwrap_or_default()
         })
         .collect();
-    for (name, value) in [
+    let properties = [
         ("metric", c.metric.name().to_string()),
         ("threshold_pct", c.threshold_pct.to_string()),
         ("alpha", c.alpha.to_string()),
         ("ignored", ignored.join(",")),
         ("exit_code", c.exit_code().to_string()),
-    ] {
-        writeln!(
-            out,
-            "      <property name=\"{name}\" value=\"{}\"/>",
-            esc(&value)
-        )
-        .unwrap();
-    }
-    out.push_str("    </properties>\n");
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_string(), v))
+    .collect();
+    let mut cases = Vec::new();
     for x in &c.cells {
         let mut text = format!("verdict: {}", x.verdict.text());
         if let Some(ch) = x.change_pct {
-            write!(text, "; change {}", pct(ch)).unwrap();
+            let _ = write!(text, "; change {}", pct(ch));
         }
         if let Some(w) = x.welch {
-            write!(text, "; Welch p = {:.4}", w.p).unwrap();
+            let _ = write!(text, "; Welch p = {:.4}", w.p);
         }
         for n in &x.notes {
-            write!(text, "\n{n}").unwrap();
+            let _ = write!(text, "\n{n}");
         }
-        testcase(&mut out, &x.key, outcome(c, x), &text);
+        cases.push(case(&x.key, outcome(c, x), text));
     }
     for (s, k) in &c.missing {
         let where_ = match s {
             Side::Baseline => "baseline",
             Side::Candidate => "candidate",
         };
-        let msg = format!("the cell is not in the {where_}: compare runs of the same matrix");
-        testcase(&mut out, k, Some(("error", "missing", msg)), "");
+        let message = format!("the cell is not in the {where_}: compare runs of the same matrix");
+        cases.push(case(
+            k,
+            CaseResult::Error {
+                kind: "missing",
+                message,
+            },
+            String::new(),
+        ));
     }
-    writeln!(
-        out,
-        "    <system-out>{}</system-out>",
-        esc(&super::compare::summary_line(c))
-    )
-    .unwrap();
-    out.push_str("  </testsuite>\n</testsuites>\n");
-    out
+    Suite {
+        report: "lazyinit-bench".into(),
+        name: format!("lazyinit-bench compare {}", c.metric.name()),
+        properties,
+        cases,
+        out: super::compare::summary_line(c),
+    }
+    .xml()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::esc;
+    use super::*;
 
     #[test]
     fn escapes_what_xml_needs() {
@@ -189,5 +263,65 @@ mod tests {
             esc("a<b & \"c\" 'd'>\u{1}"),
             "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;?"
         );
+    }
+
+    #[test]
+    fn the_counts_are_the_cases() {
+        let case = |name: &str, result| Case {
+            classname: "c".into(),
+            name: name.into(),
+            result,
+            out: String::new(),
+        };
+        let s = Suite {
+            report: "r".into(),
+            name: "s <&>".into(),
+            cases: vec![
+                case("a", CaseResult::Pass),
+                case(
+                    "b",
+                    CaseResult::Skipped {
+                        kind: "k",
+                        message: "m".into(),
+                    },
+                ),
+                case(
+                    "c",
+                    CaseResult::Failure {
+                        kind: "k",
+                        message: "x\"y".into(),
+                    },
+                ),
+                case(
+                    "d",
+                    CaseResult::Error {
+                        kind: "k",
+                        message: "m".into(),
+                    },
+                ),
+                case(
+                    "e",
+                    CaseResult::Skipped {
+                        kind: "k",
+                        message: "m".into(),
+                    },
+                ),
+            ],
+            ..Suite::default()
+        };
+        let xml = s.xml();
+        assert!(
+            xml.contains("<testsuite name=\"s &lt;&amp;&gt;\" tests=\"5\" failures=\"1\" errors=\"1\" skipped=\"2\">"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<testcase classname=\"c\" name=\"a\"/>"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("message=\"x&quot;y\">x&quot;y</failure>"),
+            "{xml}"
+        );
+        assert!(!xml.contains("<properties>"), "{xml}");
     }
 }

@@ -20,38 +20,9 @@ use lazyinit_kernel::{KernelError, KernelSpec};
 
 use crate::cmd::providers::{self, Spec};
 
-/// The metric a bisection compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Metric {
-    /// Milliseconds per block group (trace timestamps).
-    #[value(name = "ms_per_group")]
-    MsPerGroup,
-    /// Seconds from mount to the thread's exit.
-    #[value(name = "lazyinit_s")]
-    LazyinitS,
-    /// Seconds from the first group to the thread's exit (the part the
-    /// random start delay does not move): the history's default, so the
-    /// bisect `history changes` prints runs as printed.
-    #[value(name = "from_first_group_s")]
-    FromFirstGroupS,
-}
-
-impl Metric {
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::MsPerGroup => "ms_per_group",
-            Metric::LazyinitS => "lazyinit_s",
-            Metric::FromFirstGroupS => "from_first_group_s",
-        }
-    }
-    fn of(self, r: &ResultRow) -> Option<f64> {
-        match self {
-            Metric::MsPerGroup => r.measured.ms_per_group,
-            Metric::LazyinitS => r.measured.lazyinit_s,
-            Metric::FromFirstGroupS => lazyinit_report::cells::Metric::FromFirstGroupS.of(r),
-        }
-    }
-}
+/// The metric a bisection compares (the history's, so that the bisect
+/// `history changes` prints runs as printed).
+pub use lazyinit_core::identity::Metric;
 
 /// `ARCH:HZ:SIZE`, e.g. `arm64:100:8GiB`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,11 +124,9 @@ impl Session {
                 _ => Err(self.remember_skip(commit, &format!("does not build (fake: {file})"))),
             };
         }
-        let spec = KernelSpec {
-            source: KernelSource::Path(self.worktree.dir.clone()),
-            as_committed: true,
-            ..KernelSpec::new(self.cell.arch, self.cell.hz, variant)
-        };
+        let mut spec = KernelSpec::new(self.cell.arch, self.cell.hz, variant);
+        spec.id.source = KernelSource::Path(self.worktree.dir.clone());
+        spec.as_committed = true;
         let opts = lazyinit_kernel::BuildOptions {
             progress: Some(Arc::new(|e| {
                 if let lazyinit_kernel::BuildEvent::Step(s) = e {
@@ -384,16 +353,18 @@ impl Session {
     /// The project's runner on one cell of the worktree's source.
     async fn run_one(&self, dir: &Path, variant: Variant) -> anyhow::Result<()> {
         let c = self.cell;
-        let mut text = format!(
-            "name = \"bisect\"\narches = [\"{}\"]\nhz = [{}]\nvariants = [\"{variant}\"]\nsizes = [\"{}\"]\nsources = [{:?}]\nrepetitions = 1\n",
-            c.arch,
-            c.hz,
-            c.size,
-            self.worktree.dir.display().to_string(),
-        );
-        if let Some(p) = &self.storage_profile {
-            text.push_str(&format!("storage-profile = \"{p}\"\n"));
+        let source = self.worktree.dir.display().to_string();
+        let profile = self.storage_profile.as_ref().map(|p| p.to_string());
+        let text = lazyinit_orchestrator::spec::OneCell {
+            name: "bisect",
+            arch: c.arch,
+            hz: c.hz,
+            variant,
+            size: c.size,
+            source: &source,
+            storage_profile: profile.as_deref(),
         }
+        .toml();
         let spec = Spec::parse(&text, "bisect").map_err(|e| anyhow::anyhow!("{e}"))?;
         let keys = providers::run_keys(&spec)?;
         let provider = providers::provider(&spec, keys.dir())?;
