@@ -11,25 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn git(dir: &Path, args: &[&str]) -> Output {
-    Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .output()
-        .unwrap()
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let o = git(dir, args);
-    assert!(o.status.success(), "git {args:?}: {o:?}");
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
+use lazyinit_core::testing::git_ok as ok;
 
 /// Commit `metric` = `value` (the fake sample) and a file of its own.
 fn commit(dir: &Path, name: &str, value: &str) -> String {

@@ -4,28 +4,9 @@
 //! with `git bisect run` itself on a tiny repository made here; no guest.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn git(dir: &Path, args: &[&str]) -> Output {
-    let o = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .output()
-        .unwrap();
-    o
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let o = git(dir, args);
-    assert!(o.status.success(), "git {args:?}: {o:?}");
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
+use lazyinit_core::testing::{git, git_ok as ok};
 
 /// A repository of five commits.
 fn tiny_repo(dir: &Path) -> Vec<String> {

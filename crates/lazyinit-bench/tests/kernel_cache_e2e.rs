@@ -40,14 +40,7 @@ fn build(cache: Option<&Path>, variant: &str) -> Command {
     c
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\n{}{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use lazyinit_core::testing::output_text as text;
 
 /// The `image` line of `kernel build`'s summary.
 fn image_of(o: &Output) -> String {

@@ -9,7 +9,7 @@
 //! Without Slurm or PostgreSQL this test fails, never skips.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn bin() -> PathBuf {
@@ -23,14 +23,7 @@ fn repo() -> PathBuf {
         .unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\n{}{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use lazyinit_core::testing::output_text as text;
 
 /// A client command of the test's Slurm, run in `dir`, with the harness
 /// on PATH (a job runs with the environment it was submitted with).

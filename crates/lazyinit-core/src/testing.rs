@@ -2,7 +2,7 @@
 //! their dev-dependencies only): one copy of each instead of one a file.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// Runs `script` with `sh -c` in `dir`, with a fixed git author and
 /// committer, and fails the test when it fails.
@@ -18,6 +18,40 @@ pub fn sh(dir: &Path, script: &str) {
         .status()
         .unwrap_or_else(|e| panic!("sh -c {script}: {e}"));
     assert!(st.success(), "{script}");
+}
+
+/// Runs `git args` in `dir` with a fixed author and committer, and no
+/// system or user configuration (`HOME` is `dir`).
+pub fn git(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap_or_else(|e| panic!("git {args:?}: {e}"))
+}
+
+/// [`git`], which must succeed: its stdout, trimmed.
+pub fn git_ok(dir: &Path, args: &[&str]) -> String {
+    let o = git(dir, args);
+    assert!(o.status.success(), "git {args:?}: {o:?}");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// A finished command's exit code, stdout and stderr, for a test's
+/// failure message.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "exit {:?}\n{}{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// The variable naming the tests' PostgreSQL server (scripts/test.sh
