@@ -166,8 +166,8 @@ pub fn welch_moments(a: (f64, f64, usize), b: (f64, f64, usize)) -> Option<Welch
     }
     let t = diff / (va + vb).sqrt();
     let df = (va + vb).powi(2) / (va.powi(2) / (na - 1) as f64 + vb.powi(2) / (nb - 1) as f64);
-    StudentsT::new(0.0, 1.0, df).ok()?;
-    Some(Welch {
+    // Undefined where Student's t is (df not positive, or NaN).
+    (df > 0.0).then(|| Welch {
         t,
         df,
         p: t_p(t, df),
