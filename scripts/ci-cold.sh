@@ -7,7 +7,8 @@
 #   CI_WARM=1 scripts/ci-cold.sh OUT  # the same, with the cache and target of
 #                                     # the last cold run kept (a warm run)
 # Writes OUT_DIR/run.txt (everything the run printed, then time's report),
-# OUT_DIR/tests.tsv (seconds, test; slowest first), OUT_DIR/summary.txt.
+# OUT_DIR/tests.tsv (seconds, test; slowest first), OUT_DIR/cpu.tsv (each
+# test's CPU-seconds, binary, test: scripts/cpu-runner.sh), OUT_DIR/summary.txt.
 # Run it on a quiet machine: the figures are the machine's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,7 +40,7 @@ busy0=$(busy)
 start=$(date +%s)
 rc=0
 (cd "$clone" && LAZYINIT_CACHE_DIR="$cache" CARGO_TARGET_DIR="$target" \
-  /usr/bin/time -v bash .ci/run) >>"$out/run.txt" 2>&1 || rc=$?
+  LAZYINIT_CPU_LOG="$out/cpu.tsv" /usr/bin/time -v bash .ci/run) >>"$out/run.txt" 2>&1 || rc=$?
 wall=$(( $(date +%s) - start ))
 machine=$(( $(busy) - busy0 ))
 echo "rc=$rc wall=${wall}s" >>"$out/run.txt"
@@ -65,6 +66,10 @@ cores=$(nproc)
   grep -E '^ +Summary \[' "$out/run.txt" | sed 's/^ */nextest: /'
   echo "slowest tests:"
   head -n 15 "$out/tests.tsv" | sed 's/^/  /'
+  if [ -s "$out/cpu.tsv" ]; then
+    awk -F '\t' '{ s += $1 } END { printf "tests: %.0f CPU-s (scripts/cpu-runner.sh); most CPU:\n", s }' "$out/cpu.tsv"
+    sort -t "$(printf '\t')" -k1,1 -rn "$out/cpu.tsv" | head -n 15 | sed 's/^/  /'
+  fi
 } >"$out/summary.txt"
 cat "$out/summary.txt"
 exit "$rc"

@@ -108,7 +108,16 @@ stamp "the kernels built"
 # Debug builds: the AWS SDK takes ~4 min in debug and ~11 in release.
 # The harness's EC2 provider is a feature (off for the local default); the
 # tests build it, and its tests fail without it rather than skip.
+# Every test's CPU (scripts/cpu-runner.sh, nextest's target runner): to
+# $LAZYINIT_CPU_LOG when the caller names one (scripts/ci-cold.sh keeps
+# it), and the tests that used most of it are printed at the end.
+cpu_log="${LAZYINIT_CPU_LOG:-$work/cpu.tsv}"
+: >"$cpu_log"
+host=$(rustc -vV | awk '/^host:/ {print $2}' | tr 'a-z-' 'A-Z_')
 rc=0
-cargo nextest run --workspace --features lazyinit-bench/ec2 --no-fail-fast "$@" || rc=$?
+env LAZYINIT_CPU_LOG="$cpu_log" "CARGO_TARGET_${host}_RUNNER=$PWD/scripts/cpu-runner.sh" \
+  cargo nextest run --workspace --features lazyinit-bench/ec2 --no-fail-fast "$@" || rc=$?
+sort -t "$(printf '\t')" -k1,1 -rn "$cpu_log" | head -n 20 | sed 's/^/test-cpu: /'
+awk -F '\t' '{ s += $1; n++ } END { printf "test-cpu: %.0f CPU-s in %d tests\n", s, n }' "$cpu_log"
 stamp "the tests ran (exit $rc)"
 exit "$rc"

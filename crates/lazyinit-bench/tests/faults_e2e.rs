@@ -265,22 +265,10 @@ fn kill_9_of_one_guest_fails_only_its_cell() {
     assert_eq!(ok.status, Status::Ok, "{}", ok.error);
     let m = &ok.measured;
     assert_eq!(m.traced_groups, m.groups, "every group traced");
-    assert_eq!(m.sleep_ticks, Some(10), "{m:?}");
-    // A cycle is the sleep's 10 ticks of 4 ms, the tick it starts in, and
-    // the ticks the zeroing and the wake-up crossed (`crossed_ticks`,
-    // counted on the guest's tick grid): the host's part. The zeroing is
-    // CPU time, which the tests beside this one move (45.6 and 50.5
-    // ms/group were seen under load, 0.4 and 1.6 crossed ticks), so the
-    // bound is on the host's part, not on a fixed band: under 3 ticks a
-    // cycle says the kill did not stall the other guest, which a stall of
-    // its vCPU (or a lost tick: a cycle shorter than the sleep) would.
-    let per = m.ms_per_group.unwrap();
-    let crossed = m.crossed_ticks.expect("crossed_ticks of a traced cell");
-    assert!(per > 40.0, "{per} ms/group: shorter than the 10-tick sleep");
-    assert!(
-        (-0.25..3.0).contains(&crossed),
-        "{per} ms/group: {crossed:.2} ticks a cycle past the 10 + 1 of the kernel"
-    );
+    // The other guest's cycle stays the kernel's 10 + 1 ticks plus a
+    // bounded host's part: the kill did not stall its vCPU.
+    lazyinit_core::testing::check_nofix_cycle(m, 250, 10)
+        .unwrap_or_else(|e| panic!("surviving no-fix cell: {e}"));
     assert_nothing_left(&out, vols.path());
 }
 

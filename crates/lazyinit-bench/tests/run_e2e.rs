@@ -189,20 +189,13 @@ fn smoke_run_measures_both_variants() {
         .iter()
         .find(|r| r.axes.variant == Variant::Fix)
         .unwrap();
-    // Without the fix the cycle is (W + 1) ticks whatever the zeroing time.
-    let model_ms = model::predict_cell(
-        nofix.axes.hz,
-        Variant::NoFix,
-        10,
-        lazyinit_core::ByteSize(nofix.axes.volume.0),
-    )
-    .per_group_s
-        * 1000.0;
-    let got = nofix.measured.ms_per_group.unwrap();
-    assert!(
-        (got / model_ms - 1.0).abs() < 0.10,
-        "no-fix {got:.1} ms/group vs model {model_ms:.1}"
-    );
+    // Without the fix a cycle is the sleep's W = 10 ticks and the tick it
+    // starts in, whatever the zeroing time, plus the ticks the host's part
+    // crossed: bounded on that part (`check_nofix_cycle`), as the model's
+    // (W + 1) ticks are not a band a loaded host holds (50.5 ms/group
+    // against 44.0 in a cold CI run, 1.6 ticks crossed).
+    lazyinit_core::testing::check_nofix_cycle(&nofix.measured, nofix.axes.hz.get(), 10)
+        .unwrap_or_else(|e| panic!("no-fix cell: {e}"));
     // The smoke preset uses the `ebs` profile: every zero request goes
     // through the harness's NBD server with a hold, calibrated on each guest
     // so that the first zeroing z1 comes to 3.4 ms, the middle of the z1
@@ -283,9 +276,10 @@ fn smoke_run_measures_both_variants() {
     assert!(
         held == Some(false)
             || fix.measured.sleep_ticks.unwrap() < nofix.measured.sleep_ticks.unwrap()
-                && fix.measured.ms_per_group.unwrap() < got,
-        "fix {:?} ms/group (L={l}) vs nofix {got} (L={:?})",
+                && fix.measured.ms_per_group < nofix.measured.ms_per_group,
+        "fix {:?} ms/group (L={l}) vs nofix {:?} (L={:?})",
         fix.measured.ms_per_group,
+        nofix.measured.ms_per_group,
         nofix.measured.sleep_ticks
     );
     // Nothing left behind.
