@@ -16,8 +16,13 @@ if [ -n "${LAZYINIT_CPU_LOG:-}" ]; then
     prev=$a
   done
   if [ -n "$name" ]; then
-    # times: this shell's user and sys, then its children's.
-    child=$(times | tail -n 1)
+    # times: this shell's user and sys, then its children's. Run in this
+    # shell (a pipe or $(...) would run it in a subshell, whose children
+    # are none), into a private file.
+    f=$(mktemp "${TMPDIR:-/tmp}/cpu-runner.XXXXXX")
+    times >"$f"
+    child=$(tail -n 1 "$f")
+    rm -f "$f"
     secs() { awk -v t="$1" 'BEGIN { split(t, p, "m"); sub("s", "", p[2]); printf "%.2f", p[1] * 60 + p[2] }'; }
     u=$(secs "${child% *}")
     s=$(secs "${child#* }")
