@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use lazyinit_core::cell::Cell;
+use lazyinit_core::identity::CellKey;
 use lazyinit_core::layout::RunFolder;
 use lazyinit_core::results::{read_untorn_rows, ResultRow};
-use lazyinit_core::SourceId;
 
 use crate::provenance::{CellFacts, RunFacts};
 use crate::HistoryError;
@@ -125,20 +125,21 @@ pub fn check_rows(rows: &[ResultRow], planned: &[Cell], run_id: &str) -> Result<
                 r.cell_id
             ));
         };
-        let mismatches = [
-            ("provider", r.testbed.provider == c.provider),
-            ("arch", r.axes.arch == c.arch),
-            (
-                "kernel_source",
-                r.axes.source == SourceId::from(c.source.clone()),
-            ),
-            ("hz", r.axes.hz == c.hz),
-            ("variant", r.axes.variant == c.variant),
-            ("wait_mult", r.axes.wait_mult == c.wait_mult),
-            ("volume_bytes", r.axes.volume.0 == c.volume.0),
-            ("repetition", r.repetition == c.repetition),
-        ];
-        if let Some((field, _)) = mismatches.iter().find(|(_, ok)| !ok) {
+        // The row's key against the plan's: every field of the key the
+        // plan sets (provider and the axes; machine, accel and storage
+        // are the provider's to say), then the repetition.
+        let row_key = CellKey::of(r);
+        let mut planned = row_key.clone();
+        planned.testbed.provider = c.provider.clone();
+        planned.axes = c.axes.clone().into();
+        let field = match row_key.first_difference(&planned) {
+            Some(f) => Some(f.column),
+            None if r.repetition != c.repetition => Some("repetition"),
+            // A field of the identity the key's table does not list yet.
+            None if row_key != planned => Some("configuration"),
+            None => None,
+        };
+        if let Some(field) = field {
             return Err(format!(
                 "results.csv line {line}: cell `{}` has a {field} its spec.toml does not plan for it",
                 r.cell_id

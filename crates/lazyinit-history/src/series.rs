@@ -87,24 +87,7 @@ pub struct Series {
 /// The id of a key's series, e.g.
 /// `qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/64GiB/w10/ebs/measured`.
 pub fn series_id(k: &CellKey) -> String {
-    format!(
-        "{}/{}/{}/{}/{}/hz{}/{}/{}/w{}/{}/{}",
-        k.testbed.provider,
-        k.testbed.machine,
-        k.testbed.accel,
-        k.axes.arch,
-        k.axes.source,
-        k.axes.hz,
-        k.axes.variant,
-        k.volume(),
-        k.axes.wait_mult,
-        if k.testbed.storage.is_none() {
-            "none".to_string()
-        } else {
-            k.testbed.storage.to_string()
-        },
-        if k.estimated { "estimated" } else { "measured" }
-    )
+    k.series_id()
 }
 
 /// `--cell PATTERN`: a glob over series ids (`*x86_64*fix*`), or a plain

@@ -11,141 +11,14 @@ use lazyinit_core::model::{self, ModelInputs, DEFAULT_ZEROING_S, MEAN_START_DELA
 use lazyinit_core::results::{ResultRow, Status};
 #[cfg(test)]
 use lazyinit_core::Arch;
-use lazyinit_core::{reported, ByteSize, RowAxes, Testbed, Variant};
+use lazyinit_core::{reported, Variant};
 use serde::Serialize;
 
 use crate::stats::{summarize, Interval, Summary};
 
 pub use lazyinit_core::identity::Metric;
 
-/// The configuration that identifies a cell: the row's testbed and axes
-/// (the identity's types, `lazyinit_core::identity`), and whether it is
-/// an estimate. Cells sort as their text did when the key's fields were
-/// strings ([`CellKey::COLUMNS`] order, then `estimated`), and serialize
-/// flat under those names.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CellKey {
-    pub testbed: Testbed,
-    pub axes: RowAxes,
-    /// Early-stop estimates are never pooled or compared with measurements
-    /// unless asked (`compare --ignore estimated`).
-    pub estimated: bool,
-}
-
-impl Ord for CellKey {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        fn order(k: &CellKey) -> impl Ord + '_ {
-            let (t, a) = (&k.testbed, &k.axes);
-            (
-                (&t.provider, &t.machine, &t.accel, a.arch, &a.source),
-                (
-                    a.hz,
-                    a.variant,
-                    a.wait_mult,
-                    a.volume,
-                    &t.storage,
-                    k.estimated,
-                ),
-            )
-        }
-        // Then the identity's own order: an axis the text order does not
-        // list still tells keys apart (Ord agrees with Eq).
-        order(self)
-            .cmp(&order(other))
-            .then_with(|| self.axes.cmp(&other.axes))
-            .then_with(|| self.testbed.cmp(&other.testbed))
-    }
-}
-
-impl PartialOrd for CellKey {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Serialize for CellKey {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let (t, a) = (&self.testbed, &self.axes);
-        let mut k = s.serialize_struct("CellKey", 11)?;
-        k.serialize_field("provider", &t.provider)?;
-        k.serialize_field("machine", &t.machine)?;
-        k.serialize_field("accel", &t.accel)?;
-        k.serialize_field("arch", &a.arch)?;
-        k.serialize_field("kernel_source", &a.source)?;
-        k.serialize_field("hz", &a.hz)?;
-        k.serialize_field("variant", &a.variant)?;
-        k.serialize_field("wait_mult", &a.wait_mult)?;
-        k.serialize_field("volume_bytes", &a.volume.0)?;
-        k.serialize_field("storage_profile", &t.storage)?;
-        k.serialize_field("estimated", &self.estimated)?;
-        k.end()
-    }
-}
-
-impl CellKey {
-    /// The key's columns in CSV outputs, in field order.
-    pub const COLUMNS: [&'static str; 10] = [
-        "provider",
-        "machine",
-        "accel",
-        "arch",
-        "kernel_source",
-        "hz",
-        "variant",
-        "wait_mult",
-        "volume_bytes",
-        "storage_profile",
-    ];
-
-    /// The key's values as CSV outputs write them, in [`CellKey::COLUMNS`] order.
-    pub fn values(&self) -> [String; 10] {
-        let (t, a) = (&self.testbed, &self.axes);
-        [
-            t.provider.to_string(),
-            t.machine.to_string(),
-            t.accel.to_string(),
-            a.arch.to_string(),
-            a.source.to_string(),
-            a.hz.to_string(),
-            a.variant.to_string(),
-            a.wait_mult.to_string(),
-            a.volume.0.to_string(),
-            t.storage.to_string(),
-        ]
-    }
-
-    pub fn of(row: &ResultRow) -> CellKey {
-        CellKey {
-            testbed: row.testbed.clone(),
-            axes: row.axes.clone(),
-            estimated: row.measured.estimated,
-        }
-    }
-
-    pub fn volume(&self) -> ByteSize {
-        self.axes.volume
-    }
-
-    /// One line naming every field, for notes and compare output.
-    pub fn label(&self) -> String {
-        let (t, a) = (&self.testbed, &self.axes);
-        let mut s = format!(
-            "{} {} {} {} {} HZ{} {} {}",
-            t.provider, t.accel, t.machine, a.arch, a.source, a.hz, a.variant, a.volume
-        );
-        if a.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
-            s.push_str(&format!(" w{}", a.wait_mult));
-        }
-        if !t.storage.is_none() {
-            s.push_str(&format!(" storage={}", t.storage));
-        }
-        if self.estimated {
-            s.push_str(" (estimate)");
-        }
-        s
-    }
-}
+pub use lazyinit_core::identity::CellKey;
 
 /// The model's prediction for a cell, in the metric's unit.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -24,6 +24,9 @@ use crate::provider::KernelProfile;
 use crate::size::ByteSize;
 use crate::storage::StorageProfile;
 
+pub mod key;
+pub use key::{label_order, CellKey, Env, KeyField, KeyValue, FIELDS};
+
 /// Serde, `From<&str>`/`From<String>` and comparison with text, for a type
 /// that parses from any text (`From<&str>`) and writes it back unchanged
 /// (`Display`).

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cells::CellKey;
+use lazyinit_core::identity::{label_order, Env, FIELDS};
 
 pub mod compare;
 pub mod csv;
@@ -73,61 +74,45 @@ pub fn pct(x: f64) -> String {
 /// arch, HZ, variant and volume always; provider, accel, machine, kernel
 /// source, wait multiplier and storage profile when they vary.
 pub struct Labeller {
-    provider: bool,
-    accel: bool,
-    machine: bool,
-    source: bool,
-    wait_mult: bool,
-    storage: bool,
+    /// Per field of the key (`FIELDS` order): whether the environment
+    /// part names it.
+    shown: [bool; FIELDS.len()],
 }
 
 impl Labeller {
     pub fn new<'a>(keys: impl IntoIterator<Item = &'a CellKey>) -> Labeller {
         let keys: Vec<&CellKey> = keys.into_iter().collect();
-        let varies = |f: &dyn Fn(&CellKey) -> String| {
-            keys.iter().map(|k| f(k)).collect::<BTreeSet<_>>().len() > 1
-        };
-        // Machines always differ between arches; they matter only when one
-        // arch ran on several.
-        let mut machines: BTreeMap<_, BTreeSet<&str>> = BTreeMap::new();
-        for k in &keys {
-            machines
-                .entry(k.axes.arch)
-                .or_default()
-                .insert(k.testbed.machine.as_str());
-        }
-        Labeller {
-            provider: varies(&|k| k.testbed.provider.to_string()),
-            accel: varies(&|k| k.testbed.accel.to_string()),
-            machine: machines.values().any(|m| m.len() > 1),
-            source: varies(&|k| k.axes.source.to_string()),
-            wait_mult: varies(&|k| k.axes.wait_mult.to_string()),
-            storage: varies(&|k| k.testbed.storage.to_string()),
-        }
+        let shown = std::array::from_fn(|i| {
+            let f = &FIELDS[i];
+            let distinct = |ks: &[&CellKey]| {
+                ks.iter()
+                    .map(|k| (f.word)(k))
+                    .collect::<BTreeSet<_>>()
+                    .len()
+                    > 1
+            };
+            match f.env {
+                Env::Shape => false,
+                Env::WhenVaries => distinct(&keys),
+                Env::WhenVariesWithinArch => {
+                    let mut by_arch: BTreeMap<_, Vec<&CellKey>> = BTreeMap::new();
+                    for k in &keys {
+                        by_arch.entry(k.axes.arch).or_default().push(k);
+                    }
+                    by_arch.values().any(|ks| distinct(ks))
+                }
+            }
+        });
+        Labeller { shown }
     }
 
     /// The environment part: empty when every cell shares it.
     pub fn env(&self, k: &CellKey) -> String {
-        let mut parts = Vec::new();
-        if self.provider {
-            parts.push(k.testbed.provider.to_string());
-        }
-        if self.accel {
-            parts.push(k.testbed.accel.to_string());
-        }
-        if self.machine {
-            parts.push(k.testbed.machine.to_string());
-        }
-        if self.source {
-            parts.push(k.axes.source.to_string());
-        }
-        if self.wait_mult {
-            parts.push(format!("w{}", k.axes.wait_mult));
-        }
-        if self.storage {
-            parts.push(format!("storage={}", k.testbed.storage));
-        }
-        parts.join(" ")
+        label_order()
+            .filter(|(i, _)| self.shown[*i])
+            .map(|(_, f)| (f.word)(k))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// Column heading of the reported table's shape: arch, HZ [, env]
