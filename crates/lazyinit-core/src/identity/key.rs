@@ -78,8 +78,9 @@ pub struct KeyField {
     pub value: fn(&CellKey) -> KeyValue,
     /// Its part of the key's order.
     pub cmp: fn(&CellKey, &CellKey) -> Ordering,
-    /// Its part of a series id (`hz250`, `64GiB`, `w10`, ...).
-    pub series: fn(&CellKey) -> String,
+    /// Its part of a series id where that is not its label word
+    /// (`hz250`, not `HZ250`; `none` for no storage profile).
+    pub series: Option<fn(&CellKey) -> String>,
     /// That part's place in the id: ids keep the order they always had
     /// (volume before wait), as stored alerts are keyed by them.
     pub series_at: u8,
@@ -104,7 +105,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "provider",
         value: |k| text(&k.testbed.provider),
         cmp: |a, b| a.testbed.provider.cmp(&b.testbed.provider),
-        series: |k| k.testbed.provider.to_string(),
+        series: None,
         series_at: 0,
         word: |k| k.testbed.provider.to_string(),
         quiet_default: None,
@@ -115,7 +116,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "machine",
         value: |k| text(&k.testbed.machine),
         cmp: |a, b| a.testbed.machine.cmp(&b.testbed.machine),
-        series: |k| k.testbed.machine.to_string(),
+        series: None,
         series_at: 1,
         word: |k| k.testbed.machine.to_string(),
         quiet_default: None,
@@ -126,7 +127,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "accel",
         value: |k| text(&k.testbed.accel),
         cmp: |a, b| a.testbed.accel.cmp(&b.testbed.accel),
-        series: |k| k.testbed.accel.to_string(),
+        series: None,
         series_at: 2,
         word: |k| k.testbed.accel.to_string(),
         quiet_default: None,
@@ -137,7 +138,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "arch",
         value: |k| text(k.axes.arch),
         cmp: |a, b| a.axes.arch.cmp(&b.axes.arch),
-        series: |k| k.axes.arch.to_string(),
+        series: None,
         series_at: 3,
         word: |k| k.axes.arch.to_string(),
         quiet_default: None,
@@ -148,7 +149,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "kernel_source",
         value: |k| text(&k.axes.source),
         cmp: |a, b| a.axes.source.cmp(&b.axes.source),
-        series: |k| k.axes.source.to_string(),
+        series: None,
         series_at: 4,
         word: |k| k.axes.source.to_string(),
         quiet_default: None,
@@ -159,7 +160,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "hz",
         value: |k| KeyValue::Number(k.axes.hz.get().into()),
         cmp: |a, b| a.axes.hz.cmp(&b.axes.hz),
-        series: |k| format!("hz{}", k.axes.hz),
+        series: Some(|k| format!("hz{}", k.axes.hz)),
         series_at: 5,
         word: |k| format!("HZ{}", k.axes.hz),
         quiet_default: None,
@@ -170,7 +171,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "variant",
         value: |k| text(k.axes.variant),
         cmp: |a, b| a.axes.variant.cmp(&b.axes.variant),
-        series: |k| k.axes.variant.to_string(),
+        series: None,
         series_at: 6,
         word: |k| k.axes.variant.to_string(),
         quiet_default: None,
@@ -181,7 +182,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "wait_mult",
         value: |k| KeyValue::Number(k.axes.wait_mult.into()),
         cmp: |a, b| a.axes.wait_mult.cmp(&b.axes.wait_mult),
-        series: |k| format!("w{}", k.axes.wait_mult),
+        series: None,
         series_at: 8,
         word: |k| format!("w{}", k.axes.wait_mult),
         quiet_default: Some(|k| k.axes.wait_mult == DEFAULT_WAIT_MULT),
@@ -192,7 +193,7 @@ pub const FIELDS: [KeyField; 10] = [
         column: "volume_bytes",
         value: |k| KeyValue::Number(k.axes.volume.0),
         cmp: |a, b| a.axes.volume.cmp(&b.axes.volume),
-        series: |k| k.axes.volume.to_string(),
+        series: None,
         series_at: 7,
         word: |k| k.axes.volume.to_string(),
         quiet_default: None,
@@ -203,13 +204,13 @@ pub const FIELDS: [KeyField; 10] = [
         column: "storage_profile",
         value: |k| text(&k.testbed.storage),
         cmp: |a, b| a.testbed.storage.cmp(&b.testbed.storage),
-        series: |k| {
+        series: Some(|k| {
             if k.testbed.storage.is_none() {
                 "none".to_string()
             } else {
                 k.testbed.storage.to_string()
             }
-        },
+        }),
         series_at: 9,
         word: |k| format!("storage={}", k.testbed.storage),
         quiet_default: Some(|k| k.testbed.storage.is_none()),
@@ -273,7 +274,10 @@ impl CellKey {
     pub fn series_id(&self) -> String {
         let mut at: Vec<&KeyField> = FIELDS.iter().collect();
         at.sort_by_key(|f| f.series_at);
-        let mut parts: Vec<String> = at.iter().map(|f| (f.series)(self)).collect();
+        let mut parts: Vec<String> = at
+            .iter()
+            .map(|f| f.series.unwrap_or(f.word)(self))
+            .collect();
         parts.push(
             if self.estimated {
                 "estimated"
