@@ -203,7 +203,7 @@ pub async fn build_checked(
 }
 
 async fn shared(cfg: &Ec2Config, credentials: Option<Credentials>) -> aws_config::SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(https_client());
     if let Some(r) = &cfg.region {
         loader = loader.region(Region::new(r.clone()));
     }
@@ -222,6 +222,16 @@ async fn shared(cfg: &Ec2Config, credentials: Option<Credentials>) -> aws_config
         .retry_config(budget.retries())
         .load()
         .await
+}
+
+/// HTTPS with rustls on ring (the SDK's default features, which would
+/// pick aws-lc, are off: see the workspace's Cargo.toml). Plain HTTP still
+/// works for an `endpoint_url` such as the emulator's on loopback.
+fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }
 
 fn client_of(shared: &aws_config::SdkConfig, counter: ApiCounter) -> aws_sdk_ec2::Client {
