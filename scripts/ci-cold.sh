@@ -8,7 +8,8 @@
 #                                     # the last cold run kept (a warm run)
 # Writes OUT_DIR/run.txt (everything the run printed, then time's report),
 # OUT_DIR/tests.tsv (seconds, test; slowest first), OUT_DIR/cpu.tsv (each
-# test's CPU-seconds, binary, test: scripts/cpu-runner.sh), OUT_DIR/summary.txt.
+# test's CPU-seconds, binary, test: scripts/cpu-runner.sh), OUT_DIR/summary.txt,
+# OUT_DIR/cargo-timing.html (cargo's per-crate build times of the tests).
 # Run it on a quiet machine: the figures are the machine's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +43,8 @@ rc=0
 (cd "$clone" && LAZYINIT_CACHE_DIR="$cache" CARGO_TARGET_DIR="$target" \
   LAZYINIT_CPU_LOG="$out/cpu.tsv" /usr/bin/time -v bash .ci/run) >>"$out/run.txt" 2>&1 || rc=$?
 wall=$(( $(date +%s) - start ))
+# cargo's report of the test build, crate by crate (scripts/test.sh --timings).
+cp "$target/cargo-timings/cargo-timing.html" "$out/cargo-timing.html" 2>/dev/null || true
 machine=$(( $(busy) - busy0 ))
 echo "rc=$rc wall=${wall}s" >>"$out/run.txt"
 # Every test's time, slowest first.

@@ -96,7 +96,9 @@ export LAZYINIT_TEST_POSTGRES
 LAZYINIT_TEST_SLURM="$(bash scripts/slurm.sh)"
 export LAZYINIT_TEST_SLURM
 stamp "checkers, emulators, PostgreSQL, Slurm"
-cargo nextest run --workspace --features lazyinit-bench/ec2 --no-run
+# --timings: cargo's report of what each crate cost (target/cargo-timings/;
+# scripts/ci-cold.sh keeps it).
+cargo nextest run --workspace --features lazyinit-bench/ec2 --no-run --timings
 stamp "the tests built"
 # The kernels: tests that boot guests measure CPU-timed things, so none
 # starts while a kernel tree compiles.

@@ -76,7 +76,7 @@ pub enum KernelProfile {
     /// Local QEMU guests (virtio only): small and fast to build.
     #[default]
     Qemu,
-    /// Also cloud instances: NVMe (EBS), ENA, ACPI on arm64.
+    /// Also cloud instances: NVMe (EBS), ENA.
     Cloud,
 }
 

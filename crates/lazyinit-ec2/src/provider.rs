@@ -416,7 +416,7 @@ impl Provider for Ec2Provider {
         "ec2"
     }
 
-    /// NVMe, ENA and ACPI besides virtio: the `cloud` kernel.
+    /// NVMe and ENA besides virtio: the `cloud` kernel.
     fn kernel_profile(&self) -> KernelProfile {
         KernelProfile::Cloud
     }

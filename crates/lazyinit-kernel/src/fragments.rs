@@ -294,6 +294,26 @@ mod tests {
         assert_eq!(c["CONFIG_BLK_DEV_NVME"].as_deref(), Some("y"));
         assert_eq!(c["CONFIG_ENA_ETHERNET"].as_deref(), Some("y"));
         assert_eq!(c["CONFIG_ACPI"].as_deref(), Some("y"));
+        // The platform is in both, so that a cloud build is a small delta
+        // of the QEMU tree (ACPI changes most of its objects): only the
+        // instance's devices differ.
+        assert_eq!(q["CONFIG_ACPI"].as_deref(), Some("y"));
+        let differ: Vec<&String> = c
+            .keys()
+            .filter(|k| q.get(*k) != c.get(*k))
+            .chain(q.keys().filter(|k| !c.contains_key(*k)))
+            .collect();
+        assert_eq!(
+            differ,
+            [
+                "CONFIG_BLK_DEV_NVME",
+                "CONFIG_ENA_ETHERNET",
+                "CONFIG_ETHERNET",
+                "CONFIG_NET_VENDOR_AMAZON",
+                "CONFIG_NVME_CORE"
+            ],
+            "the cloud profile's delta"
+        );
         // The kexec'd kernel runs our initramfs only: no AMI root filesystem.
         assert!(!c.contains_key("CONFIG_XFS_FS"));
     }

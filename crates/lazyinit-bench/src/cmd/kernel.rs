@@ -44,7 +44,7 @@ pub struct BuildArgs {
     /// Mirror for `--source X.Y.Z` (laid out like cdn.kernel.org/pub/linux/kernel).
     #[arg(long, env = "LAZYINIT_KERNEL_MIRROR")]
     mirror: Option<String>,
-    /// qemu (local guests, default) or cloud (also EC2: NVMe, ENA, ACPI).
+    /// qemu (local guests, default) or cloud (also EC2: NVMe, ENA).
     #[arg(long, default_value = "qemu")]
     profile: Profile,
     /// Parallel make jobs (default: the number of CPUs).
