@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cross-validated coverage of the early stop's 95% interval: the two load
 allowances (LOAD_TICKS_PER_GUEST, RUNNING_TICKS_PER_GUEST in
-crates/lazyinit-core/src/estimate/spread.rs) fitted leaving one results
+crates/lazyinit-estimate/src/spread.rs) fitted leaving one results
 folder out, and the coverage measured on the folder left out.
 
     lazyinit-bench replay <results.csv ...> --after 50,100,200,400,800 --format json > replay.json

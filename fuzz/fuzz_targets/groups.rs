@@ -2,7 +2,7 @@
 //! and estimated from at every prefix a live run could check: no panic.
 #![no_main]
 
-use lazyinit_core::estimate::{check, Load, Trace};
+use lazyinit_estimate::{check, Load, Trace};
 use lazyinit_core::{ticks, Hz};
 use libfuzzer_sys::fuzz_target;
 

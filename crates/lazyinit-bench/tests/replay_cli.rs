@@ -5,8 +5,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lazyinit_core::estimate::synth::{generate, Run};
 use lazyinit_core::results::{read_rows, ResultsWriter};
+use lazyinit_estimate::synth::{generate, Run};
 
 fn fixture(rel: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

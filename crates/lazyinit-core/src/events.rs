@@ -90,7 +90,7 @@ impl EventSink {
     /// The other cells of this harness whose phase will still change:
     /// queued or not yet in lazy-init (guests of another harness process
     /// on the same host are not seen).
-    pub fn load_beside(&self, cell: &str) -> crate::estimate::Load {
+    pub fn load_beside(&self, cell: &str) -> Load {
         let (changing, running) = self.phases.lock().map_or((0, 0), |p| {
             let others = || p.iter().filter(|(c, _)| c.as_str() != cell);
             (
@@ -100,7 +100,7 @@ impl EventSink {
                     .count(),
             )
         });
-        crate::estimate::Load {
+        Load {
             changing: u32::try_from(changing).unwrap_or(u32::MAX),
             running: u32::try_from(running).unwrap_or(u32::MAX),
         }
@@ -117,6 +117,19 @@ impl EventSink {
             message: message.into(),
         });
     }
+}
+
+/// What the rest of a matrix does to this cell's host while it runs (the
+/// early-stop estimator, `lazyinit-estimate`, widens its interval for it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Load {
+    /// Other guests on the host whose phase will change before this one
+    /// ends: queued, building, booting, making a filesystem, calibrating
+    /// or mounting when it stops.
+    pub changing: u32,
+    /// Other guests in lazy-init (zeroing, or collecting) when it stops:
+    /// each may end before this one does and leave the host quieter.
+    pub running: u32,
 }
 
 #[cfg(test)]

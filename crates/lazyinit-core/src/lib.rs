@@ -11,7 +11,6 @@
 
 pub mod cell;
 pub mod command;
-pub mod estimate;
 pub mod events;
 pub mod evidence;
 pub mod exit;

@@ -1,5 +1,5 @@
 //! The early stop (`estimate-after = N`): once N groups are traced, read
-//! the trace so far and ask [`lazyinit_core::estimate::check`] whether the
+//! the trace so far and ask [`lazyinit_estimate::check`] whether the
 //! cycle has locked. Locked: record the prediction and stop (the runner
 //! tears the guest down with the thread still running). Not yet: wait for
 //! more groups on the estimator's schedule and ask again; a cycle that
@@ -12,9 +12,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use lazyinit_core::estimate::{self, Estimate, Trace, MIN_GROUPS};
 use lazyinit_core::events::{Event, Phase};
 use lazyinit_core::writer::Evidence;
+use lazyinit_estimate::{Estimate, Trace, MIN_GROUPS};
 
 use crate::parse::{self, key_values};
 use crate::protocol::{
@@ -80,7 +80,7 @@ pub(crate) fn early_stop(
             zero_s: &s.zero_s,
             load: opts.events.load_beside(cell),
         };
-        match estimate::check(&tr) {
+        match lazyinit_estimate::check(&tr) {
             Ok(e) => {
                 let _ = writeln!(log, "check at {}: locked", t_s.len());
                 log.push_str(&summary(&e));
@@ -96,7 +96,7 @@ pub(crate) fn early_stop(
                     cell,
                     format!("no estimate at {} groups yet: {why}", t_s.len()),
                 );
-                target = estimate::next_check(t_s.len() as u64);
+                target = lazyinit_estimate::next_check(t_s.len() as u64);
             }
         }
     }

@@ -355,11 +355,11 @@ pub const MAX_ESTIMATE_AFTER: u64 = MAX_SIZE.0 / lazyinit_core::model::GROUP_BYT
 /// `estimate-after` (or `--estimate-after`) must leave the lock check
 /// enough cycles.
 pub fn check_estimate_after(n: u64) -> Result<(), String> {
-    let min = lazyinit_core::estimate::MIN_GROUPS;
+    let min = lazyinit_estimate::MIN_GROUPS;
     if n < min {
         return Err(format!(
             "estimate-after: use at least {min} groups (the lock check needs {} recent cycles in the last half of the trace)",
-            lazyinit_core::estimate::MIN_WINDOW
+            lazyinit_estimate::MIN_WINDOW
         ));
     }
     if n > MAX_ESTIMATE_AFTER {

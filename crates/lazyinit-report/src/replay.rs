@@ -1,13 +1,13 @@
 //! Validation of the early stop: replay the estimator over finished full
 //! runs' per-group data (`groups.csv`) for each N and put what it would
 //! have predicted, at the point a live run would have stopped, beside what
-//! the run measured (`lazyinit_core::estimate::replay`).
+//! the run measured (`lazyinit_estimate::replay`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use lazyinit_core::estimate::{self, Estimate, Load, Trace};
 use lazyinit_core::results::Status;
+use lazyinit_estimate::{Estimate, Load, Trace};
 use serde::Serialize;
 
 use crate::input::LoadedRow;
@@ -170,7 +170,7 @@ pub fn replay(rows: &[LoadedRow], afters: &[u64], tolerance_pct: f64) -> Replay 
         let points = afters
             .iter()
             .map(|&after| {
-                let rp = estimate::replay_with(&tr, after, load_at);
+                let rp = lazyinit_estimate::replay_with(&tr, after, load_at);
                 let (error_pct, ff, covered) = match &rp.estimate {
                     Some(e) => (
                         pct(e.lazyinit_s, measured_s),

@@ -6,9 +6,9 @@
 use std::io::Write;
 use std::path::Path;
 
-use lazyinit_core::estimate::synth::{generate, Run};
 use lazyinit_core::results::{read_rows, ResultsWriter};
 use lazyinit_core::Variant;
+use lazyinit_estimate::synth::{generate, Run};
 use lazyinit_report::input::load;
 use lazyinit_report::render::replay::{csv, markdown};
 use lazyinit_report::replay::replay;

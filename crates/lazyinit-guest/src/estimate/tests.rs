@@ -2,9 +2,9 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use lazyinit_core::estimate::synth::{self, generate, Run};
 use lazyinit_core::events::EventSink;
 use lazyinit_core::{Arch, Hz, Variant};
+use lazyinit_estimate::synth::{self, generate, Run};
 
 use super::*;
 use crate::{NoGate, RemoteOutput};

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use lazyinit_core::estimate::Load;
+use lazyinit_estimate::Load;
 use serde::Deserialize;
 
 /// Each cell's phase changes, host time order.

@@ -1,4 +1,6 @@
-//! Early-stop estimates of a lazy-init run (docs/design.md §2).
+//! Early-stop estimates of a lazy-init run (docs/design.md §2): the
+//! estimator, out of `lazyinit-core` (the shared vocabulary) into its own
+//! crate; the guest protocol, the orchestrator and the replay use it.
 //!
 //! While a zeroing takes less than one tick, each group's cycle is L + 1
 //! ticks, and L is fixed once near the start; the odd cycle gets an extra
@@ -37,8 +39,8 @@
 use serde::Serialize;
 use statrs::distribution::{DiscreteCDF, NegativeBinomial};
 
-use crate::cell::Hz;
-use crate::stats::{mean, variance};
+use lazyinit_core::cell::Hz;
+use lazyinit_core::stats::{mean, variance};
 
 pub use spread::Load;
 
@@ -64,7 +66,7 @@ pub const MIN_WINDOW: u64 = 12;
 pub const MIN_GROUPS: u64 = 2 * MIN_WINDOW + 1;
 
 /// Coverage of the prediction interval.
-pub const CONFIDENCE: f64 = crate::stats::CONFIDENCE;
+pub const CONFIDENCE: f64 = lazyinit_core::stats::CONFIDENCE;
 
 /// How far apart, in standard errors, the halves of the window may be. A
 /// refusal only costs more tracing, so the test need not be loose.
@@ -328,7 +330,7 @@ fn median_u64(v: &mut [u64]) -> u64 {
 
 /// Two-sided Student t quantile for [`CONFIDENCE`] (1.96 where undefined).
 fn t_quantile(df: f64) -> f64 {
-    crate::stats::t_quantile(df.max(1.0)).unwrap_or(1.96)
+    lazyinit_core::stats::t_quantile(df.max(1.0)).unwrap_or(1.96)
 }
 
 /// The spread of cycles, for the drift test and the interval.

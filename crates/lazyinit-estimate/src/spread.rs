@@ -21,9 +21,8 @@
 //!   starting ([`load_ticks`]), either way for those in lazy-init, which
 //!   may end first ([`running_ticks`]; see [`Load`]).
 
-use serde::Serialize;
-
-use crate::stats::{mean, mean_sd, variance};
+pub use lazyinit_core::events::Load;
+use lazyinit_core::stats::{mean, mean_sd, variance};
 
 /// The least shift of a zeroing's end the interval allows for: the rms
 /// of one guest's first zeroings under TCG (README, "Storage profiles").
@@ -44,18 +43,6 @@ pub const LOAD_TICKS_PER_GUEST: f64 = 0.04;
 /// leaves is quieter (fewer extra ticks) or, as the next cells start,
 /// busier. Fitted with [`LOAD_TICKS_PER_GUEST`].
 pub const RUNNING_TICKS_PER_GUEST: f64 = 0.002;
-
-/// What the rest of a matrix does to this cell's host while it runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Load {
-    /// Other guests on the host whose phase will change before this one
-    /// ends: queued, building, booting, making a filesystem, calibrating
-    /// or mounting when it stops.
-    pub changing: u32,
-    /// Other guests in lazy-init (zeroing, or collecting) when it stops:
-    /// each may end before this one does and leave the host quieter.
-    pub running: u32,
-}
 
 /// Where one cycle's zeroing ended on the tick grid.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -2,8 +2,8 @@
 //! file can hold (1e300 s, NaN, inf, negative, huge group counts) without
 //! a panic (debug builds check overflow), and keep their invariants.
 
-use lazyinit_core::estimate::{check, next_check, Load, Trace};
 use lazyinit_core::{ticks, Hz};
+use lazyinit_estimate::{check, next_check, Load, Trace};
 use proptest::prelude::*;
 
 /// Any f64 a CSV can spell, weighted to the edges.
