@@ -97,6 +97,11 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         "arm64:100:8GiB",
         "--end-samples",
         "2",
+        // Each way per step; at 0.01 every step takes two samples (the
+        // L alone decides, docs/bisect.md), at 0.05 one where the ends'
+        // samples each slept one L: the test's cost stays that of CI.
+        "--error-rate",
+        "0.05",
     ];
     let run = Command::new(bin())
         .arg("bisect")

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use lazyinit_bisect::log::{bisect_log, table, Step};
 use lazyinit_bisect::outcome::Named;
-use lazyinit_bisect::test::EndsError;
 use lazyinit_bisect::{git, next, Ends, Next, Outcome, Sprt, Verdict};
 use lazyinit_core::exit::{self, bad_input};
 use lazyinit_core::StorageProfile;
@@ -228,12 +227,14 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
 
 /// Measure both ends; refuse (exit 2, both figures) when they do not differ.
 ///
-/// `--end-samples` of each end first. When the test between them is not
-/// conclusive (a Welch p at or above the error rate, and no sleep L that
-/// tells them apart: an end whose samples slept different L has a spread
-/// two samples cannot size), each end gets one more sample, up to
-/// `--max-samples`, before the ends are said not to differ: a loaded host
-/// that moves one sample's L does not end the bisection.
+/// `--end-samples` of each end first. While their noise is not known (the
+/// spread around each end's mean at each L it slept needs
+/// `lazyinit_bisect::test::SPREAD_DF` degrees of freedom: an end whose
+/// samples slept different L has fewer) or the test between them is not
+/// conclusive (a Welch p at or above the error rate, and an L both ends
+/// slept), each end gets one more sample, up to `--max-samples`, before the
+/// ends are refused: a loaded host that moves one sample's L does not end
+/// the bisection.
 async fn ends(
     s: &mut Session,
     c: &Common,
@@ -260,13 +261,11 @@ async fn ends(
         let steps = vec![g.step.clone(), b.step.clone()];
         match Ends::new(&g.samples, &b.samples, c.error_rate) {
             Ok(e) => break (e, steps),
-            Err(e @ EndsError::Same { .. })
-                if k < cap && g.samples.len() == k && b.samples.len() == k =>
-            {
+            Err(e) if e.wants_more() && k < cap && g.samples.len() == k && b.samples.len() == k => {
                 k += 1;
                 eprintln!("ends: not told apart yet ({e}): one more sample of each end ({k} of at most {cap})");
             }
-            Err(e @ EndsError::Same { .. }) | Err(e @ EndsError::TooFew { .. }) => {
+            Err(e) => {
                 write_outputs(s, &steps, &Outcome::Refused(e.to_string()).line())?;
                 return Err(
                     bad_input(format!("{e}: nothing to bisect on this cell and metric")).into(),
