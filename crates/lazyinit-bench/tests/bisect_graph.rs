@@ -199,7 +199,7 @@ fn a_range_exits_1_whatever_its_subjects_say() {
 /// --max-samples, before a refusal; ends that really are the same are
 /// still refused, after the cap.
 #[test]
-fn ends_with_a_noisy_sample_get_more_samples_before_a_refusal() {
+fn ends_apart_in_l_need_two_samples_and_ends_that_share_one_more() {
     let d = tempfile::tempdir().unwrap();
     let (home, repo) = (d.path(), d.path().join("repo"));
     std::fs::create_dir(&repo).unwrap();
@@ -222,19 +222,25 @@ fn ends_with_a_noisy_sample_get_more_samples_before_a_refusal() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(o.status.code(), Some(0), "{text}");
-    assert!(
-        text.contains("ends: not told apart yet (the ends do not differ: ")
-            && text.contains("one more sample of each end (3 of at most 5)"),
-        "{text}"
-    );
+    // The good end's second sample slept L 4 at 52 ms (Welch p = 0.051
+    // on two samples each), but no L of either end is the other's: the L
+    // decides a step, and two samples of each end are enough.
+    assert!(!text.contains("ends: not told apart yet"), "{text}");
     assert!(
         summary(home, &c[0], &c[5]).starts_with(&format!("first bad commit: [{}] c4", c[4])),
         "{text}"
     );
-    // Ends that are the same: refused once each has --max-samples.
+    // Ends that are the same share their L: measured until their noise
+    // is known (4 degrees of freedom), then refused once each has
+    // --max-samples.
     let o = bisect(home, &repo, &c[0], &c[3], &["--max-samples", "4"]);
     let text = String::from_utf8_lossy(&o.stderr).to_string();
     assert_eq!(o.status.code(), Some(2), "{text}");
-    assert!(text.contains("(4 of at most 4)"), "{text}");
+    assert!(
+        text.contains("ends: not told apart yet (the ends' noise is not known yet: ")
+            && text.contains("(3 of at most 4)")
+            && text.contains("(4 of at most 4)"),
+        "{text}"
+    );
     assert!(summary(home, &c[0], &c[3]).starts_with("no answer: the ends do not differ"));
 }
