@@ -123,7 +123,7 @@ host=$(rustc -vV | awk '/^host:/ {print $2}' | tr 'a-z-' 'A-Z_')
 rc=0
 env LAZYINIT_CPU_LOG="$cpu_log" "CARGO_TARGET_${host}_RUNNER=$PWD/scripts/cpu-runner.sh" \
   cargo nextest run --workspace --features lazyinit-bench/ec2 --no-fail-fast "$@" || rc=$?
-sort -t "$(printf '\t')" -k1,1 -rn "$cpu_log" | head -n 20 | sed 's/^/test-cpu: /'
+sort -t "$(printf '\t')" -k1,1 -rn "$cpu_log" | awk 'NR <= 20' | sed 's/^/test-cpu: /'
 awk -F '\t' '{ s += $1; n++ } END { printf "test-cpu: %.0f CPU-s in %d tests\n", s, n }' "$cpu_log"
 stamp "the tests ran (exit $rc)"
 exit "$rc"
