@@ -5,22 +5,25 @@
 //! ticks a group takes about L ticks a group, fix or no fix). Each end is
 //! one model of a sample, `P(L) x P(time | L)`:
 //!
-//! - how often the end sleeps each L: the Dirichlet predictive over the L
-//!   the two ends showed plus one for an L neither showed, each with weight
-//!   [`PRIOR`], so an L the end never showed in `n` samples has
-//!   probability `PRIOR / (n + PRIOR * k)`, never 0;
+//! - how often the end sleeps each L: a Dirichlet predictive whose counts
+//!   are the end's samples at that L plus [`NEIGHBOUR`] of each at the
+//!   neighbouring L, with weight [`PRIOR`] on every L either end showed,
+//!   their neighbours and one more for any other L: never 0;
 //! - the time given L: normal around the end's own mean at that L; the
 //!   other end's mean at that L where it has none (the same L, the same
-//!   time); the end's overall mean for an L neither showed; with one noise,
-//!   the pooled spread of all end samples around their (end, L) means.
+//!   time); the line through all end samples' (L, time) for an L neither
+//!   showed; its variance the pooled spread of all end samples around
+//!   their (end, L) means, times `1 + 1/n` for the `n` samples the mean
+//!   is known from.
 //!
 //! So when the ends sleep different L the time adds nothing to what the L
 //! says, and when they sleep the same L the time is all the evidence (a
 //! culprit that moves the time by a few percent at the same L).
 //!
 //! Both ends are measured first (where they share an L, until that noise
-//! rests on [`SPREAD_DF`] degrees of freedom), and they must differ (a Welch t-test at the error
-//! rate, or no L in common): otherwise there is nothing to bisect. A step's
+//! rests on [`SPREAD_DF`] degrees of freedom), and they must differ (a
+//! Welch t-test at the error rate, or no L in common): otherwise there is
+//! nothing to bisect. A step's
 //! samples then feed Wald's sequential probability ratio test between the
 //! two models: it stops at the first sample that makes one of them
 //! `(1 - e) / e` times likelier than the other, so either wrong verdict has
@@ -34,8 +37,8 @@ use lazyinit_core::stats;
 
 /// The weight of each L in the ends' Dirichlet predictive: small, because
 /// a kernel on one device sleeps one L, or two neighbouring ones on a
-/// loaded host; an L an end never showed in 2 samples keeps about 4%.
-/// (Jeffreys' 0.5 kept 14-25% there and asked 3-5 samples of a step
+/// loaded host; an L an end never showed in 2 samples keeps about 3%.
+/// (Jeffreys' 0.5 kept 12-14% there and asked 3-5 samples of a step
 /// whose L was one end's; measured on synthetic bisections in the tests.)
 pub const PRIOR: f64 = 0.1;
 
@@ -237,7 +240,8 @@ impl Ends {
         self.expected_of(bad, l).0
     }
 
-    /// [`Self::expected`] and how many samples it is the mean of.
+    /// [`Self::expected`] and how many samples it is the mean of (its
+    /// uncertainty widens a sample's predictive variance, [`Sprt::llr_one`]).
     fn expected_of(&self, bad: bool, l: Option<u64>) -> (f64, usize) {
         let (own, other, level) = self.side(bad);
         if let Some(t) = l {
@@ -253,15 +257,6 @@ impl Ends {
             }
         }
         (level.mean, level.n)
-    }
-
-    /// The predictive variance of a sample's time under an end's model at
-    /// `l`: the noise, plus the uncertainty of the mean it is expected at
-    /// (`sigma^2 (1 + 1/n)`): a level known from 3 samples is not known
-    /// exactly, and a step judged against it must not be surer than that.
-    pub fn predictive(&self, bad: bool, l: Option<u64>) -> (f64, f64) {
-        let (m, n) = self.expected_of(bad, l);
-        (m, self.sigma().powi(2) * (1.0 + 1.0 / n.max(1) as f64))
     }
 
     /// P(an end sleeps `l`): a Dirichlet predictive whose counts are the
@@ -298,13 +293,16 @@ impl Ends {
             .chain(&self.bad_samples)
             .filter_map(|s| s.sleep_ticks.map(|t| (t as f64, s.value)))
             .collect();
+        if pts.is_empty() {
+            return None;
+        }
         let n = pts.len() as f64;
         let (mx, my) = (
             pts.iter().map(|p| p.0).sum::<f64>() / n,
             pts.iter().map(|p| p.1).sum::<f64>() / n,
         );
         let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
-        if pts.is_empty() || sxx == 0.0 {
+        if sxx == 0.0 {
             return None;
         }
         let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
@@ -318,14 +316,6 @@ impl Ends {
         every(&self.good_samples)
             && every(&self.bad_samples)
             && shown(&self.good_samples).is_disjoint(&shown(&self.bad_samples))
-    }
-
-    /// The L of each end, when each showed one and they differ.
-    pub fn ticks(&self) -> Option<(u64, u64)> {
-        match (self.good.ticks, self.bad.ticks) {
-            (Some(g), Some(b)) if g != b => Some((g, b)),
-            _ => None,
-        }
     }
 }
 
@@ -353,16 +343,22 @@ pub struct Sprt {
 
 impl Sprt {
     /// ln(P(sample | bad) / P(sample | good)) for one sample: its L and
-    /// its time given that L, one model.
+    /// its time given that L, one model. The time's variance under each
+    /// end is the noise plus the uncertainty of the mean it is expected at
+    /// (`sigma^2 (1 + 1/n)`): a level known from 3 samples is not known
+    /// exactly, and a step judged against it must not be surer than that.
     pub fn llr_one(&self, x: &Sample) -> f64 {
         let e = &self.ends;
         let ticks = x
             .sleep_ticks
             .map_or(0.0, |l| (e.p_ticks(true, l) / e.p_ticks(false, l)).ln());
-        let (mg, vg) = e.predictive(false, x.sleep_ticks);
-        let (mb, vb) = e.predictive(true, x.sleep_ticks);
-        let log_normal = |m: f64, v: f64| -(x.value - m).powi(2) / (2.0 * v) - 0.5 * v.ln();
-        ticks + log_normal(mb, vb) - log_normal(mg, vg)
+        let s2 = e.sigma().powi(2);
+        let log_normal = |(m, n): (f64, usize)| {
+            let v = s2 * (1.0 + 1.0 / n.max(1) as f64);
+            -(x.value - m).powi(2) / (2.0 * v) - 0.5 * v.ln()
+        };
+        ticks + log_normal(e.expected_of(true, x.sleep_ticks))
+            - log_normal(e.expected_of(false, x.sleep_ticks))
     }
 
     /// ln(P(samples | bad) / P(samples | good)).

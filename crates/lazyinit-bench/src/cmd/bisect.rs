@@ -227,10 +227,11 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
 
 /// Measure both ends; refuse (exit 2, both figures) when they do not differ.
 ///
-/// `--end-samples` of each end first. While their noise is not known (the
-/// spread around each end's mean at each L it slept needs
-/// `lazyinit_bisect::test::SPREAD_DF` degrees of freedom: an end whose
-/// samples slept different L has fewer) or the test between them is not
+/// `--end-samples` of each end first. While their noise is not known
+/// (where the ends share an L, the spread around each end's mean at each L
+/// it slept needs `lazyinit_bisect::test::SPREAD_DF` degrees of freedom:
+/// an end whose samples slept different L has fewer) or the test between
+/// them is not
 /// conclusive (a Welch p at or above the error rate, and an L both ends
 /// slept), each end gets one more sample, up to `--max-samples`, before the
 /// ends are refused: a loaded host that moves one sample's L does not end
