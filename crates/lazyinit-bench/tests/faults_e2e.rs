@@ -211,7 +211,8 @@ fn a_kernel_panic_fails_its_cell_with_the_console_tail() {
 /// cell has alone (docs/design.md §2): a sleep of W = 10 ticks and a cycle of
 /// L + 1 = 11 ticks, 44 ms at HZ=250. The presets' storage (`ebs`,
 /// calibrated, warm-up on), so the survivor's zeroings take 3.4 ms, under
-/// a tick; nothing is left.
+/// a tick; where the host could not hold that, the row says so and its L
+/// is a multiple of W (`check_nofix_cycle`); nothing is left.
 #[test]
 fn kill_9_of_one_guest_fails_only_its_cell() {
     let tmp = tempfile::tempdir().unwrap();
@@ -265,9 +266,15 @@ fn kill_9_of_one_guest_fails_only_its_cell() {
     assert_eq!(ok.status, Status::Ok, "{}", ok.error);
     let m = &ok.measured;
     assert_eq!(m.traced_groups, m.groups, "every group traced");
-    // The other guest's cycle stays the kernel's 10 + 1 ticks plus a
-    // bounded host's part: the kill did not stall its vCPU.
-    lazyinit_core::testing::check_nofix_cycle(m, 250, 10)
+    // The other guest's cycle stays the kernel's L + 1 ticks plus a
+    // bounded host's part: the kill did not stall its vCPU. L is W = 10
+    // where its first zeroing was held under a tick, else the host's
+    // multiple of W, which the row says (a slow CI host: L = 20).
+    eprintln!(
+        "surviving no-fix cell: L {:?}, {:?} ms/group, {:?} ticks crossed, profile held {:?}",
+        m.sleep_ticks, m.ms_per_group, m.crossed_ticks, m.profile_held
+    );
+    lazyinit_core::testing::check_nofix_cycle(m, 250, u64::from(ok.axes.wait_mult))
         .unwrap_or_else(|e| panic!("surviving no-fix cell: {e}"));
     assert_nothing_left(&out, vols.path());
 }

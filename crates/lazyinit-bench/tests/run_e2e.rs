@@ -194,8 +194,12 @@ fn smoke_run_measures_both_variants() {
     // crossed: bounded on that part (`check_nofix_cycle`), as the model's
     // (W + 1) ticks are not a band a loaded host holds (50.5 ms/group
     // against 44.0 in a cold CI run, 1.6 ticks crossed).
-    lazyinit_core::testing::check_nofix_cycle(&nofix.measured, nofix.axes.hz.get(), 10)
-        .unwrap_or_else(|e| panic!("no-fix cell: {e}"));
+    lazyinit_core::testing::check_nofix_cycle(
+        &nofix.measured,
+        nofix.axes.hz.get(),
+        u64::from(nofix.axes.wait_mult),
+    )
+    .unwrap_or_else(|e| panic!("no-fix cell: {e}"));
     // The smoke preset uses the `ebs` profile: every zero request goes
     // through the harness's NBD server with a hold, calibrated on each guest
     // so that the first zeroing z1 comes to 3.4 ms, the middle of the z1
@@ -392,6 +396,13 @@ fn interrupt_during(phase: &str) {
 
 /// The early stop on real guests: the smoke cells stop once their cycle
 /// has locked after 25 of their 256 groups, and say they are estimates.
+/// Whether a cycle locks is the host's: the with-fix cell's zeroing is
+/// held at 3.4 ms of a 4 ms tick, and on a loaded host the share of its
+/// cycles that cross a tick can change mid-run (a CI run saw 40.3 then
+/// 42.4 ms a cycle, and no check of the 256 groups locked). Such a cell
+/// must be measured to its end, as a measurement, with every check's
+/// reason in its log; at least one cell must stop early, or the test has
+/// not seen the early stop at all.
 #[test]
 fn smoke_run_with_estimates_stops_early() {
     let out = tempfile::tempdir().unwrap();
@@ -421,14 +432,29 @@ fn smoke_run_with_estimates_stops_early() {
     let rows = read_rows(res.join("results.csv")).unwrap();
     assert!(status.success(), "run exited with {status}: {rows:?}");
     assert_eq!(rows.len(), 2);
+    let mut stopped_early = 0;
     for r in &rows {
         assert_eq!(r.status, Status::Ok, "{}: {}", r.cell_id, r.error);
         assert_eq!(r.estimate_after, Some(25));
-        assert!(
-            r.measured.estimated,
-            "{}: the cycle never locked",
-            r.cell_id
-        );
+        let cell = res.join(&r.cell_id);
+        let log = std::fs::read_to_string(cell.join("estimate.txt")).unwrap();
+        if !r.measured.estimated {
+            // Never locked: measured to the end, a measurement, and the
+            // log gives each check's reason.
+            eprintln!(
+                "{}: the cycle never locked; measured to its end:\n{log}",
+                r.cell_id
+            );
+            assert!(!log.contains(": locked"), "{log}");
+            assert!(log.contains("check at "), "{log}");
+            assert!(log.trim_end().ends_with(": measured"), "{log}");
+            assert_eq!(r.measured.traced_groups, r.measured.groups, "{}", r.cell_id);
+            assert_eq!(r.measured.estimate_groups, None, "{}", r.cell_id);
+            assert_eq!(r.measured.lazyinit_lo_s, None, "{}", r.cell_id);
+            assert!(r.measured.lazyinit_s.is_some(), "{}", r.cell_id);
+            continue;
+        }
+        stopped_early += 1;
         let n = r.measured.estimate_groups.unwrap();
         let groups = r.measured.groups.unwrap();
         assert!((25..groups).contains(&n), "{n} of {groups}");
@@ -448,7 +474,6 @@ fn smoke_run_with_estimates_stops_early() {
         // at L + 1 ticks and every cycle at L + 2, or at the slowest cycle it
         // traced when a wakeup came more than a tick late (a loaded CI host
         // saw 10.273 s against 10.24 s at L + 2 for 256 groups).
-        let cell = res.join(&r.cell_id);
         let traced = std::fs::read_to_string(cell.join("groups.csv")).unwrap();
         assert_eq!(traced.lines().count() as u64, n + 1);
         let times: Vec<f64> = traced
@@ -472,9 +497,9 @@ fn smoke_run_with_estimates_stops_early() {
             from_first >= fastest * 0.99 && from_first <= slowest,
             "{from_first} s from the first group, outside {fastest}..{slowest} s (L = {l}, slowest traced cycle {slowest_cycle} s)"
         );
-        let log = std::fs::read_to_string(cell.join("estimate.txt")).unwrap();
         assert!(log.contains(": locked"), "{log}");
     }
+    assert!(stopped_early >= 1, "no cell stopped early: {rows:?}");
     assert!(qemu_processes_with(out.path().to_str().unwrap()).is_empty());
 }
 
