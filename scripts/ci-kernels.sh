@@ -11,7 +11,8 @@
 # kernels) is a delta on copies of the same trees that the twin tests build while
 # other guest tests wait on their guests (.config/nextest.toml). A warm
 # cache makes each line a cache hit of a second or less.
-# Prints one line per kernel with its wall time; on a failure, the failing
+# Beside them, the bisect test's git history. Prints one line per kernel
+# (and the history) with its wall time; on a failure, the failing
 # build's output, exit 3.
 set -euo pipefail
 bin=$1 logs=$2
@@ -30,11 +31,28 @@ tree() {
     echo "ci-kernels: $arch HZ=$hz $1 $2: $((SECONDS - t0)) s"
   done
 }
+# The bisect test's git history (crates/lazyinit-bench/tests/bisect_e2e.rs:
+# Debian's 6.1 committed as 17 commits, culprit 11, commit 8 unbuildable;
+# the same path and arguments, so that the test finds it made): the
+# source unpacked and hashed into git, about 100 s that a cold run spent at
+# the start of its longest test, here beside the trees' compilers.
+history() {
+  local t0=$SECONDS cache="${LAZYINIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lazyinit-bench}"
+  if ! nice -n 10 bash "$(dirname "$0")/bisect-history.sh" "$cache/bisect-ci/linux-17" 17 11 8 >"$logs/bisect-history.log" 2>&1; then
+    echo "error: scripts/bisect-history.sh failed (log: $logs/bisect-history.log):" >&2
+    tail -n 40 "$logs/bisect-history.log" >&2
+    return 3
+  fi
+  echo "ci-kernels: the bisect test's 17-commit history: $((SECONDS - t0)) s"
+}
 tree x86_64 250 &
 x=$!
 tree arm64 100 &
 a=$!
+history &
+h=$!
 rc=0
 wait "$x" || rc=$?
 wait "$a" || rc=$?
+wait "$h" || rc=$?
 exit "$rc"

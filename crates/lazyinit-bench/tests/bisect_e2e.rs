@@ -30,6 +30,8 @@ fn git(repo: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// The history, made by scripts/ci-kernels.sh before the tests start (the
+/// same path and arguments: keep them in step), else here.
 fn history() -> PathBuf {
     let dir = lazyinit_core::paths::cache_dir().join("bisect-ci/linux-17");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/bisect-history.sh");
