@@ -9,7 +9,9 @@
 # Writes OUT_DIR/run.txt (everything the run printed, then time's report),
 # OUT_DIR/tests.tsv (seconds, test; slowest first), OUT_DIR/cpu.tsv (each
 # test's CPU-seconds, binary, test: scripts/cpu-runner.sh), OUT_DIR/summary.txt,
-# OUT_DIR/cargo-timing.html (cargo's per-crate build times of the tests).
+# OUT_DIR/cargo-timing.html (cargo's per-crate build times of the tests),
+# OUT_DIR/junit.xml and OUT_DIR/timeline.tsv (each test's start, from the
+# tests phase's start, and its duration).
 # Run it on a quiet machine: the figures are the machine's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,6 +47,26 @@ rc=0
 wall=$(( $(date +%s) - start ))
 # cargo's report of the test build, crate by crate (scripts/test.sh --timings).
 cp "$target/cargo-timings/cargo-timing.html" "$out/cargo-timing.html" 2>/dev/null || true
+# nextest's JUnit report (.config/nextest.toml): each test's start and
+# duration, as timeline.tsv (seconds from the first test's start, seconds,
+# test; in start order): which tests ran beside which.
+for j in "$target/nextest/default/junit.xml" "$clone/target/nextest/default/junit.xml"; do
+  if [ -f "$j" ]; then
+    cp "$j" "$out/junit.xml"
+    python3 - "$j" >"$out/timeline.tsv" <<'PY'
+import sys, xml.etree.ElementTree as ET
+from datetime import datetime
+cases = []
+for tc in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    t = datetime.fromisoformat(tc.get("timestamp"))
+    cases.append((t, float(tc.get("time")), tc.get("classname") + " " + tc.get("name")))
+t0 = min(c[0] for c in cases)
+for t, d, n in sorted(cases):
+    print(f"{(t - t0).total_seconds():.1f}\t{d:.1f}\t{n}")
+PY
+    break
+  fi
+done
 machine=$(( $(busy) - busy0 ))
 echo "rc=$rc wall=${wall}s" >>"$out/run.txt"
 # Every test's time, slowest first.
