@@ -9,21 +9,26 @@
 //!   are the end's samples at that L plus [`NEIGHBOUR`] of each at the
 //!   neighbouring L, with weight [`PRIOR`] on every L either end showed,
 //!   their neighbours and one more for any other L: never 0;
-//! - the time given L: normal around the end's own mean at that L; the
-//!   other end's mean at that L where it has none (the same L, the same
-//!   time); the line through all end samples' (L, time) for an L neither
-//!   showed; its variance the pooled spread of all end samples around
-//!   their (end, L) means, times `1 + 1/n` for the `n` samples the mean
-//!   is known from.
+//! - the time given L: normal around the end's line of time on L, a
+//!   cycle being L + 1 ticks and the host's part (docs/design.md §2): one
+//!   slope for both ends, drawn toward a tick of the metric a tick of L
+//!   ([`SLOPE_PRIOR`]) and fitted where the ends' own L wander, each end at
+//!   its own height. Its variance is the pooled spread of the end samples
+//!   around their lines, times `1 + 1/n + (L - mean L)^2 / Sxx` for how
+//!   well the line is known at that L.
 //!
-//! So when the ends sleep different L the time adds nothing to what the L
-//! says, and when they sleep the same L the time is all the evidence (a
-//! culprit that moves the time by a few percent at the same L).
+//! When the ends' L never meet, the time given L is taken to be the same
+//! at either end and adds nothing to what the L says. When they sleep the
+//! same L the time is all the evidence (a culprit that moves the time by a
+//! few percent at the same L); and when every sample sleeps its own L
+//! (HZ=1000: a tenth of a millisecond of first zeroing is a tick of L) the
+//! time is still compared at the sample's own L, on each end's line.
 //!
 //! Both ends are measured first (where they share an L, until that noise
-//! rests on [`SPREAD_DF`] degrees of freedom), and they must differ (a
-//! Welch t-test at the error rate, or no L in common): otherwise there is
-//! nothing to bisect. A step's
+//! rests on [`SPREAD_DF`] degrees of freedom), and they must differ at the
+//! error rate (their lines' heights at a common L, or their times as they
+//! came, which the L they sleep set; or no L in common): otherwise there
+//! is nothing to bisect. A step's
 //! samples then feed Wald's sequential probability ratio test between the
 //! two models: it stops at the first sample that makes one of them
 //! `(1 - e) / e` times likelier than the other, so either wrong verdict has
@@ -94,13 +99,58 @@ pub struct Ends {
     pub bad: Level,
     good_samples: Vec<Sample>,
     bad_samples: Vec<Sample>,
+    /// What one tick more of L adds to the metric, in its unit (a tick's
+    /// ms for ms per group, G ticks' seconds for seconds of lazy init):
+    /// the prior of the slope of time on L ([`Ends::fit`]).
+    per_tick: f64,
+}
+
+/// How much the slope's prior ([`Ends::per_tick`]) weighs, in ticks² of
+/// L spread within the ends: as much as two samples two ticks apart. Ends
+/// whose samples each sleep one L leave the slope to the prior (the
+/// kernel's L + 1 ticks a cycle); ends whose L wander (HZ=1000, where a
+/// tenth of a millisecond of first zeroing is a tick of L) fit it, since
+/// there the zeroings that cross a tick grow with L too.
+pub const SLOPE_PRIOR: f64 = 2.0;
+
+/// The ends' line of time on L: one slope, each end at its own height.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fit {
+    /// Metric per tick of L.
+    pub slope: f64,
+    /// The L spread within the ends (ticks²) plus the prior's weight: the
+    /// slope's precision, over the noise.
+    sxx: f64,
+    /// Whether the samples' own L spread fitted the slope (it then costs
+    /// a degree of freedom of the noise).
+    fitted: bool,
+}
+
+/// An end's samples that showed an L: (mean L, mean time, how many).
+fn centre(side: &[Sample]) -> Option<(f64, f64, usize)> {
+    let pts: Vec<(f64, f64)> = timed(side).collect();
+    if pts.is_empty() {
+        return None;
+    }
+    let n = pts.len() as f64;
+    Some((
+        pts.iter().map(|p| p.0).sum::<f64>() / n,
+        pts.iter().map(|p| p.1).sum::<f64>() / n,
+        pts.len(),
+    ))
+}
+
+/// (L, time) of the samples that showed an L.
+fn timed(side: &[Sample]) -> impl Iterator<Item = (f64, f64)> + '_ {
+    side.iter()
+        .filter_map(|s| s.sleep_ticks.map(|l| (l as f64, s.value)))
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EndsError {
     #[error("each end needs at least 2 samples (good {good}, bad {bad})")]
     TooFew { good: usize, bad: usize },
-    #[error("the ends' noise is not known yet: {df} degrees of freedom around their (end, L) means, {need} needed")]
+    #[error("the ends' noise is not known yet: {df} degrees of freedom around the ends' lines of time on L, {need} needed")]
     Spread { df: usize, need: usize },
     #[error("the ends do not differ: good {good:.2} ± {good_sd:.2} (L {good_l}), bad {bad:.2} ± {bad_sd:.2} (L {bad_l}); Welch p = {p:.3} ≥ {alpha}")]
     Same {
@@ -148,7 +198,12 @@ fn shown(samples: &[Sample]) -> BTreeSet<u64> {
 impl Ends {
     /// The ends' levels, refused while their noise is not known
     /// ([`SPREAD_DF`]) and when they do not differ at `alpha`.
-    pub fn new(good: &[Sample], bad: &[Sample], alpha: f64) -> Result<Ends, EndsError> {
+    pub fn new(
+        good: &[Sample],
+        bad: &[Sample],
+        alpha: f64,
+        per_tick: f64,
+    ) -> Result<Ends, EndsError> {
         let (Some(g), Some(b)) = (Level::of(good), Level::of(bad)) else {
             return Err(EndsError::TooFew {
                 good: good.len(),
@@ -166,6 +221,7 @@ impl Ends {
             bad: b,
             good_samples: good.to_vec(),
             bad_samples: bad.to_vec(),
+            per_tick,
         };
         // Where the ends sleep apart, a step's L is the evidence and the
         // noise only bounds a third level; where they share an L, the time
@@ -177,7 +233,15 @@ impl Ends {
                 need: SPREAD_DF,
             });
         }
-        let p = welch_p(&ends.good, &ends.bad);
+        // Apart by their times as they came (which the L they sleep set:
+        // good at 3 and 4, bad at 10 and once 4 sit on one line), or,
+        // where their own L wander, at a common L on their lines.
+        let welch = welch_p(&ends.good, &ends.bad);
+        let p = if ends.fit().fitted {
+            ends.differ_p().min(welch)
+        } else {
+            welch
+        };
         if p >= alpha && !ends.l_apart() {
             let (g, b) = (&ends.good, &ends.bad);
             return Err(EndsError::Same {
@@ -202,26 +266,75 @@ impl Ends {
         }
     }
 
-    /// The spread of the end samples around their (end, L) means, and its
-    /// degrees of freedom (samples less groups).
-    pub fn within(&self) -> (f64, usize) {
-        let (mut ss, mut n, mut groups) = (0.0, 0, 0);
+    /// The ends' line of time on L: the slope pooled within the ends
+    /// (each end about its own mean L and time), drawn toward
+    /// [`Ends::per_tick`] with weight [`SLOPE_PRIOR`].
+    pub fn fit(&self) -> Fit {
+        let (mut sxx, mut sxy) = (0.0, 0.0);
         for side in [&self.good_samples, &self.bad_samples] {
-            let ls: BTreeSet<Option<u64>> = side.iter().map(|s| s.sleep_ticks).collect();
-            for l in ls {
-                let v = times_at(side, l);
+            if let Some((ml, mt, _)) = centre(side) {
+                for (l, t) in timed(side) {
+                    sxx += (l - ml).powi(2);
+                    sxy += (l - ml) * (t - mt);
+                }
+            }
+        }
+        Fit {
+            slope: (sxy + SLOPE_PRIOR * self.per_tick) / (sxx + SLOPE_PRIOR),
+            sxx: sxx + SLOPE_PRIOR,
+            fitted: sxx > 0.0,
+        }
+    }
+
+    /// The spread of the end samples around their ends' lines (samples
+    /// that showed no L: around their end's mean of those), and its
+    /// degrees of freedom (samples less the heights, means and fitted
+    /// slope they were measured against).
+    pub fn within(&self) -> (f64, usize) {
+        let f = self.fit();
+        let (mut ss, mut n, mut params) = (0.0, 0, usize::from(f.fitted));
+        for side in [&self.good_samples, &self.bad_samples] {
+            if let Some((ml, mt, _)) = centre(side) {
+                for (l, t) in timed(side) {
+                    ss += (t - mt - f.slope * (l - ml)).powi(2);
+                    n += 1;
+                }
+                params += 1;
+            }
+            let v = times_at(side, None);
+            if !v.is_empty() {
                 let m = stats::mean(&v);
                 ss += v.iter().map(|x| (x - m).powi(2)).sum::<f64>();
                 n += v.len();
-                groups += 1;
+                params += 1;
             }
         }
-        let df = n - groups;
+        let df = n.saturating_sub(params);
         let sd = if df > 0 { (ss / df as f64).sqrt() } else { 0.0 };
         (sd, df)
     }
 
-    /// The noise of a sample around its end's time at its L: the pooled
+    /// The two-sided p that the ends are one level: where both showed an
+    /// L, the difference of their lines' heights at a common L against
+    /// its standard error (the pooled noise, Student's t on its degrees of
+    /// freedom); otherwise Welch's test on their means.
+    pub fn differ_p(&self) -> f64 {
+        let (Some((lg, tg, ng)), Some((lb, tb, nb))) =
+            (centre(&self.good_samples), centre(&self.bad_samples))
+        else {
+            return welch_p(&self.good, &self.bad);
+        };
+        let f = self.fit();
+        let (sd, df) = self.within();
+        if df == 0 || sd == 0.0 {
+            return welch_p(&self.good, &self.bad);
+        }
+        let d = (tb - tg) - f.slope * (lb - lg);
+        let se = sd * (1.0 / ng as f64 + 1.0 / nb as f64 + (lb - lg).powi(2) / f.sxx).sqrt();
+        stats::t_p(d / se, df as f64)
+    }
+
+    /// The noise of a sample around its end's line: the pooled
     /// spread widened for its few degrees of freedom (the variance of
     /// Student's t, `df / (df - 2)`), floored at 2% of the gap between the
     /// ends so that two quiet ends do not make one sample infinitely sure.
@@ -240,82 +353,134 @@ impl Ends {
         self.expected_of(bad, l).0
     }
 
-    /// [`Self::expected`] and how many samples it is the mean of (its
-    /// uncertainty widens a sample's predictive variance, [`Sprt::llr_one`]).
-    fn expected_of(&self, bad: bool, l: Option<u64>) -> (f64, usize) {
-        let (own, other, level) = self.side(bad);
-        if let Some(t) = l {
-            for from in [own, other] {
-                let v = times_at(from, l);
-                if !v.is_empty() {
-                    return (stats::mean(&v), v.len());
+    /// [`Self::expected`], and how uncertain it is in units of the noise's
+    /// variance (the mean's `1 / n`, plus `(L - mean L)^2 / Sxx` for an L
+    /// away from the end's own: [`Sprt::llr_one`] widens a sample's
+    /// predictive variance by it). An end that showed L is read on its
+    /// line; one that did not, at its mean.
+    fn expected_of(&self, bad: bool, l: Option<u64>) -> (f64, f64) {
+        let (own, _, level) = self.side(bad);
+        match l {
+            Some(t) => {
+                if let Some((ml, mt, n)) = centre(own) {
+                    let f = self.fit();
+                    let d = t as f64 - ml;
+                    return (mt + f.slope * d, 1.0 / n as f64 + d * d / f.sxx);
                 }
             }
-            if let Some(y) = self.on_the_line(t) {
-                let n = self.good_samples.len() + self.bad_samples.len();
-                return (y, n);
+            None => {
+                let v = times_at(own, None);
+                if !v.is_empty() {
+                    return (stats::mean(&v), 1.0 / v.len() as f64);
+                }
             }
         }
-        (level.mean, level.n)
+        (level.mean, 1.0 / level.n.max(1) as f64)
+    }
+
+    /// How far the ends' own L wander: the pooled spread of each end's
+    /// samples' L around that end's mean L (ticks), 0 with fewer than one
+    /// degree of freedom.
+    pub fn l_spread(&self) -> f64 {
+        let (mut ss, mut n, mut ends) = (0.0, 0, 0);
+        for side in [&self.good_samples, &self.bad_samples] {
+            if let Some((ml, _, k)) = centre(side) {
+                ss += timed(side).map(|(l, _)| (l - ml).powi(2)).sum::<f64>();
+                n += k;
+                ends += 1;
+            }
+        }
+        if n > ends {
+            (ss / (n - ends) as f64).sqrt()
+        } else {
+            0.0
+        }
+    }
+
+    /// What a sample at L counts toward `L + d` in its end's predictive:
+    /// 1 at its own L; [`NEIGHBOUR`] at the neighbouring L where the ends
+    /// each sleep about one L; where their L wander (a spread of half a
+    /// tick or more: HZ=1000, a tick of L a tenth of a millisecond of
+    /// first zeroing) a normal kernel as wide as that spread, reaching two
+    /// spreads, so that a step's L says only what the ends' spread of L
+    /// lets it say.
+    fn kernel(&self) -> (i64, Box<dyn Fn(i64) -> f64>) {
+        let h = self.l_spread();
+        if h < 0.5 {
+            return (
+                1,
+                Box::new(|d: i64| match d.abs() {
+                    0 => 1.0,
+                    1 => NEIGHBOUR,
+                    _ => 0.0,
+                }),
+            );
+        }
+        let reach = (2.0 * h).ceil() as i64;
+        (
+            reach,
+            Box::new(move |d: i64| {
+                if d.abs() > reach {
+                    0.0
+                } else {
+                    (-(d * d) as f64 / (2.0 * h * h)).exp()
+                }
+            }),
+        )
     }
 
     /// P(an end sleeps `l`): a Dirichlet predictive whose counts are the
-    /// end's samples at `l` plus [`NEIGHBOUR`] of each at `l - 1` and
-    /// `l + 1` (a loaded host moves L by one tick, not by seven), with
-    /// weight [`PRIOR`] on each L either end showed, their neighbours,
-    /// and one for every other L.
+    /// end's samples at `l` and, by [`Self::kernel`], near it (a loaded
+    /// host moves L by a tick, not by seven), with weight [`PRIOR`] on
+    /// each L within the kernel's reach of one either end showed, and one
+    /// for every other L.
     pub fn p_ticks(&self, bad: bool, l: u64) -> f64 {
         let (own, _, _) = self.side(bad);
+        let (reach, k) = self.kernel();
         let both = &shown(&self.good_samples) | &shown(&self.bad_samples);
-        let support: BTreeSet<u64> = both
+        let support: BTreeSet<i64> = both
             .iter()
-            .flat_map(|&t| [t.saturating_sub(1), t, t + 1])
+            .flat_map(|&t| (-reach..=reach).map(move |d| t as i64 + d))
+            .filter(|&t| t >= 0)
             .collect();
-        let with_l: Vec<u64> = own.iter().filter_map(|s| s.sleep_ticks).collect();
-        let at = |t: u64| with_l.iter().filter(|&&x| x == t).count() as f64;
+        let with_l: Vec<i64> = own
+            .iter()
+            .filter_map(|s| s.sleep_ticks)
+            .map(|t| t as i64)
+            .collect();
+        let l = l as i64;
         let count = if support.contains(&l) {
-            at(l) + NEIGHBOUR * (at(l + 1) + l.checked_sub(1).map_or(0.0, at))
+            with_l.iter().map(|&t| k(l - t)).sum::<f64>()
         } else {
             0.0
         };
-        let total =
-            with_l.len() as f64 * (1.0 + 2.0 * NEIGHBOUR) + PRIOR * (support.len() + 1) as f64;
+        // Each sample's whole weight, wherever it fell (the support holds
+        // every L within reach of it).
+        let mass: f64 = (-reach..=reach).map(&k).sum();
+        let total = with_l.len() as f64 * mass + PRIOR * (support.len() + 1) as f64;
         (count + PRIOR) / total
     }
 
-    /// The time at `l` on the line through the ends' (L, time) groups,
-    /// when their samples showed two L or more: for an L neither end
-    /// showed, where L sets the time alike for both.
-    fn on_the_line(&self, l: u64) -> Option<f64> {
-        let pts: Vec<(f64, f64)> = self
-            .good_samples
-            .iter()
-            .chain(&self.bad_samples)
-            .filter_map(|s| s.sleep_ticks.map(|t| (t as f64, s.value)))
-            .collect();
-        if pts.is_empty() {
-            return None;
-        }
-        let n = pts.len() as f64;
-        let (mx, my) = (
-            pts.iter().map(|p| p.0).sum::<f64>() / n,
-            pts.iter().map(|p| p.1).sum::<f64>() / n,
-        );
-        let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
-        if sxx == 0.0 {
-            return None;
-        }
-        let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-        Some(my + sxy / sxx * (l as f64 - mx))
-    }
-
     /// Whether the sleep L tells the ends apart: every end sample showed
-    /// an L, and no L was shown by both ends.
+    /// an L, and no L of one end is within the reach of [`Self::kernel`]
+    /// of one of the other (ends whose L wander interleave: 33, 35, 37
+    /// against 32, 34, 36 share no L, yet the L cannot tell them apart).
     pub fn l_apart(&self) -> bool {
         let every = |v: &[Sample]| v.iter().all(|s| s.sleep_ticks.is_some());
+        let (reach, _) = self.kernel();
+        let (g, b) = (shown(&self.good_samples), shown(&self.bad_samples));
+        // Where each end sleeps about one L (reach 1), any L apart will
+        // do, as before the kernel widened: 3 and 4 against 10.
+        let far = |x: u64, y: u64| {
+            if reach <= 1 {
+                x != y
+            } else {
+                x.abs_diff(y) > reach as u64
+            }
+        };
         every(&self.good_samples)
             && every(&self.bad_samples)
-            && shown(&self.good_samples).is_disjoint(&shown(&self.bad_samples))
+            && g.iter().all(|&x| b.iter().all(|&y| far(x, y)))
     }
 }
 
@@ -343,20 +508,29 @@ pub struct Sprt {
 
 impl Sprt {
     /// ln(P(sample | bad) / P(sample | good)) for one sample: its L and
-    /// its time given that L, one model. The time's variance under each
-    /// end is the noise plus the uncertainty of the mean it is expected at
-    /// (`sigma^2 (1 + 1/n)`): a level known from 3 samples is not known
-    /// exactly, and a step judged against it must not be surer than that.
+    /// its time given that L, one model. Where the ends' L never meet
+    /// ([`Ends::l_apart`]) the time given L is the same at either end (a
+    /// cycle is L + 1 ticks), and only the L counts. The time's variance under each
+    /// end is the noise plus the uncertainty of where the end's line puts
+    /// it (`sigma^2 (1 + 1/n + (L - mean L)^2 / Sxx)`): a level known from
+    /// 3 samples is not known exactly, a line read far from the L it was
+    /// measured at still less, and a step judged against it must not be
+    /// surer than that.
     pub fn llr_one(&self, x: &Sample) -> f64 {
         let e = &self.ends;
         let ticks = x
             .sleep_ticks
             .map_or(0.0, |l| (e.p_ticks(true, l) / e.p_ticks(false, l)).ln());
         let s2 = e.sigma().powi(2);
-        let log_normal = |(m, n): (f64, usize)| {
-            let v = s2 * (1.0 + 1.0 / n.max(1) as f64);
+        let log_normal = |(m, u): (f64, f64)| {
+            let v = s2 * (1.0 + u);
             -(x.value - m).powi(2) / (2.0 * v) - 0.5 * v.ln()
         };
+        // Ends whose L never meet: a kernel's time follows its L alike at
+        // either end, and the L has said it all.
+        if x.sleep_ticks.is_some() && e.l_apart() {
+            return ticks;
+        }
         ticks + log_normal(e.expected_of(true, x.sleep_ticks))
             - log_normal(e.expected_of(false, x.sleep_ticks))
     }
@@ -425,7 +599,7 @@ mod tests {
     fn arm64_ends() -> Ends {
         let good = [s(39.0, 3), s(41.0, 3), s(40.5, 3)];
         let bad = [s(108.0, 10), s(112.0, 10), s(110.0, 10)];
-        Ends::new(&good, &bad, 0.01).unwrap()
+        Ends::new(&good, &bad, 0.01, 10.0).unwrap()
     }
 
     fn sprt(ends: Ends) -> Sprt {
@@ -467,6 +641,13 @@ mod tests {
         assert!(need > 1, "{need}");
         assert_eq!(samples_to_decide(&t, s(107.0, 10)), (Decision::Bad, need));
         assert_eq!(samples_to_decide(&t, s(41.0, 3)), (Decision::Good, need));
+        // The good end's line read at L=10 (7 ticks from its own, a tick
+        // of L the kernel's tick): about where the bad end is.
+        let good_at_10 = t.ends.expected(false, Some(10));
+        assert!(
+            (good_at_10 - (40.5 + 70.0 - 1.0 / 3.0)).abs() < 1e-9,
+            "{good_at_10}"
+        );
     }
 
     #[test]
@@ -496,7 +677,7 @@ mod tests {
             s(52.0, 10),
             s(53.0, 10),
         ];
-        let t = sprt(Ends::new(&good, &bad, 0.01).unwrap());
+        let t = sprt(Ends::new(&good, &bad, 0.01, 10.0).unwrap());
         assert!(t.ends.l_apart());
         assert_eq!(samples_to_decide(&t, s(52.0, 10)), (Decision::Bad, 2));
         // The same ends with no L read: the times alone do not decide in 3.
@@ -518,7 +699,7 @@ mod tests {
         // 0.3 ms of noise: the L says nothing, the time everything.
         let good = [s(40.0, 3), s(40.3, 3), s(39.7, 3), s(40.1, 3)];
         let bad = [s(41.0, 3), s(41.2, 3), s(40.7, 3), s(41.1, 3)];
-        let t = sprt(Ends::new(&good, &bad, 0.01).unwrap());
+        let t = sprt(Ends::new(&good, &bad, 0.01, 10.0).unwrap());
         assert!(!t.ends.l_apart());
         assert!(t.llr_one(&s(41.0, 3)) > 0.0 && t.llr_one(&s(40.0, 3)) < 0.0);
         let (d, n) = samples_to_decide(&t, s(40.95, 3));
@@ -534,50 +715,115 @@ mod tests {
     #[test]
     fn ends_are_measured_until_their_noise_is_known() {
         // Two samples each at the same L: 2 degrees of freedom.
-        let e = Ends::new(&[s(40.0, 3), s(40.1, 3)], &[s(41.0, 3), s(41.2, 3)], 0.01);
+        let e = Ends::new(
+            &[s(40.0, 3), s(40.1, 3)],
+            &[s(41.0, 3), s(41.2, 3)],
+            0.01,
+            10.0,
+        );
         assert_eq!(e, Err(EndsError::Spread { df: 2, need: 4 }));
         assert!(e.unwrap_err().wants_more());
         // Ends whose every sample sleeps apart: the L decides, 2 suffice.
         assert!(Ends::new(
             &[s(40.0, 3), s(41.0, 3)],
             &[s(110.0, 10), s(108.0, 10)],
-            0.01
+            0.01,
+            10.0
         )
         .is_ok());
         // A good end that slept 3 and 4, the bad end 10 and once 4: they
-        // share an L; 3 degrees of freedom (good 3 - 2 groups, bad 4 - 2).
+        // share an L. 7 samples less two heights and the slope their own
+        // L spread fitted: 4 degrees of freedom; with one sample fewer, 3.
         let mixed = [s(40.0, 3), s(50.0, 4), s(40.2, 3)];
         let bad = [s(110.0, 10), s(108.0, 10), s(109.0, 10), s(50.5, 4)];
         assert_eq!(
-            Ends::new(&mixed, &bad, 0.05),
+            Ends::new(&mixed, &bad[1..], 0.05, 10.0),
             Err(EndsError::Spread { df: 3, need: 4 })
         );
-        let mut more = mixed.to_vec();
-        more.push(s(39.9, 3));
-        let ends = Ends::new(&more, &bad, 0.05).unwrap();
-        // The noise is the spread around each (end, L) mean: the L=4
-        // samples do not widen it.
+        let ends = Ends::new(&mixed, &bad, 0.05, 10.0).unwrap();
+        // The noise is the spread around each end's line: the L=4
+        // samples sit on them and do not widen it.
         assert!(ends.within().0 < 1.5, "{:?}", ends.within());
-        // Each end's own time at an L it showed; the other end's where it
-        // showed none.
-        assert!((ends.expected(false, Some(4)) - 50.0).abs() < 1e-9);
-        assert!((ends.expected(true, Some(4)) - 50.5).abs() < 1e-9);
-        assert!((ends.expected(true, Some(3)) - 120.1 / 3.0).abs() < 1e-9);
-        assert!((ends.expected(false, Some(10)) - 109.0).abs() < 1e-9);
+        assert_eq!(ends.within().1, 4);
+        let f = ends.fit();
+        assert!(f.slope > 9.0 && f.slope < 10.5, "{f:?}");
+        // Each end read on its own line, near what it showed there.
+        for (bad, l, want) in [
+            (false, 4, 50.0),
+            (true, 4, 50.5),
+            (false, 3, 40.1),
+            (true, 10, 109.0),
+        ] {
+            let got = ends.expected(bad, Some(l));
+            assert!(
+                (got - want).abs() < 0.7,
+                "end bad={bad} at L {l}: {got}, want {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_sample_at_its_own_l_is_read_on_its_ends_line() {
+        // HZ=1000: a tenth of a millisecond of first zeroing is a tick of
+        // L, so the ends' samples each sleep their own L; the culprit adds
+        // a tick's millisecond to each cycle (2.5%). Compared at equal L,
+        // the ends differ by 1 ms in 0.3 ms of noise.
+        let cycle = |l: u64, extra: f64, noise: f64| s(1.1 * l as f64 + 1.0 + extra + noise, l);
+        let good = [
+            cycle(33, 0.0, 0.2),
+            cycle(37, 0.0, -0.3),
+            cycle(35, 0.0, 0.1),
+            cycle(39, 0.0, 0.0),
+        ];
+        let bad = [
+            cycle(36, 1.0, -0.1),
+            cycle(32, 1.0, 0.3),
+            cycle(34, 1.0, -0.2),
+            cycle(38, 1.0, 0.1),
+        ];
+        // Three each: two heights and the slope leave 3 degrees of
+        // freedom, one short; the fourth settles it.
+        assert_eq!(
+            Ends::new(&good[..3], &bad[..3], 0.01, 1.0),
+            Err(EndsError::Spread { df: 3, need: 4 })
+        );
+        let ends = Ends::new(&good, &bad, 0.01, 1.0).unwrap();
+        // No L in common, yet interleaved: the L cannot tell them apart.
+        assert!(!ends.l_apart());
+        assert!(ends.l_spread() > 2.0, "{}", ends.l_spread());
+        let f = ends.fit();
+        assert!((f.slope - 1.1).abs() < 0.15, "{f:?}");
+        assert!(ends.differ_p() < 0.01, "{}", ends.differ_p());
+        let t = sprt(ends);
+        // Steps at L neither end showed, on either line: decided by the
+        // time at their own L (one sample each here: 1 ms against 0.28 of
+        // noise); halfway, never.
+        assert_eq!(
+            samples_to_decide(&t, cycle(39, 1.0, 0.0)),
+            (Decision::Bad, 1)
+        );
+        assert_eq!(
+            samples_to_decide(&t, cycle(31, 0.0, 0.0)),
+            (Decision::Good, 1)
+        );
+        assert_eq!(
+            samples_to_decide(&t, cycle(35, 0.5, 0.0)),
+            (Decision::Unknown, 6)
+        );
     }
 
     #[test]
     fn ends_that_do_not_differ_are_refused_with_both_figures() {
         let a = [s(40.0, 3), s(41.0, 3), s(39.0, 3)];
         let b = [s(40.5, 3), s(39.5, 3), s(41.5, 3)];
-        let e = Ends::new(&a, &b, 0.01).unwrap_err();
+        let e = Ends::new(&a, &b, 0.01, 10.0).unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.contains("good 40.00") && msg.contains("bad 40.50"),
             "{msg}"
         );
         assert!(matches!(
-            Ends::new(&a[..1], &b, 0.01),
+            Ends::new(&a[..1], &b, 0.01, 10.0),
             Err(EndsError::TooFew { .. })
         ));
     }
@@ -607,7 +853,7 @@ mod tests {
         let good: Vec<Sample> = (0..30).map(|_| untimed(r.normal(40.0, 5.0))).collect();
         let bad: Vec<Sample> = (0..30).map(|_| untimed(r.normal(50.0, 5.0))).collect();
         let t = Sprt {
-            ends: Ends::new(&good, &bad, 0.05).unwrap(),
+            ends: Ends::new(&good, &bad, 0.05, 10.0).unwrap(),
             error_rate: 0.05,
             max_samples: 40,
         };
@@ -649,6 +895,7 @@ mod tests {
         commits: usize,
         end_samples: usize,
         max_samples: usize,
+        per_tick: f64,
         kernel: impl Fn(&mut Rng, bool) -> Sample,
     ) -> (usize, usize, f64) {
         let mut r = Rng(seed);
@@ -663,7 +910,7 @@ mod tests {
                 while b.len() < g.len() {
                     b.push(kernel(&mut r, true));
                 }
-                match Ends::new(&g, &b, 0.01) {
+                match Ends::new(&g, &b, 0.01, per_tick) {
                     Ok(e) => break Some(e),
                     Err(e) if e.wants_more() && g.len() < max_samples => {
                         g.push(kernel(&mut r, false))
@@ -725,11 +972,11 @@ mod tests {
         // 1. The fix reverted: L 3 against 10, and either kernel sleeps one
         //    tick more on 10% of its samples (a loaded host).
         let revert = |r: &mut Rng, bad: bool| draw(r, if bad { 10 } else { 3 }, 0.1, 0.0);
-        let (w1, u1, n1) = bisect_many(11, 300, 32, 3, 5, revert);
+        let (w1, u1, n1) = bisect_many(11, 300, 32, 3, 5, 10.0, revert);
         // 2. A culprit that adds 2.5% at the same L (1 ms of 40, noise
         //    0.4 ms): --max-samples 10, as docs/bisect.md advises there.
         let few = |r: &mut Rng, bad: bool| draw(r, 3, 0.0, if bad { 1.0 } else { 0.0 });
-        let (w2, u2, n2) = bisect_many(12, 300, 32, 3, 10, few);
+        let (w2, u2, n2) = bisect_many(12, 300, 32, 3, 10, 10.0, few);
         // 3. As bisect_e2e's Debian 6.1 ends read on a loaded host: the fix
         //    sleeps L 3 or (a third of its samples) 4, two end samples.
         let mixed = |r: &mut Rng, bad: bool| {
@@ -740,18 +987,37 @@ mod tests {
                 0.0,
             )
         };
-        let (w3, u3, n3) = bisect_many(13, 300, 32, 2, 5, mixed);
+        let (w3, u3, n3) = bisect_many(13, 300, 32, 2, 5, 10.0, mixed);
+        // 4. HZ=1000 (1 ms a tick): each sample's L its own, 32 to 40
+        //    (a tenth of a millisecond of first zeroing is a tick), the
+        //    zeroings that cross a tick growing with it (1.1 ms a tick of
+        //    L); the culprit adds 1 ms a cycle (2.5%), 0.3 ms of noise.
+        let wander = |r: &mut Rng, bad: bool| {
+            let l = 32 + (r.uniform() * 9.0) as u64;
+            s(
+                1.1 * l as f64 + 1.0 + if bad { 1.0 } else { 0.0 } + r.normal(0.0, 0.3),
+                l,
+            )
+        };
+        let (w4, u4, n4) = bisect_many(14, 300, 32, 3, 10, 1.0, wander);
         println!("synthetic bisections (32 commits, e = 0.01, prior {PRIOR}), 300 each:");
         println!("  revert, 10% L slip: {w1} wrong, {u1} unknown, {n1:.2} samples a step");
         println!("  2.5% at the same L, cap 10: {w2} wrong, {u2} unknown, {n2:.2} samples a step");
         println!("  revert, fix L 3 or 4, 2 end samples: {w3} wrong, {u3} unknown, {n3:.2} samples a step");
+        println!("  2.5% with every sample at its own L (HZ=1000), cap 10: {w4} wrong, {u4} unknown, {n4:.2} samples a step");
         // Five steps at e = 0.01: at most ~5% of bisections may name a
         // wrong commit; the measured rate must be within that.
-        assert!(w1 <= 15 && w2 <= 15 && w3 <= 15, "wrong: {w1}, {w2}, {w3}");
-        assert!(u1 + u2 + u3 <= 30, "unknown: {u1}, {u2}, {u3}");
+        assert!(
+            w1 <= 15 && w2 <= 15 && w3 <= 15 && w4 <= 15,
+            "wrong: {w1}, {w2}, {w3}, {w4}"
+        );
+        assert!(u1 + u2 + u3 + u4 <= 40, "unknown: {u1}, {u2}, {u3}, {u4}");
         // L against L settles a step in a few samples; a 2.5% step with
         // 1% noise in fewer than the cap.
-        assert!(n1 <= 4.0 && n2 <= 4.0 && n3 <= 4.0, "{n1} {n2} {n3}");
+        assert!(
+            n1 <= 4.0 && n2 <= 4.0 && n3 <= 4.0 && n4 <= 4.0,
+            "{n1} {n2} {n3} {n4}"
+        );
         assert!(n1 > 1.0, "a step must not be decided on one sample ({n1})");
     }
 }

@@ -260,7 +260,10 @@ async fn ends(
             }
         }
         let steps = vec![g.step.clone(), b.step.clone()];
-        match Ends::new(&g.samples, &b.samples, c.error_rate) {
+        let per_tick = c
+            .metric
+            .per_tick(c.cell.hz, lazyinit_core::model::groups(c.cell.size));
+        match Ends::new(&g.samples, &b.samples, c.error_rate, per_tick) {
             Ok(e) => break (e, steps),
             Err(e) if e.wants_more() && k < cap && g.samples.len() == k && b.samples.len() == k => {
                 k += 1;

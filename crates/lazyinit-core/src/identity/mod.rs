@@ -412,6 +412,15 @@ impl Metric {
             Metric::MsPerGroup => "ms",
         }
     }
+    /// What one tick more of sleep L adds to the metric on a volume of
+    /// `groups` groups at `hz` (a cycle is L + 1 ticks, docs/design.md §2):
+    /// a tick's milliseconds a group, or a tick's seconds for each group.
+    pub fn per_tick(self, hz: crate::Hz, groups: u64) -> f64 {
+        match self {
+            Metric::MsPerGroup => 1000.0 * hz.tick_s(),
+            Metric::LazyinitS | Metric::FromFirstGroupS => groups as f64 * hz.tick_s(),
+        }
+    }
 }
 
 impl fmt::Display for Metric {
