@@ -411,10 +411,17 @@ mod tests {
         let token = HostToken::in_dir(dir.path());
         let mut file = token.open().unwrap();
         // -o: the lock is flock's own, not its sleep's, and goes with it.
+        // A group of its own, killed whole: a kill of flock alone left its
+        // sleep holding the test's output for 30 s (nextest: "leaky").
+        use std::os::unix::process::CommandExt;
         let mut child = std::process::Command::new("flock")
             .arg("-o")
             .arg(token.path())
             .args(["sleep", "30"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("flock (util-linux) runs");
         let ino = file.metadata().unwrap().ino();
@@ -427,7 +434,11 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         let who = who_holds(&mut file);
-        child.kill().unwrap();
+        nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
         child.wait().unwrap();
         assert_eq!(who, Some(format!("held by pid {} (flock)", child.id())));
         // Our own hold is not news.
