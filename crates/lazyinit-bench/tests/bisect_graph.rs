@@ -133,6 +133,18 @@ fn a_culprit_on_a_merged_branch_is_named_and_the_users_git_is_untouched() {
     );
     assert!(said.contains("reverted on --bad: good"), "{said}");
     assert_eq!(o.status.code(), Some(0), "{text}");
+    // The revert lives in the private clone only: its row is read there
+    // (a subject read from the user's repository was empty).
+    let steps = std::fs::read_to_string(
+        home.join(format!("out-{}-{}", &c["m0"][..8], &c["m6"][..8]))
+            .join("steps.md"),
+    )
+    .unwrap();
+    let revert = steps
+        .lines()
+        .find(|l| l.contains("| revert on bad |"))
+        .unwrap_or_else(|| panic!("no revert row:\n{steps}"));
+    assert!(revert.contains("| Revert \"s2\""), "{revert}");
 
     // A refused bisect (the ends do not differ) and a bad input one (good
     // after bad): exit 2, the repository as it was too.

@@ -329,7 +329,7 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
     };
     let named = |s: &Session, c: &str| Named {
         commit: c.to_string(),
-        subject: git::subject(&s.repo, c),
+        subject: git::subject(&s.worktree.dir, c),
     };
     let outcome = match found {
         Err(range) => Outcome::Range(range.iter().map(|i| named(s, &commits[*i])).collect()),

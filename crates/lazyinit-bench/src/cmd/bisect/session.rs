@@ -107,7 +107,9 @@ impl Session {
         self.worktree
             .checkout(commit)
             .map_err(|e| NoSample::Stop(e.into()))?;
-        let text = lazyinit_bisect::git::show(&self.repo, commit, "fs/ext4/super.c");
+        // From the private clone: it holds the user's commits (borrowed) and
+        // the reverts made there, which the user's repository never sees.
+        let text = lazyinit_bisect::git::show(&self.worktree.dir, commit, "fs/ext4/super.c");
         let detected = text.as_deref().map_or(
             lazyinit_kernel::Detected::Unknown,
             lazyinit_kernel::variant::detect_file,
@@ -188,7 +190,7 @@ impl Session {
         fixed: Option<usize>,
         sprt: Option<&Sprt>,
     ) -> Result<Judged, anyhow::Error> {
-        let subject = lazyinit_bisect::git::subject(&self.repo, commit);
+        let subject = lazyinit_bisect::git::subject(&self.worktree.dir, commit);
         let mut step = Step {
             role: role.to_string(),
             commit: commit.to_string(),
