@@ -208,7 +208,6 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
     let fake = std::env::var("LAZYINIT_BISECT_FAKE_MEASURE").ok();
     Ok(Opened {
         session: Session {
-            repo,
             out,
             cell: c.cell,
             metric: c.metric,

@@ -55,7 +55,6 @@ impl std::fmt::Display for CellArg {
 
 /// What stays the same for every commit of one bisection.
 pub struct Session {
-    pub repo: PathBuf,
     pub out: PathBuf,
     pub cell: CellArg,
     pub metric: Metric,
