@@ -128,16 +128,35 @@ pub struct Fit {
 
 /// An end's samples that showed an L: (mean L, mean time, how many).
 fn centre(side: &[Sample]) -> Option<(f64, f64, usize)> {
-    let pts: Vec<(f64, f64)> = timed(side).collect();
-    if pts.is_empty() {
-        return None;
+    let (ls, ts): (Vec<f64>, Vec<f64>) = timed(side).unzip();
+    (!ls.is_empty()).then(|| (stats::mean(&ls), stats::mean(&ts), ls.len()))
+}
+
+/// What a sample at L counts toward `L + d` in its end's predictive
+/// ([`Ends::kernel`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Kernel {
+    /// The farthest `d` that counts.
+    reach: i64,
+    /// The normal kernel's width (ticks); 0: 1 at `d = 0` and
+    /// [`NEIGHBOUR`] at `d = ±1`.
+    h: f64,
+}
+
+impl Kernel {
+    fn weight(self, d: i64) -> f64 {
+        if d.abs() > self.reach {
+            0.0
+        } else if self.h == 0.0 {
+            if d == 0 {
+                1.0
+            } else {
+                NEIGHBOUR
+            }
+        } else {
+            (-(d * d) as f64 / (2.0 * self.h * self.h)).exp()
+        }
     }
-    let n = pts.len() as f64;
-    Some((
-        pts.iter().map(|p| p.0).sum::<f64>() / n,
-        pts.iter().map(|p| p.1).sum::<f64>() / n,
-        pts.len(),
-    ))
 }
 
 /// (L, time) of the samples that showed an L.
@@ -181,11 +200,11 @@ pub fn welch_p(a: &Level, b: &Level) -> f64 {
     stats::welch_moments((a.mean, a.sd, a.n), (b.mean, b.sd, b.n)).map_or(1.0, |w| w.p)
 }
 
-/// The values of the samples that slept `l`.
-fn times_at(samples: &[Sample], l: Option<u64>) -> Vec<f64> {
+/// The values of the samples that showed no L.
+fn times_without_l(samples: &[Sample]) -> Vec<f64> {
     samples
         .iter()
-        .filter(|s| s.sleep_ticks == l)
+        .filter(|s| s.sleep_ticks.is_none())
         .map(|s| s.value)
         .collect()
 }
@@ -301,7 +320,7 @@ impl Ends {
                 }
                 params += 1;
             }
-            let v = times_at(side, None);
+            let v = times_without_l(side);
             if !v.is_empty() {
                 let m = stats::mean(&v);
                 ss += v.iter().map(|x| (x - m).powi(2)).sum::<f64>();
@@ -369,7 +388,7 @@ impl Ends {
                 }
             }
             None => {
-                let v = times_at(own, None);
+                let v = times_without_l(own);
                 if !v.is_empty() {
                     return (stats::mean(&v), 1.0 / v.len() as f64);
                 }
@@ -404,29 +423,16 @@ impl Ends {
     /// first zeroing) a normal kernel as wide as that spread, reaching two
     /// spreads, so that a step's L says only what the ends' spread of L
     /// lets it say.
-    fn kernel(&self) -> (i64, Box<dyn Fn(i64) -> f64>) {
+    fn kernel(&self) -> Kernel {
         let h = self.l_spread();
         if h < 0.5 {
-            return (
-                1,
-                Box::new(|d: i64| match d.abs() {
-                    0 => 1.0,
-                    1 => NEIGHBOUR,
-                    _ => 0.0,
-                }),
-            );
+            Kernel { reach: 1, h: 0.0 }
+        } else {
+            Kernel {
+                reach: (2.0 * h).ceil() as i64,
+                h,
+            }
         }
-        let reach = (2.0 * h).ceil() as i64;
-        (
-            reach,
-            Box::new(move |d: i64| {
-                if d.abs() > reach {
-                    0.0
-                } else {
-                    (-(d * d) as f64 / (2.0 * h * h)).exp()
-                }
-            }),
-        )
     }
 
     /// P(an end sleeps `l`): a Dirichlet predictive whose counts are the
@@ -436,7 +442,8 @@ impl Ends {
     /// for every other L.
     pub fn p_ticks(&self, bad: bool, l: u64) -> f64 {
         let (own, _, _) = self.side(bad);
-        let (reach, k) = self.kernel();
+        let k = self.kernel();
+        let reach = k.reach;
         let both = &shown(&self.good_samples) | &shown(&self.bad_samples);
         let support: BTreeSet<i64> = both
             .iter()
@@ -450,13 +457,13 @@ impl Ends {
             .collect();
         let l = l as i64;
         let count = if support.contains(&l) {
-            with_l.iter().map(|&t| k(l - t)).sum::<f64>()
+            with_l.iter().map(|&t| k.weight(l - t)).sum::<f64>()
         } else {
             0.0
         };
         // Each sample's whole weight, wherever it fell (the support holds
         // every L within reach of it).
-        let mass: f64 = (-reach..=reach).map(&k).sum();
+        let mass: f64 = (-reach..=reach).map(|d| k.weight(d)).sum();
         let total = with_l.len() as f64 * mass + PRIOR * (support.len() + 1) as f64;
         (count + PRIOR) / total
     }
@@ -467,7 +474,7 @@ impl Ends {
     /// against 32, 34, 36 share no L, yet the L cannot tell them apart).
     pub fn l_apart(&self) -> bool {
         let every = |v: &[Sample]| v.iter().all(|s| s.sleep_ticks.is_some());
-        let (reach, _) = self.kernel();
+        let reach = self.kernel().reach;
         let (g, b) = (shown(&self.good_samples), shown(&self.bad_samples));
         // Where each end sleeps about one L (reach 1), any L apart will
         // do, as before the kernel widened: 3 and 4 against 10.

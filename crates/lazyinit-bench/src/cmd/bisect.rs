@@ -243,6 +243,9 @@ async fn ends(
 ) -> anyhow::Result<(Sprt, Vec<Step>)> {
     let cap = c.max_samples.max(c.end_samples);
     let mut k = c.end_samples;
+    let per_tick = c
+        .metric
+        .per_tick(c.cell.hz, lazyinit_core::model::groups(c.cell.size));
     let (ends, steps) = loop {
         let g = s.judge(good, "good end", Some(k), None).await?;
         let b = s.judge(bad, "bad end", Some(k), None).await?;
@@ -259,9 +262,6 @@ async fn ends(
             }
         }
         let steps = vec![g.step.clone(), b.step.clone()];
-        let per_tick = c
-            .metric
-            .per_tick(c.cell.hz, lazyinit_core::model::groups(c.cell.size));
         match Ends::new(&g.samples, &b.samples, c.error_rate, per_tick) {
             Ok(e) => break (e, steps),
             Err(e) if e.wants_more() && k < cap && g.samples.len() == k && b.samples.len() == k => {
