@@ -171,7 +171,7 @@ pub enum EndsError {
     TooFew { good: usize, bad: usize },
     #[error("the ends' noise is not known yet: {df} degrees of freedom around the ends' lines of time on L, {need} needed")]
     Spread { df: usize, need: usize },
-    #[error("the ends do not differ: good {good:.2} ± {good_sd:.2} (L {good_l}), bad {bad:.2} ± {bad_sd:.2} (L {bad_l}); Welch p = {p:.3} ≥ {alpha}")]
+    #[error("the ends do not differ: good {good:.2} ± {good_sd:.2} (L {good_l}), bad {bad:.2} ± {bad_sd:.2} (L {bad_l}); p = {p:.3} ≥ {alpha} (Welch, or where their L wander also their lines at a common L)")]
     Same {
         good: f64,
         good_sd: f64,
