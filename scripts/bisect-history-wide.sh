@@ -16,13 +16,10 @@
 set -euo pipefail
 dir=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
-tarball=/usr/src/linux-source-6.1.tar.xz
+. "$here/scripts/history-base.sh"
 revert="$here/kernels/patches/debian-6.1-revert-fix.patch"
 stamp="wide-32 v1"
-if [ -f "$dir/.git/lazyinit-history" ] && [ "$(cat "$dir/.git/lazyinit-history")" = "$stamp" ]; then
-  exit 0
-fi
-[ -f "$tarball" ] || { echo "error: $tarball is missing: run scripts/setup-host.sh" >&2; exit 4; }
+history_kept "$dir" "$stamp" && exit 0
 # Files both QEMU kernels compile (every 10th of the 945 their trees had
 # objects for; fs/ext4/super.c and inode.c left to the culprit and the
 # #error).
@@ -123,22 +120,7 @@ files=(
   net/netlink/genetlink.c
   net/unix/sysctl_net_unix.c
 )
-rm -rf "$dir"
-mkdir -p "$dir"
-tar -xf "$tarball" -C "$dir" --strip-components=1
-cd "$dir"
-export GIT_AUTHOR_NAME="lazyinit-bench" GIT_AUTHOR_EMAIL="ci@lazyinit-bench"
-export GIT_COMMITTER_NAME="lazyinit-bench" GIT_COMMITTER_EMAIL="ci@lazyinit-bench"
-at() {
-  local d
-  d="2026-02-01T00:$(printf %02d $(( $1 / 60 ))):$(printf %02d $(( $1 % 60 )))Z"
-  export GIT_AUTHOR_DATE="$d" GIT_COMMITTER_DATE="$d"
-}
-git init -q -b main
-git config core.autocrlf false
-at 0
-git add -f -A
-git commit -q -m "Debian linux-source-6.1 as released"
+history_base "$dir" 2026-02-01
 # Appends a line to 12 files for commit $1: main's commits take theirs
 # from the first 80 files, the side branch's from the last 15, so that the
 # merge has no conflict.

@@ -14,30 +14,14 @@
 set -euo pipefail
 dir=$1 n=$2 culprit=$3 broken=$4 culprit_patch=${5:-debian-6.1-revert-fix.patch}
 here=$(cd "$(dirname "$0")/.." && pwd)
-tarball=/usr/src/linux-source-6.1.tar.xz
+. "$here/scripts/history-base.sh"
 patch_file="$here/kernels/patches/$culprit_patch"
 [ -f "$patch_file" ] || { echo "error: $patch_file is missing: name a file of kernels/patches/" >&2; exit 2; }
 stamp="commits=$n culprit=$culprit broken=$broken"
 # The default history keeps its old stamp (a warm cache keeps its builds).
 [ "$culprit_patch" = debian-6.1-revert-fix.patch ] || stamp="$stamp patch=$culprit_patch"
-if [ -f "$dir/.git/lazyinit-history" ] && [ "$(cat "$dir/.git/lazyinit-history")" = "$stamp" ]; then
-  exit 0
-fi
-[ -f "$tarball" ] || { echo "error: $tarball is missing: run scripts/setup-host.sh" >&2; exit 4; }
-rm -rf "$dir"
-mkdir -p "$dir"
-tar -xf "$tarball" -C "$dir" --strip-components=1
-cd "$dir"
-export GIT_AUTHOR_NAME="lazyinit-bench" GIT_AUTHOR_EMAIL="ci@lazyinit-bench"
-export GIT_COMMITTER_NAME="lazyinit-bench" GIT_COMMITTER_EMAIL="ci@lazyinit-bench"
-at() { export GIT_AUTHOR_DATE="2026-01-01T00:$(printf %02d $(( $1 / 60 ))):$(printf %02d $(( $1 % 60 )))Z" GIT_COMMITTER_DATE="2026-01-01T00:$(printf %02d $(( $1 / 60 ))):$(printf %02d $(( $1 % 60 )))Z"; }
-git init -q -b main
-git config core.autocrlf false
-# Debian's tree ignores its whole top level (`/*`, for its packaging):
-# everything is added by force.
-at 0
-git add -f -A
-git commit -q -m "Debian linux-source-6.1 as released"
+history_kept "$dir" "$stamp" && exit 0
+history_base "$dir" 2026-01-01
 files=(balloc.c bitmap.c dir.c file.c fsync.c hash.c ialloc.c ioctl.c namei.c page-io.c resize.c symlink.c sysfs.c xattr.c)
 for i in $(seq 1 $((n - 1))); do
   at "$i"
