@@ -9,7 +9,15 @@
 #
 # Scenarios: matrix (the 4 cells at once), alone (--alone: one at a time),
 # busy (a busy loop on every core for the whole run), onecore (the whole
-# run confined to CPU 0 with taskset, standing in for a host half as fast).
+# run confined to CPU 0 with taskset, standing in for a host half as fast),
+# slow (the whole run on CPU 0 with a busy loop pinned beside it: the
+# guests get about half of one core), quota (the whole run in a cgroup v1
+# `cpu` group of 0.8 CPU, cfs_quota_us 80000 per 100000, with 0.32 s of
+# real-time runtime a second for the NBD servers' SCHED_FIFO threads: a
+# 2-core host 2.5 times slower). Besides l-table.csv, attempts.csv has
+# per cell and run the measured mounts, each first zeroing and why it
+# missed (below or above the window), and the summary table says per
+# scenario how many with-fix runs slept the target's L.
 set -euo pipefail
 out="${1:?usage: $0 OUT [N] [SCENARIO...]}"
 n="${2:-5}"
@@ -23,7 +31,20 @@ mkdir -p "$out"
 
 busy_pids=()
 stop_busy() { for p in "${busy_pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; busy_pids=(); }
-trap stop_busy EXIT
+# The quota's cgroup: a name of this run's own, removed on exit (its
+# tasks are gone by then: each run is waited for).
+cg=""
+drop_cgroup() { [ -n "$cg" ] && [ -d "$cg" ] && rmdir "$cg" 2>/dev/null || true; }
+trap 'stop_busy; drop_cgroup' EXIT
+make_cgroup() {
+  local root=/sys/fs/cgroup/cpu
+  [ -w "$root/cpu.cfs_quota_us" ] || { echo "quota: no writable cgroup v1 cpu controller at $root (run as root on a cgroup v1 host)" >&2; exit 2; }
+  cg="$root/lazyinit-quota-$$"
+  mkdir "$cg"
+  echo 100000 > "$cg/cpu.cfs_period_us"
+  echo 80000 > "$cg/cpu.cfs_quota_us"
+  [ -e "$cg/cpu.rt_runtime_us" ] && echo 320000 > "$cg/cpu.rt_runtime_us"
+}
 
 for s in "${scenarios[@]}"; do
   for i in $(seq 1 "$n"); do
@@ -36,6 +57,12 @@ for s in "${scenarios[@]}"; do
       busy)
         for _ in $(seq 1 "$(nproc)"); do (while :; do :; done) & busy_pids+=($!); done ;;
       onecore) pre=(taskset -c 0) ;;
+      slow)
+        pre=(taskset -c 0)
+        (taskset -c 0 sh -c 'while :; do :; done') & busy_pids+=($!) ;;
+      quota)
+        [ -n "$cg" ] || make_cgroup
+        pre=(sh -c 'echo $$ > "$0/tasks" && exec "$@"' "$cg") ;;
       *) echo "unknown scenario $s" >&2; exit 2 ;;
     esac
     t0=$(date +%s.%N)
@@ -73,6 +100,62 @@ scen = []
 for s, *_ in rows:
     if s not in scen:
         scen.append(s)
+
+# Attempts and misses, from each cell's storage.txt (attempt_N_z1_us, one
+# per missed mount) and its row (the kept z1 and the window).
+def target_l(r):
+    t = r.get("z1_target_ms") or ""
+    if r["variant"] != "fix" or not t:
+        return None
+    return int(float(r["wait_mult"]) * float(t) / 1000 * int(r["hz"]) + 1e-9)
+att = []
+for s, i, wall, d in csv.reader(open(os.path.join(out, "runs.csv"))):
+    p = os.path.join(d, "results.csv")
+    if not os.path.exists(p):
+        continue
+    for r in csv.DictReader(open(p)):
+        cell = f"{r['arch']} HZ{r['hz']} {r['variant']}"
+        lo, hi = r.get("z1_lo_ms") or "", r.get("z1_hi_ms") or ""
+        missed = []
+        st = os.path.join(d, r["cell_id"], "storage.txt")
+        if os.path.exists(st):
+            for line in open(st):
+                k, _, v = line.strip().partition("=")
+                if k.startswith("attempt_") and k.endswith("_z1_us"):
+                    missed.append(int(v) / 1000)
+        def cause(z):
+            if not lo:
+                return "?"
+            return "low" if z < float(lo) else "high" if z >= float(hi) else "in"
+        tl = target_l(r)
+        att.append(dict(scenario=s, run=i, cell=cell, status=r["status"],
+                        attempts=r.get("z1_attempts") or "", L=r["sleep_ticks"],
+                        target_L="" if tl is None else tl,
+                        held=r.get("profile_held") or "", z1_ms=r.get("z1_ms") or "",
+                        window=f"{lo}-{hi}" if lo else "",
+                        missed_z1_ms=" ".join(f"{z:.3f}" for z in missed),
+                        missed_causes=" ".join(cause(z) for z in missed)))
+if att:
+    with open(os.path.join(out, "attempts.csv"), "w") as f:
+        w = csv.DictWriter(f, fieldnames=list(att[0]))
+        w.writeheader()
+        w.writerows(att)
+    print()
+    print("| scenario | cell | runs at target L | attempts (1/2/3/4/5) | misses low/high | not held |")
+    print("|---|---|---|---|---|---|")
+    groups = collections.defaultdict(list)
+    for a in att:
+        groups[(a["scenario"], a["cell"])].append(a)
+    for (s, c), xs in sorted(groups.items()):
+        if "fix" != c.split()[-1]:
+            continue
+        hit = sum(1 for a in xs if a["status"] == "ok" and str(a["target_L"]) == a["L"])
+        hist = collections.Counter(a["attempts"] for a in xs)
+        causes = collections.Counter(k for a in xs for k in a["missed_causes"].split())
+        nh = sum(1 for a in xs if a["held"] == "false")
+        print(f"| {s} | {c} | {hit}/{len(xs)} | " + "/".join(str(hist.get(str(n), 0)) for n in range(1, 6))
+              + f" | {causes.get('low', 0)}/{causes.get('high', 0)} | {nh} |")
+    print()
 print("| cell | " + " | ".join(scen) + " |")
 print("|---|" + "---|" * len(scen))
 for c in cells:
