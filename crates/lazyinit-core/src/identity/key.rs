@@ -84,6 +84,13 @@ pub struct KeyField {
     /// That part's place in the id: ids keep the order they always had
     /// (volume before wait), as stored alerts are keyed by them.
     pub series_at: u8,
+    /// The id leaves the part out where this says the value is the one
+    /// every row had before the field existed. A field added after
+    /// series were stored sets it, so the ids of those series, and the
+    /// ids and acks of their alerts (`alert_id` hashes the series id),
+    /// stay what they were; the ten fields of the first table have
+    /// `None` (their parts were always written).
+    pub series_quiet: Option<fn(&CellKey) -> bool>,
     /// Its word in labels (`HZ250`, `w10`, `storage=ebs`, ...).
     pub word: fn(&CellKey) -> String,
     /// The one-line label leaves the word out when this says the value
@@ -106,6 +113,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| text(&k.testbed.provider),
         cmp: |a, b| a.testbed.provider.cmp(&b.testbed.provider),
         series: None,
+        series_quiet: None,
         series_at: 0,
         word: |k| k.testbed.provider.to_string(),
         quiet_default: None,
@@ -117,6 +125,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| text(&k.testbed.machine),
         cmp: |a, b| a.testbed.machine.cmp(&b.testbed.machine),
         series: None,
+        series_quiet: None,
         series_at: 1,
         word: |k| k.testbed.machine.to_string(),
         quiet_default: None,
@@ -128,6 +137,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| text(&k.testbed.accel),
         cmp: |a, b| a.testbed.accel.cmp(&b.testbed.accel),
         series: None,
+        series_quiet: None,
         series_at: 2,
         word: |k| k.testbed.accel.to_string(),
         quiet_default: None,
@@ -139,6 +149,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| text(k.axes.arch),
         cmp: |a, b| a.axes.arch.cmp(&b.axes.arch),
         series: None,
+        series_quiet: None,
         series_at: 3,
         word: |k| k.axes.arch.to_string(),
         quiet_default: None,
@@ -150,6 +161,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| text(&k.axes.source),
         cmp: |a, b| a.axes.source.cmp(&b.axes.source),
         series: None,
+        series_quiet: None,
         series_at: 4,
         word: |k| k.axes.source.to_string(),
         quiet_default: None,
@@ -161,6 +173,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| KeyValue::Number(k.axes.hz.get().into()),
         cmp: |a, b| a.axes.hz.cmp(&b.axes.hz),
         series: Some(|k| format!("hz{}", k.axes.hz)),
+        series_quiet: None,
         series_at: 5,
         word: |k| format!("HZ{}", k.axes.hz),
         quiet_default: None,
@@ -172,6 +185,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| text(k.axes.variant),
         cmp: |a, b| a.axes.variant.cmp(&b.axes.variant),
         series: None,
+        series_quiet: None,
         series_at: 6,
         word: |k| k.axes.variant.to_string(),
         quiet_default: None,
@@ -183,6 +197,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| KeyValue::Number(k.axes.wait_mult.into()),
         cmp: |a, b| a.axes.wait_mult.cmp(&b.axes.wait_mult),
         series: None,
+        series_quiet: None,
         series_at: 8,
         word: |k| format!("w{}", k.axes.wait_mult),
         quiet_default: Some(|k| k.axes.wait_mult == DEFAULT_WAIT_MULT),
@@ -194,6 +209,7 @@ pub const FIELDS: [KeyField; 10] = [
         value: |k| KeyValue::Number(k.axes.volume.0),
         cmp: |a, b| a.axes.volume.cmp(&b.axes.volume),
         series: None,
+        series_quiet: None,
         series_at: 7,
         word: |k| k.axes.volume.to_string(),
         quiet_default: None,
@@ -211,6 +227,7 @@ pub const FIELDS: [KeyField; 10] = [
                 k.testbed.storage.to_string()
             }
         }),
+        series_quiet: None,
         series_at: 9,
         word: |k| format!("storage={}", k.testbed.storage),
         quiet_default: Some(|k| k.testbed.storage.is_none()),
@@ -272,7 +289,15 @@ impl CellKey {
     /// `qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/64GiB/w10/ebs/measured`:
     /// every field (in the id's order), then whether it is an estimate.
     pub fn series_id(&self) -> String {
-        let mut at: Vec<&KeyField> = FIELDS.iter().collect();
+        self.series_id_of(&FIELDS)
+    }
+
+    /// [`CellKey::series_id`] over a table of `fields`.
+    fn series_id_of(&self, fields: &[KeyField]) -> String {
+        let mut at: Vec<&KeyField> = fields
+            .iter()
+            .filter(|f| !f.series_quiet.is_some_and(|quiet| quiet(self)))
+            .collect();
         at.sort_by_key(|f| f.series_at);
         let mut parts: Vec<String> = at
             .iter()
@@ -420,6 +445,39 @@ mod tests {
             json,
             r#"{"provider":"qemu","machine":"qemu-x86_64","accel":"tcg","arch":"x86_64","kernel_source":"debian-6.1","hz":250,"variant":"fix","wait_mult":10,"volume_bytes":68719476736,"storage_profile":"ebs","estimated":false}"#
         );
+    }
+
+    /// A field added to the table after series were stored (here a
+    /// stand-in: the volume, quiet at 64 GiB, as a new axis is at the
+    /// value every older row has) leaves the ids of the series stored at
+    /// that value, and so their alerts' ids, as they were.
+    #[test]
+    fn a_new_field_at_its_old_value_keeps_every_stored_series_id() {
+        const FIFTH_GROUP: KeyField = KeyField {
+            column: "volume_again",
+            value: |k| KeyValue::Number(k.axes.volume.0),
+            cmp: |a, b| a.axes.volume.cmp(&b.axes.volume),
+            series: Some(|k| format!("v{}", k.axes.volume.0 >> 30)),
+            series_quiet: Some(|k| k.axes.volume == ByteSize(64 << 30)),
+            series_at: 10,
+            word: |k| k.axes.volume.to_string(),
+            quiet_default: None,
+            label_at: 10,
+            env: Env::WhenVaries,
+        };
+        let mut wider: Vec<KeyField> = FIELDS.into_iter().collect();
+        wider.push(FIFTH_GROUP);
+        let k = key(StorageProfile::Ebs { z1: None }, 10, false);
+        assert_eq!(k.series_id_of(&wider), k.series_id());
+        let mut big = k.clone();
+        big.axes.volume = ByteSize(128 << 30);
+        assert_eq!(
+            big.series_id_of(&wider),
+            "qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/128GiB/w10/ebs/v128/measured"
+        );
+        // Without `series_quiet` every stored id would move.
+        wider.last_mut().unwrap().series_quiet = None;
+        assert_ne!(k.series_id_of(&wider), k.series_id());
     }
 
     #[test]
