@@ -367,14 +367,13 @@ mod tests {
     fn cell_id_is_file_name_safe() {
         let c = Cell {
             provider: "qemu".into(),
-            axes: CellAxes {
-                arch: Arch::Arm64,
-                source: KernelSource::Path("/tmp/linux 5.10".into()),
-                hz: Hz::new(100).unwrap(),
-                variant: Variant::Fix,
-                volume: "2TiB".parse::<ByteSize>().unwrap(),
-                wait_mult: 10,
-            },
+            axes: CellAxes::new(
+                Arch::Arm64,
+                KernelSource::Path("/tmp/linux 5.10".into()),
+                Hz::new(100).unwrap(),
+                Variant::Fix,
+                "2TiB".parse::<ByteSize>().unwrap(),
+            ),
             repetition: 1,
         };
         let id = c.id();

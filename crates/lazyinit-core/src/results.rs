@@ -433,62 +433,90 @@ impl ResultRow {
     }
 }
 
-/// Keep in the same order as [`Flat`]'s fields (a unit test checks).
-pub const COLUMNS: &[&str] = &[
-    "run_id",
-    "cell_id",
-    "provider",
-    "machine",
-    "accel",
-    "arch",
-    "kernel_release",
-    "kernel_source",
-    "hz",
-    "variant",
-    "wait_mult",
-    "volume_bytes",
-    "groups",
-    "mkfs_s",
-    "mount_s",
-    "lazyinit_s",
-    "lazyinit_poll_s",
-    "ms_per_group",
-    "traced_groups",
-    "repetition",
-    "started_at",
-    "harness_version",
-    "status",
-    "error",
-    "clocksource",
-    "sleep_ticks",
-    "boot_s",
-    "first_group_s",
-    "storage_profile",
-    "concurrency",
-    "mkfs_cmd",
-    "z1_ms",
-    "z1_target_ms",
-    "guest_part_ms",
-    "zero_hold_ms",
-    "zero_median_ms",
-    "z1_attempts",
-    "estimated",
-    "estimate_after",
-    "estimate_groups",
-    "estimate_cycle_ms",
-    "lazyinit_lo_s",
-    "lazyinit_hi_s",
-    "crossed_ticks",
-    "estimate_caveat",
-    "shard",
-    "host",
-    "kernel_profile",
-    "kernel_tree",
-    "profile_held",
-    "z1_lo_ms",
-    "z1_hi_ms",
-    "harness_commit",
-];
+/// How a column's values are typed: what the history stores them as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    Int,
+    Real,
+    Text,
+    Bool,
+    /// A boolean a later column added: empty (unknown) on older rows.
+    MaybeBool,
+}
+
+/// Every column of the CSV with its kind, in [`Flat`]'s field order (a
+/// unit test checks): the one list of the columns. [`COLUMNS`] and the
+/// history's table follow from it; a new column is a field of `Flat` and
+/// a line here (and a migration for the history).
+pub const COLUMN_KINDS: &[(&str, ColumnKind)] = {
+    use ColumnKind::*;
+    &[
+        ("run_id", Text),
+        ("cell_id", Text),
+        ("provider", Text),
+        ("machine", Text),
+        ("accel", Text),
+        ("arch", Text),
+        ("kernel_release", Text),
+        ("kernel_source", Text),
+        ("hz", Int),
+        ("variant", Text),
+        ("wait_mult", Int),
+        ("volume_bytes", Int),
+        ("groups", Int),
+        ("mkfs_s", Real),
+        ("mount_s", Real),
+        ("lazyinit_s", Real),
+        ("lazyinit_poll_s", Real),
+        ("ms_per_group", Real),
+        ("traced_groups", Int),
+        ("repetition", Int),
+        ("started_at", Text),
+        ("harness_version", Text),
+        ("status", Text),
+        ("error", Text),
+        ("clocksource", Text),
+        ("sleep_ticks", Int),
+        ("boot_s", Real),
+        ("first_group_s", Real),
+        ("storage_profile", Text),
+        ("concurrency", Int),
+        ("mkfs_cmd", Text),
+        ("z1_ms", Real),
+        ("z1_target_ms", Real),
+        ("guest_part_ms", Real),
+        ("zero_hold_ms", Real),
+        ("zero_median_ms", Real),
+        ("z1_attempts", Int),
+        ("estimated", Bool),
+        ("estimate_after", Int),
+        ("estimate_groups", Int),
+        ("estimate_cycle_ms", Real),
+        ("lazyinit_lo_s", Real),
+        ("lazyinit_hi_s", Real),
+        ("crossed_ticks", Real),
+        ("estimate_caveat", Text),
+        ("shard", Text),
+        ("host", Text),
+        ("kernel_profile", Text),
+        ("kernel_tree", Text),
+        ("profile_held", MaybeBool),
+        ("z1_lo_ms", Real),
+        ("z1_hi_ms", Real),
+        ("harness_commit", Text),
+    ]
+};
+
+/// The columns' names, in [`COLUMN_KINDS`] order.
+pub const COLUMNS: [&str; COLUMN_KINDS.len()] = {
+    let mut c = [""; COLUMN_KINDS.len()];
+    let mut i = 0;
+    while i < COLUMN_KINDS.len() {
+        c[i] = COLUMN_KINDS[i].0;
+        i += 1;
+    }
+    c
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
@@ -754,14 +782,13 @@ mod tests {
                 accel: "tcg".into(),
                 storage: "none".into(),
             },
-            axes: Axes {
-                arch: Arch::X86_64,
-                source: "debian-6.1".into(),
-                hz: Hz::new(100).unwrap(),
-                variant: Variant::NoFix,
-                volume: ByteSize(64 << 30),
-                wait_mult: 10,
-            },
+            axes: Axes::new(
+                Arch::X86_64,
+                "debian-6.1".into(),
+                Hz::new(100).unwrap(),
+                Variant::NoFix,
+                ByteSize(64 << 30),
+            ),
             kernel_profile: Some(KernelProfile::Qemu),
             kernel_tree: String::new(),
             kernel_release: "6.1.0-lazyinit-hz100-nofix".into(),

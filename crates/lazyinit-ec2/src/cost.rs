@@ -117,14 +117,13 @@ mod tests {
                 for size in ["2TiB", "3TiB"] {
                     cells.push(Cell {
                         provider: "ec2".into(),
-                        axes: lazyinit_core::Axes {
+                        axes: lazyinit_core::Axes::new(
                             arch,
-                            source: KernelSource::Debian61,
-                            hz: Hz::new(hz).unwrap(),
+                            KernelSource::Debian61,
+                            Hz::new(hz).unwrap(),
                             variant,
-                            volume: size.parse().unwrap(),
-                            wait_mult: 10,
-                        },
+                            size.parse().unwrap(),
+                        ),
                         repetition: 1,
                     });
                 }

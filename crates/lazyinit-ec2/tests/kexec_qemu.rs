@@ -39,14 +39,13 @@ async fn kexec_into_the_kernel_under_test() {
     });
     let cell = Cell {
         provider: "qemu".into(),
-        axes: lazyinit_core::Axes {
-            arch: Arch::X86_64,
-            source: KernelSource::Debian61,
+        axes: lazyinit_core::Axes::new(
+            Arch::X86_64,
+            KernelSource::Debian61,
             hz,
-            variant: Variant::NoFix,
-            volume: ByteSize(1 << 30),
-            wait_mult: 10,
-        },
+            Variant::NoFix,
+            ByteSize(1 << 30),
+        ),
         repetition: 1,
     };
     let req = LaunchRequest {

@@ -22,7 +22,6 @@ pub enum Noise {
     HeavyTailed,
 }
 
-use lazyinit_core::cell::DEFAULT_WAIT_MULT;
 use lazyinit_core::model::groups;
 use lazyinit_core::results::{Measurement, ResultRow, Status};
 use lazyinit_core::size::TIB;
@@ -97,14 +96,13 @@ pub fn run_loaded(i: usize, runs: usize, rng: &mut impl Rng, loaded: bool) -> Ru
                     accel: "tcg".into(),
                     storage: "ebs".into(),
                 },
-                axes: Axes {
+                axes: Axes::new(
                     arch,
-                    source: "debian-6.1".into(),
-                    hz: Hz::new(hz).expect("a valid HZ"),
+                    "debian-6.1".into(),
+                    Hz::new(hz).expect("a valid HZ"),
                     variant,
-                    volume: ByteSize(size),
-                    wait_mult: DEFAULT_WAIT_MULT,
-                },
+                    ByteSize(size),
+                ),
                 kernel_profile: None,
                 kernel_tree: String::new(),
                 kernel_release: format!("6.1.{point}-lazyinit-hz{hz}-{variant}"),

@@ -216,6 +216,30 @@ mod tests {
 
     /// Every folder under migrations/ is listed, in order, and nothing
     /// listed is missing: a new folder cannot be forgotten.
+    /// The migrated schema has a column for every column of the results
+    /// (`COLUMN_KINDS`, the one list): a new CSV column without its
+    /// migration fails here, not at the first import. Checked with the
+    /// table's own query, so a column of the list under another name
+    /// fails too.
+    #[test]
+    fn the_migrated_schema_stores_every_results_column() {
+        let (_dir, mut db) = fresh();
+        migrate(&mut db).unwrap();
+        let have: Vec<String> = db
+            .query("SELECT name FROM pragma_table_info('result_rows')", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.str(0))
+            .collect();
+        assert!(have.len() > 10, "{have:?}");
+        let missing: Vec<&str> = lazyinit_core::results::COLUMN_KINDS
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| !have.iter().any(|h| h == n))
+            .collect();
+        assert!(missing.is_empty(), "no migration adds {missing:?}");
+    }
+
     #[test]
     fn every_migration_folder_is_listed_in_order() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");

@@ -10,77 +10,9 @@ use crate::import::{run_key, ImportOutcome, RunImport};
 use crate::series::{self, Series, SeriesFilter, StoredRow};
 use crate::{migrate, DbUrl, HistoryError};
 
-/// How a results.csv column is stored.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Int,
-    Real,
-    Text,
-    Bool,
-    /// A boolean a later migration added: NULL on older rows (unknown).
-    MaybeBool,
-}
-
-/// The storage kind of each CSV column, in [`COLUMNS`] order (a test
-/// checks the names).
-const KINDS: &[(&str, Kind)] = {
-    use Kind::*;
-    &[
-        ("run_id", Text),
-        ("cell_id", Text),
-        ("provider", Text),
-        ("machine", Text),
-        ("accel", Text),
-        ("arch", Text),
-        ("kernel_release", Text),
-        ("kernel_source", Text),
-        ("hz", Int),
-        ("variant", Text),
-        ("wait_mult", Int),
-        ("volume_bytes", Int),
-        ("groups", Int),
-        ("mkfs_s", Real),
-        ("mount_s", Real),
-        ("lazyinit_s", Real),
-        ("lazyinit_poll_s", Real),
-        ("ms_per_group", Real),
-        ("traced_groups", Int),
-        ("repetition", Int),
-        ("started_at", Text),
-        ("harness_version", Text),
-        ("status", Text),
-        ("error", Text),
-        ("clocksource", Text),
-        ("sleep_ticks", Int),
-        ("boot_s", Real),
-        ("first_group_s", Real),
-        ("storage_profile", Text),
-        ("concurrency", Int),
-        ("mkfs_cmd", Text),
-        ("z1_ms", Real),
-        ("z1_target_ms", Real),
-        ("guest_part_ms", Real),
-        ("zero_hold_ms", Real),
-        ("zero_median_ms", Real),
-        ("z1_attempts", Int),
-        ("estimated", Bool),
-        ("estimate_after", Int),
-        ("estimate_groups", Int),
-        ("estimate_cycle_ms", Real),
-        ("lazyinit_lo_s", Real),
-        ("lazyinit_hi_s", Real),
-        ("crossed_ticks", Real),
-        ("estimate_caveat", Text),
-        ("shard", Text),
-        ("host", Text),
-        ("kernel_profile", Text),
-        ("kernel_tree", Text),
-        ("profile_held", MaybeBool),
-        ("z1_lo_ms", Real),
-        ("z1_hi_ms", Real),
-        ("harness_commit", Text),
-    ]
-};
+/// How a results.csv column is stored, and each column's kind: the
+/// results' own table, so a new column is not listed here again.
+use lazyinit_core::results::{ColumnKind as Kind, COLUMN_KINDS as KINDS};
 
 /// The provenance columns after the CSV's, in the schema's order.
 const FACT_COLUMNS: &[&str] = &[
@@ -885,16 +817,4 @@ fn insert_run(
         rows_added: added,
         rows_known: run.rows.len() - added,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use lazyinit_core::results::COLUMNS;
-
-    #[test]
-    fn kinds_name_every_csv_column_in_order() {
-        let names: Vec<&str> = KINDS.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, COLUMNS);
-    }
 }

@@ -57,14 +57,13 @@ async fn boot(arch: Arch, net: &str) -> Duration {
     });
     let cell = Cell {
         provider: "qemu".into(),
-        axes: lazyinit_core::Axes {
+        axes: lazyinit_core::Axes::new(
             arch,
-            source: KernelSource::Debian61,
-            hz: hz(arch),
-            variant: Variant::NoFix,
-            volume: "1GiB".parse().unwrap(),
-            wait_mult: 10,
-        },
+            KernelSource::Debian61,
+            hz(arch),
+            Variant::NoFix,
+            "1GiB".parse().unwrap(),
+        ),
         repetition: 1,
     };
     let req = LaunchRequest {

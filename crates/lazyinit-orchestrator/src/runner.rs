@@ -729,14 +729,13 @@ mod tests {
     fn cell(arch: Arch, hz: u32, variant: Variant) -> Cell {
         Cell {
             provider: "qemu".into(),
-            axes: lazyinit_core::Axes {
+            axes: lazyinit_core::Axes::new(
                 arch,
-                source: KernelSource::Debian61,
-                hz: Hz::new(hz).unwrap(),
+                KernelSource::Debian61,
+                Hz::new(hz).unwrap(),
                 variant,
-                volume: "64GiB".parse().unwrap(),
-                wait_mult: 10,
-            },
+                "64GiB".parse().unwrap(),
+            ),
             repetition: 1,
         }
     }

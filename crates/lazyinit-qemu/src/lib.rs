@@ -500,14 +500,13 @@ mod tests {
     fn storage_profiles() {
         let cell = |hz: u32| Cell {
             provider: "qemu".into(),
-            axes: lazyinit_core::Axes {
-                arch: Arch::X86_64,
-                source: lazyinit_core::KernelSource::Debian61,
-                hz: lazyinit_core::Hz::new(hz).unwrap(),
-                variant: lazyinit_core::Variant::Fix,
-                volume: lazyinit_core::ByteSize(64 << 30),
-                wait_mult: 10,
-            },
+            axes: lazyinit_core::Axes::new(
+                Arch::X86_64,
+                lazyinit_core::KernelSource::Debian61,
+                lazyinit_core::Hz::new(hz).unwrap(),
+                lazyinit_core::Variant::Fix,
+                lazyinit_core::ByteSize(64 << 30),
+            ),
             repetition: 1,
         };
         let st = |p: &str, hz| storage_for(&p.parse().unwrap(), &cell(hz));

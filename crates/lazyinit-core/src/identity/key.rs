@@ -370,14 +370,14 @@ mod tests {
                 accel: Accel::Tcg,
                 storage: storage.into(),
             },
-            axes: CellAxes {
-                arch: Arch::X86_64,
-                source: KernelSource::Debian61,
-                hz: Hz::new(250).unwrap(),
-                variant: Variant::Fix,
-                volume: ByteSize(64 << 30),
-                wait_mult,
-            }
+            axes: CellAxes::new(
+                Arch::X86_64,
+                KernelSource::Debian61,
+                Hz::new(250).unwrap(),
+                Variant::Fix,
+                ByteSize(64 << 30),
+            )
+            .with_wait_mult(wait_mult)
             .into(),
             estimated,
         }

@@ -300,6 +300,31 @@ pub type CellAxes = Axes<KernelSource>;
 /// A row's axes: the source as the CSV names it.
 pub type RowAxes = Axes<SourceId>;
 
+impl<S> Axes<S> {
+    /// Axes at `volume` with every axis that has a default at it (the
+    /// wait multiplier): what a test or a fixed matrix builds. A new axis
+    /// with a default gets it here, so none of those callers changes;
+    /// the plan and the CSV row, which must carry it, list every field.
+    pub fn new(arch: Arch, source: S, hz: Hz, variant: Variant, volume: ByteSize) -> Self {
+        Axes {
+            arch,
+            source,
+            hz,
+            variant,
+            volume,
+            wait_mult: crate::cell::DEFAULT_WAIT_MULT,
+        }
+    }
+
+    /// The same axes at wait multiplier `w`.
+    pub fn with_wait_mult(self, w: u32) -> Self {
+        Axes {
+            wait_mult: w,
+            ..self
+        }
+    }
+}
+
 impl<S: Clone> Axes<S> {
     /// The kernel these axes boot, built with `profile`.
     pub fn kernel<P>(&self, profile: P) -> KernelId<S, P> {
@@ -512,14 +537,13 @@ mod tests {
 
     #[test]
     fn a_cells_axes_name_its_kernel() {
-        let axes = CellAxes {
-            arch: Arch::Arm64,
-            source: KernelSource::Debian510,
-            hz: Hz::new(100).unwrap(),
-            variant: Variant::Fix,
-            volume: ByteSize(1 << 40),
-            wait_mult: 10,
-        };
+        let axes = CellAxes::new(
+            Arch::Arm64,
+            KernelSource::Debian510,
+            Hz::new(100).unwrap(),
+            Variant::Fix,
+            ByteSize(1 << 40),
+        );
         let k = axes.kernel(KernelProfile::Cloud);
         assert_eq!(
             (k.arch, k.hz, k.variant),

@@ -130,14 +130,13 @@ pub fn keys() -> GuestKeys {
 pub fn cell(arch: Arch, hz: u32, variant: Variant, size: &str) -> Cell {
     Cell {
         provider: "ec2".into(),
-        axes: lazyinit_core::Axes {
+        axes: lazyinit_core::Axes::new(
             arch,
-            source: KernelSource::Debian61,
-            hz: Hz::new(hz).unwrap(),
+            KernelSource::Debian61,
+            Hz::new(hz).unwrap(),
             variant,
-            volume: size.parse().unwrap(),
-            wait_mult: 10,
-        },
+            size.parse().unwrap(),
+        ),
         repetition: 1,
     }
 }
