@@ -36,6 +36,7 @@ stop_busy() { for p in "${busy_pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/n
 cg=""
 drop_cgroup() { [ -n "$cg" ] && [ -d "$cg" ] && rmdir "$cg" 2>/dev/null || true; }
 trap 'stop_busy; drop_cgroup' EXIT
+trap 'exit 130' INT TERM
 make_cgroup() {
   local root=/sys/fs/cgroup/cpu
   [ -w "$root/cpu.cfs_quota_us" ] || { echo "quota: no writable cgroup v1 cpu controller at $root (run as root on a cgroup v1 host)" >&2; exit 2; }

@@ -225,7 +225,15 @@ fn smoke_run_measures_both_variants() {
         assert!(report.contains("profile not held"), "{report}");
     } else {
         assert_eq!(held, Some(true), "profile_held unset on a calibrated cell");
-        assert_eq!(l, 8, "fix slept L={l}; z1 {fix_z1} ms");
+        // The kernel's L on the kernel's own z1, which the trace reads 0 to
+        // 0.3 ms low (docs/storage-profiles.md): a traced 3.576 ms slept 9
+        // twice in 40 slowed runs (results/l-held-median), so a z1 within
+        // 0.3 ms of the window's top may sleep 9; anywhere else 8.
+        let hi = ((fix_z1 + 0.3) * 2.5).floor() as u64;
+        assert!(
+            l == 8 || l == 9 && hi >= 9,
+            "fix slept L={l}; a traced z1 of {fix_z1} ms gives 8..={hi}"
+        );
     }
     for r in &rows {
         assert_eq!(r.measured.z1_target_ms, Some(3.4), "{}", r.cell_id);

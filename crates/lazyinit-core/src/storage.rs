@@ -192,7 +192,7 @@ pub fn guest_part(samples: &[(Duration, Duration)]) -> Option<Duration> {
 /// The rule it replaces, the median of the calibration and every miss,
 /// took half of each disturbance into the next hold: under a CPU quota a
 /// 5.86 ms miss for [3.2, 3.6) dropped the next hold by 1.2 ms and that
-/// attempt came out at 2.43 ms, below the window (results/l-held-after,
+/// attempt came out at 2.43 ms, below the window (results/l-held-median,
 /// quota-7; three x86_64 cells of ten took four attempts so). Aimed at the
 /// last miss alone, a hold swung with every miss (x86_64 5.10 fix 3 TiB
 /// r3 in results/reported-series-stable: z1 4.13, 2.78, 3.11, 4.00,
