@@ -293,14 +293,13 @@ pub(crate) mod tests_support {
                 accel: "tcg".into(),
                 storage: "none".into(),
             },
-            axes: lazyinit_core::Axes {
+            axes: Axes::new(
                 arch,
-                source: "debian-6.1".into(),
-                hz: Hz::new(hz).unwrap(),
+                "debian-6.1".into(),
+                Hz::new(hz).unwrap(),
                 variant,
-                wait_mult: 10,
-                volume: ByteSize(volume_bytes),
-            },
+                ByteSize(volume_bytes),
+            ),
             estimated: false,
         }
     }
