@@ -16,8 +16,8 @@
 # real-time runtime a second for the NBD servers' SCHED_FIFO threads: a
 # 2-core host 2.5 times slower). Besides l-table.csv, attempts.csv has
 # per cell and run the measured mounts, each first zeroing and why it
-# missed (below or above the window), and the summary table says per
-# scenario how many with-fix runs slept the target's L.
+# missed (below or above the window), and scripts/l-held-summary.py's
+# table says per scenario how many with-fix runs slept the target's L.
 set -euo pipefail
 out="${1:?usage: $0 OUT [N] [SCENARIO...]}"
 n="${2:-5}"
@@ -76,11 +76,22 @@ for s in "${scenarios[@]}"; do
   done
 done
 
-# One line per cell and run: scenario, run, cell, L, z1, guest part, hold.
+# One line per cell and run: scenario, run, cell, L, z1, guest part, hold
+# (l-table.csv); its measured mounts and each missed first zeroing, from
+# the cell's storage.txt (attempt_N_z1_us, one per missed mount), with its
+# cause on the row's window (attempts.csv); then the table of L per
+# scenario and l-held-summary.py's of targets, mounts and misses.
 python3 - "$out" <<'PY'
 import csv, sys, os, collections
 out = sys.argv[1]
-rows = []
+
+def target_l(r):
+    t = r.get("z1_target_ms") or ""
+    if r["variant"] != "fix" or not t:
+        return None
+    return int(float(r["wait_mult"]) * float(t) / 1000 * int(r["hz"]) + 1e-9)
+
+rows, att = [], []
 for s, i, wall, d in csv.reader(open(os.path.join(out, "runs.csv"))):
     p = os.path.join(d, "results.csv")
     if not os.path.exists(p):
@@ -89,33 +100,6 @@ for s, i, wall, d in csv.reader(open(os.path.join(out, "runs.csv"))):
         cell = f"{r['arch']} HZ{r['hz']} {r['variant']}"
         rows.append((s, int(i), wall, cell, r['status'], r['sleep_ticks'], r.get('z1_ms', ''),
                      r.get('guest_part_ms', ''), r.get('zero_hold_ms', ''), r['ms_per_group']))
-with open(os.path.join(out, "l-table.csv"), "w") as f:
-    w = csv.writer(f)
-    w.writerow(["scenario", "run", "wall_s", "cell", "status", "L", "z1_ms", "guest_part_ms", "hold_ms", "ms_per_group"])
-    w.writerows(sorted(rows))
-by = collections.defaultdict(list)
-for s, i, wall, cell, st, L, *_ in rows:
-    by[(cell, s)].append(L if st == "ok" else st)
-cells = sorted({c for c, _ in by})
-scen = []
-for s, *_ in rows:
-    if s not in scen:
-        scen.append(s)
-
-# Attempts and misses, from each cell's storage.txt (attempt_N_z1_us, one
-# per missed mount) and its row (the kept z1 and the window).
-def target_l(r):
-    t = r.get("z1_target_ms") or ""
-    if r["variant"] != "fix" or not t:
-        return None
-    return int(float(r["wait_mult"]) * float(t) / 1000 * int(r["hz"]) + 1e-9)
-att = []
-for s, i, wall, d in csv.reader(open(os.path.join(out, "runs.csv"))):
-    p = os.path.join(d, "results.csv")
-    if not os.path.exists(p):
-        continue
-    for r in csv.DictReader(open(p)):
-        cell = f"{r['arch']} HZ{r['hz']} {r['variant']}"
         lo, hi = r.get("z1_lo_ms") or "", r.get("z1_hi_ms") or ""
         missed = []
         st = os.path.join(d, r["cell_id"], "storage.txt")
@@ -136,29 +120,28 @@ for s, i, wall, d in csv.reader(open(os.path.join(out, "runs.csv"))):
                         window=f"{lo}-{hi}" if lo else "",
                         missed_z1_ms=" ".join(f"{z:.3f}" for z in missed),
                         missed_causes=" ".join(cause(z) for z in missed)))
+with open(os.path.join(out, "l-table.csv"), "w") as f:
+    w = csv.writer(f)
+    w.writerow(["scenario", "run", "wall_s", "cell", "status", "L", "z1_ms", "guest_part_ms", "hold_ms", "ms_per_group"])
+    w.writerows(sorted(rows))
 if att:
     with open(os.path.join(out, "attempts.csv"), "w") as f:
         w = csv.DictWriter(f, fieldnames=list(att[0]))
         w.writeheader()
         w.writerows(att)
-    print()
-    print("| scenario | cell | runs at target L | attempts (1/2/3/4/5) | misses low/high | not held |")
-    print("|---|---|---|---|---|---|")
-    groups = collections.defaultdict(list)
-    for a in att:
-        groups[(a["scenario"], a["cell"])].append(a)
-    for (s, c), xs in sorted(groups.items()):
-        if "fix" != c.split()[-1]:
-            continue
-        hit = sum(1 for a in xs if a["status"] == "ok" and str(a["target_L"]) == a["L"])
-        hist = collections.Counter(a["attempts"] for a in xs)
-        causes = collections.Counter(k for a in xs for k in a["missed_causes"].split())
-        nh = sum(1 for a in xs if a["held"] == "false")
-        print(f"| {s} | {c} | {hit}/{len(xs)} | " + "/".join(str(hist.get(str(n), 0)) for n in range(1, 6))
-              + f" | {causes.get('low', 0)}/{causes.get('high', 0)} | {nh} |")
-    print()
+by = collections.defaultdict(list)
+for s, i, wall, cell, st, L, *_ in rows:
+    by[(cell, s)].append(L if st == "ok" else st)
+scen = []
+for s, *_ in rows:
+    if s not in scen:
+        scen.append(s)
 print("| cell | " + " | ".join(scen) + " |")
 print("|---|" + "---|" * len(scen))
-for c in cells:
+for c in sorted({c for c, _ in by}):
     print(f"| {c} | " + " | ".join(",".join(by[(c, s)]) for s in scen) + " |")
 PY
+if [ -f "$out/attempts.csv" ]; then
+  echo
+  python3 scripts/l-held-summary.py "$out"
+fi

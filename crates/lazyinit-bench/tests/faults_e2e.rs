@@ -274,7 +274,11 @@ fn kill_9_of_one_guest_fails_only_its_cell() {
         "surviving no-fix cell: L {:?}, {:?} ms/group, {:?} ticks crossed, profile held {:?}",
         m.sleep_ticks, m.ms_per_group, m.crossed_ticks, m.profile_held
     );
-    let zeroings = lazyinit_core::testing::zeroings_ms(&out.join(&ok.cell_id));
+    let zeroings =
+        lazyinit_report::input::cell_groups(&lazyinit_core::RunFolder::new(&out).cell(&ok.cell_id))
+            .unwrap()
+            .expect("groups.csv")
+            .zeroings_ms();
     lazyinit_core::testing::check_nofix_cycle(m, 250, u64::from(ok.axes.wait_mult), &zeroings)
         .unwrap_or_else(|e| panic!("surviving no-fix cell: {e}"));
     assert_nothing_left(&out, vols.path());

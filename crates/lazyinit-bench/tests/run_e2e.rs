@@ -198,7 +198,12 @@ fn smoke_run_measures_both_variants() {
         &nofix.measured,
         nofix.axes.hz.get(),
         u64::from(nofix.axes.wait_mult),
-        &lazyinit_core::testing::zeroings_ms(&out.path().join("res").join(&nofix.cell_id)),
+        &lazyinit_report::input::cell_groups(
+            &lazyinit_core::RunFolder::new(out.path().join("res")).cell(&nofix.cell_id),
+        )
+        .unwrap()
+        .expect("groups.csv")
+        .zeroings_ms(),
     )
     .unwrap_or_else(|e| panic!("no-fix cell: {e}"));
     // The smoke preset uses the `ebs` profile: every zero request goes

@@ -140,7 +140,12 @@ fn quick_as_two_shards_at_once_merges_into_the_plans_four_cells() {
         .iter()
         .filter(|r| r.axes.variant == lazyinit_core::Variant::NoFix)
     {
-        let zeroings = lazyinit_core::testing::zeroings_ms(&out.join(&r.cell_id));
+        let zeroings = lazyinit_report::input::cell_groups(
+            &lazyinit_core::RunFolder::new(&out).cell(&r.cell_id),
+        )
+        .unwrap()
+        .expect("groups.csv")
+        .zeroings_ms();
         lazyinit_core::testing::check_nofix_cycle(
             &r.measured,
             r.axes.hz.get(),

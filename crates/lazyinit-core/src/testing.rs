@@ -105,9 +105,10 @@ pub fn fresh_postgres(tag: &str) -> String {
 /// HZ=250 85% of the time, and where it does not, the next one decides
 /// (a slow CI host's zeroings took 4.0 to 12.1 ms, and one of two ticks
 /// slept 20). `zeroings_ms` are the cell's zeroings in order
-/// (`groups.csv`'s `zero_ms`): some zeroing no later than the first of a
-/// whole tick must have taken more than k - 1 ticks (10% slack for the
-/// trace's clock against jiffies). L = 20 on zeroings all under a tick
+/// (`groups.csv`'s `zero_ms`: `lazyinit_report::input::cell_groups`):
+/// some zeroing no later than the first of a whole tick must have taken
+/// more than k - 1 ticks (10% slack for the trace's clock against
+/// jiffies). L = 20 on zeroings all under a tick
 /// fails.
 pub fn check_nofix_cycle(
     m: &crate::results::Measurement,
@@ -153,23 +154,6 @@ pub fn check_nofix_cycle(
         ));
     }
     Ok(())
-}
-
-/// The zeroing times, ms, of a cell's `groups.csv` in group order: what
-/// [`check_nofix_cycle`] reads the kernel's L from.
-pub fn zeroings_ms(cell_dir: &Path) -> Vec<f64> {
-    let p = cell_dir.join("groups.csv");
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("group,t_s,zero_ms"), "{}", p.display());
-    lines
-        .map(|l| {
-            l.rsplit(',')
-                .next()
-                .and_then(|z| z.parse().ok())
-                .unwrap_or_else(|| panic!("{}: bad line {l:?}", p.display()))
-        })
-        .collect()
 }
 
 #[cfg(test)]

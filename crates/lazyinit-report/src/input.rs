@@ -44,24 +44,28 @@ impl LoadedRow {
         self.cell_folder().groups_csv()
     }
 
-    /// The run's per-group trace ([`read_groups`]). `Ok(None)` when it
+    /// The run's per-group trace ([`cell_groups`]). `Ok(None)` when it
     /// kept none.
     pub fn groups(&self) -> Result<Option<Groups>, String> {
-        let cell = self.cell_folder();
-        let text = read_groups(&cell);
-        // Name the file that was read.
-        let read = match cell.groups_csv().exists() {
-            true => cell.groups_csv(),
-            false => cell.groups_csv_gz(),
-        };
-        match text {
-            None => Ok(None),
-            Some(text) => text
-                .map_err(|e| e.to_string())
-                .and_then(|t| parse_groups(&t))
-                .map(Some)
-                .map_err(|e| format!("{}: {e}", read.display())),
-        }
+        cell_groups(&self.cell_folder())
+    }
+}
+
+/// A cell's per-group trace ([`read_groups`], [`parse_groups`]); `Ok(None)`
+/// when it kept none. An error names the file that was read.
+pub fn cell_groups(cell: &CellFolder) -> Result<Option<Groups>, String> {
+    let text = read_groups(cell);
+    let read = match cell.groups_csv().exists() {
+        true => cell.groups_csv(),
+        false => cell.groups_csv_gz(),
+    };
+    match text {
+        None => Ok(None),
+        Some(text) => text
+            .map_err(|e| e.to_string())
+            .and_then(|t| parse_groups(&t))
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", read.display())),
     }
 }
 
@@ -134,6 +138,12 @@ pub struct Groups {
 }
 
 impl Groups {
+    /// The traced zeroing times, milliseconds, in group order (groups
+    /// without one left out).
+    pub fn zeroings_ms(&self) -> Vec<f64> {
+        self.zero_s.iter().flatten().map(|z| z * 1000.0).collect()
+    }
+
     /// Milliseconds between consecutive groups' events.
     pub fn cycles_ms(&self) -> Vec<f64> {
         self.t_s
