@@ -1,4 +1,4 @@
-//! Bisection on the lazy-init metric, as pure functions.
+//! Bisection on the lazy-init metric.
 //!
 //! - [`search`]: given the commit graph between a good and a bad end and
 //!   the verdicts so far, which commit to test next, or the
@@ -9,16 +9,22 @@
 //! - [`log`]: `git bisect log` text and the table of steps.
 //! - [`outcome`]: what a bisection concluded, typed: the exit code and
 //!   `summary.txt` both come from it.
+//! - [`drive`]: the bisection from its ends to its answer, over a
+//!   [`drive::Lab`] that checks out, builds and measures a commit (the
+//!   CLI's lab builds kernels and boots guests; a test's reads a table).
+//! - [`git`]: the range and graph of a repository, read only, and the
+//!   private clone the steps are checked out in.
 //!
-//! Nothing here runs git, builds or boots: the CLI does, and feeds results
-//! in. See `docs/bisect.md`.
+//! Nothing here builds or boots: the lab does. See `docs/bisect.md`.
 
+pub mod drive;
 pub mod git;
 pub mod log;
 pub mod outcome;
 pub mod search;
 pub mod test;
 
+pub use drive::{Lab, Prepared, Settings};
 pub use outcome::Outcome;
 pub use search::{next, Graph, Next, Verdict};
 pub use test::{Decision, Ends, Sample, Sprt};

@@ -37,6 +37,22 @@ const RANGE: &str = "first bad commit: one of ";
 const REFUSED: &str = "no answer: ";
 
 impl Outcome {
+    /// The exit code of a bisection that ended so: 0 named and confirmed;
+    /// 1 named but not confirmed, or a range; 2 nothing to bisect.
+    pub fn exit_code(&self) -> u8 {
+        use lazyinit_core::exit;
+        match self {
+            Outcome::Named {
+                confirmed: true, ..
+            } => exit::OK,
+            Outcome::Named {
+                confirmed: false, ..
+            }
+            | Outcome::Range(_) => exit::REGRESSION_OR_CELL_FAILED,
+            Outcome::Refused(_) => exit::BAD_INPUT,
+        }
+    }
+
     /// The one line `summary.txt` holds (before the wall time).
     pub fn line(&self) -> String {
         match self {

@@ -1,19 +1,20 @@
 //! `lazyinit-bench bisect` and `bisect-step`: from two commits of a kernel
 //! tree whose cell differs to the first commit that made the difference.
-//! The search and the test are `lazyinit-bisect`'s pure functions; this
-//! drives them (see `docs/bisect.md`).
+//! The bisection is `lazyinit-bisect`'s (`drive`); this parses the
+//! arguments, opens the folder and the private clone, gives the driver
+//! its lab (`session`: kernels built, guests run) and prints (see
+//! `docs/bisect.md`).
 
 mod session;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lazyinit_bisect::drive::{self, Settings};
 use lazyinit_bisect::log::{bisect_log, table, Step};
-use lazyinit_bisect::outcome::Named;
-use lazyinit_bisect::{git, next, Ends, Next, Outcome, Sprt, Verdict};
+use lazyinit_bisect::{git, Verdict};
 use lazyinit_core::exit::{self, bad_input};
 use lazyinit_core::StorageProfile;
 
@@ -109,19 +110,17 @@ fn lock(path: &Path, wait: bool) -> anyhow::Result<nix::fcntl::Flock<std::fs::Fi
     })
 }
 
-/// The test's settings a bisection can work with.
-fn check_settings(c: &Common) -> Result<(), lazyinit_core::exit::ExitError> {
-    if !(c.error_rate > 0.0 && c.error_rate < 0.5) {
-        return Err(bad_input(
-            "--error-rate must be between 0 and 0.5, e.g. 0.01",
-        ));
+/// The test's settings, from the arguments.
+fn settings(c: &Common) -> Settings {
+    Settings {
+        end_samples: c.end_samples,
+        max_samples: c.max_samples,
+        error_rate: c.error_rate,
+        per_tick: c
+            .metric
+            .per_tick(c.cell.hz, lazyinit_core::model::groups(c.cell.size)),
+        metric: c.metric.name(),
     }
-    if c.end_samples < 2 || c.max_samples < 1 {
-        return Err(bad_input(
-            "--end-samples must be at least 2 and --max-samples at least 1",
-        ));
-    }
-    Ok(())
 }
 
 /// A revision or range that is not one is bad input (exit 2).
@@ -160,7 +159,7 @@ fn claim_out(out: &Path, args_line: &str) -> anyhow::Result<nix::fcntl::Flock<st
 }
 
 fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Opened> {
-    check_settings(c)?;
+    settings(c).check()?;
     let g = git_error;
     let (repo, head) = git::head_of(source).map_err(g)?;
     let good = git::resolve(&repo, &c.good).map_err(g)?;
@@ -217,6 +216,7 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
             cancel,
             rows: Vec::new(),
             fake,
+            variant: lazyinit_core::Variant::NoFix,
         },
         range,
         head,
@@ -224,75 +224,6 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
     })
 }
 
-/// Measure both ends; refuse (exit 2, both figures) when they do not differ.
-///
-/// `--end-samples` of each end first. While their noise is not known
-/// (where the ends share an L, the spread around each end's mean at each L
-/// it slept needs `lazyinit_bisect::test::SPREAD_DF` degrees of freedom:
-/// an end whose samples slept different L has fewer) or the test between
-/// them is not
-/// conclusive (a Welch p at or above the error rate, and an L both ends
-/// slept), each end gets one more sample, up to `--max-samples`, before the
-/// ends are refused: a loaded host that moves one sample's L does not end
-/// the bisection.
-async fn ends(
-    s: &mut Session,
-    c: &Common,
-    good: &str,
-    bad: &str,
-) -> anyhow::Result<(Sprt, Vec<Step>)> {
-    let cap = c.max_samples.max(c.end_samples);
-    let mut k = c.end_samples;
-    let per_tick = c
-        .metric
-        .per_tick(c.cell.hz, lazyinit_core::model::groups(c.cell.size));
-    let (ends, steps) = loop {
-        let g = s.judge(good, "good end", Some(k), None).await?;
-        let b = s.judge(bad, "bad end", Some(k), None).await?;
-        for (j, which) in [(&g, "--good"), (&b, "--bad")] {
-            if j.samples.len() < 2 {
-                let why = Outcome::Refused("an end gave no samples".into());
-                write_outputs(s, &[g.step.clone(), b.step.clone()], &why.line())?;
-                return Err(bad_input(format!(
-                    "{which} {} gives no samples ({}): pick an end that builds and boots",
-                    &j.step.commit[..12],
-                    j.step.reason
-                ))
-                .into());
-            }
-        }
-        let steps = vec![g.step.clone(), b.step.clone()];
-        match Ends::new(&g.samples, &b.samples, c.error_rate, per_tick) {
-            Ok(e) => break (e, steps),
-            Err(e) if e.wants_more() && k < cap && g.samples.len() == k && b.samples.len() == k => {
-                k += 1;
-                eprintln!("ends: not told apart yet ({e}): one more sample of each end ({k} of at most {cap})");
-            }
-            Err(e) => {
-                write_outputs(s, &steps, &Outcome::Refused(e.to_string()).line())?;
-                return Err(
-                    bad_input(format!("{e}: nothing to bisect on this cell and metric")).into(),
-                );
-            }
-        }
-    };
-    let sprt = Sprt {
-        ends,
-        error_rate: c.error_rate,
-        max_samples: c.max_samples,
-    };
-    Ok((sprt, steps))
-}
-
-fn verdict_of(step: &Step) -> Verdict {
-    match step.verdict.as_str() {
-        "good" => Verdict::Good,
-        "bad" => Verdict::Bad,
-        _ => Verdict::Skip,
-    }
-}
-
-// Long: the bisection top to bottom (open, ends, the step loop, the confirmation, outputs, exit code), read in one go like `run`.
 pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
     let started = Instant::now();
     let cancel = Arc::new(AtomicBool::new(false));
@@ -304,95 +235,20 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
         ..
     } = open(&a.source, &a.common, cancel)?;
     let s = &mut session;
-    let commits = &range.commits;
-    let n = commits.len();
+    let n = range.commits.len();
     eprintln!(
         "bisect: {n} commits ({} steps without skips on a line) on {}, results in {}",
         lazyinit_bisect::search::expected_steps(n),
         a.common.cell,
         s.out.display()
     );
-    let (sprt, mut steps) = ends(s, &a.common, &commits[0], &commits[n - 1]).await?;
-    let mut verdicts = BTreeMap::from([(0, Verdict::Good), (n - 1, Verdict::Bad)]);
-    let found = loop {
-        match next(&range.graph, &verdicts) {
-            Next::Test(i) => {
-                let j = s.judge(&commits[i], "step", None, Some(&sprt)).await?;
-                verdicts.insert(i, verdict_of(&j.step));
-                steps.push(j.step);
-                write_outputs(s, &steps, "bisecting")?;
-            }
-            Next::Found(i) => break Ok(i),
-            Next::Range(r) => break Err(r),
-        }
-    };
-    let named = |s: &Session, c: &str| Named {
-        commit: c.to_string(),
-        subject: git::subject(&s.worktree.dir, c),
-    };
-    let outcome = match found {
-        Err(range) => Outcome::Range(range.iter().map(|i| named(s, &commits[*i])).collect()),
-        Ok(i) => {
-            let culprit = &commits[i];
-            let again = s.judge(culprit, "confirm bad", None, Some(&sprt)).await?;
-            let mut confirmed = again.step.verdict == "bad";
-            let mut how = format!("bad again ({})", again.step.verdict);
-            steps.push(again.step);
-            // Every parent (a merge has several): good again.
-            for p in &range.parents[i] {
-                let j = s.judge(p, "confirm parent", None, Some(&sprt)).await?;
-                confirmed &= j.step.verdict == "good";
-                how.push_str(&format!(", parent {} again ({})", &p[..12], j.step.verdict));
-                steps.push(j.step);
-            }
-            if a.confirm_revert {
-                match s.worktree.revert_on(&commits[n - 1], culprit) {
-                    Ok(rev) => {
-                        let r = s.judge(&rev, "revert on bad", None, Some(&sprt)).await?;
-                        confirmed &= r.step.verdict == "good";
-                        how.push_str(&format!(", reverted on --bad: {}", r.step.verdict));
-                        steps.push(r.step);
-                    }
-                    // Later commits touching the same lines: the revert
-                    // cannot be checked, which says nothing against the
-                    // culprit (bad again, parent good again still stand).
-                    Err(e) => {
-                        let first = e.to_string();
-                        let first = first.lines().next().unwrap_or("").to_string();
-                        how.push_str(&format!(
-                            ", revert not checked: it does not apply cleanly on --bad ({first})"
-                        ));
-                    }
-                }
-            }
-            Outcome::Named {
-                commit: named(s, culprit),
-                confirmed,
-                how,
-            }
-        }
-    };
+    let (outcome, steps) = drive::bisect(s, &range, &settings(&a.common), a.confirm_revert).await?;
     let total = started.elapsed().as_secs_f64();
     let answer = outcome.line();
     write_outputs(s, &steps, &format!("{answer} (wall {total:.0} s this run)"))?;
     println!("{}", table(&steps, s.metric.name()));
     println!("{answer}");
-    Ok(exit_code(&outcome))
-}
-
-/// The exit code of a bisection's outcome: 0 named and confirmed; 1
-/// named but not confirmed, or a range; 2 nothing to bisect.
-fn exit_code(o: &Outcome) -> u8 {
-    match o {
-        Outcome::Named {
-            confirmed: true, ..
-        } => exit::OK,
-        Outcome::Named {
-            confirmed: false, ..
-        }
-        | Outcome::Range(_) => exit::REGRESSION_OR_CELL_FAILED,
-        Outcome::Refused(_) => exit::BAD_INPUT,
-    }
+    Ok(outcome.exit_code())
 }
 
 /// For `git bisect run`: exit 0 good, 1 bad, 125 skip (does not build,
@@ -419,9 +275,10 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
     } = open(&a.source, &a.common, cancel)?;
     let s = &mut session;
     let commits = &range.commits;
-    let (sprt, mut steps) = ends(s, &a.common, &commits[0], &commits[commits.len() - 1]).await?;
-    let j = s.judge(&head, "step", None, Some(&sprt)).await?;
-    let code = match verdict_of(&j.step) {
+    let set = settings(&a.common);
+    let (sprt, mut steps) = drive::ends(s, &set, &commits[0], &commits[commits.len() - 1]).await?;
+    let j = drive::judge(s, set.metric, &head, "step", None, Some(&sprt)).await?;
+    let code = match j.verdict() {
         Verdict::Good => 0,
         Verdict::Bad => 1,
         Verdict::Skip => 125,
@@ -465,7 +322,7 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
 
 /// Rewrite the folder's summary files from the steps so far (each written
 /// whole, then renamed: a reader never sees half a file).
-fn write_outputs(s: &Session, steps: &[Step], answer: &str) -> anyhow::Result<()> {
+pub(crate) fn write_outputs(s: &Session, steps: &[Step], answer: &str) -> anyhow::Result<()> {
     let put = |name: &str, text: &str| -> anyhow::Result<()> {
         Ok(lazyinit_core::output::write_atomic(
             &s.out.join(name),

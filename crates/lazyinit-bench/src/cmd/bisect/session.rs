@@ -1,8 +1,9 @@
-//! One bisection's state on disk and its two costly verbs: judge a commit
-//! (check out in the private worktree, build, measure until the test
-//! decides) and measure one sample. Every sample is a run folder of its
-//! own under `runs/`, named by commit, role and index, so a rerun of the
-//! same command finds what was measured and redoes only what was not.
+//! The CLI's bisection lab (`lazyinit_bisect::Lab`): one bisection's state
+//! on disk and its two costly verbs, prepare a commit (check out in the
+//! private worktree, build as committed) and measure one sample (a
+//! one-cell run of the project's runner). Every sample is a run folder of
+//! its own under `runs/`, named by commit, role and index, so a rerun of
+//! the same command finds what was measured and redoes only what was not.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use lazyinit_bisect::git::Worktree;
 use lazyinit_bisect::log::Step;
-use lazyinit_bisect::{Decision, Sample, Sprt};
+use lazyinit_bisect::{Lab, Prepared, Sample};
 use lazyinit_core::results::{ResultRow, Status};
 use lazyinit_core::{
     Arch, ByteSize, Hz, KernelSource, RunFolder, SourceId, StorageProfile, Variant,
@@ -70,16 +71,12 @@ pub struct Session {
     /// the search, the test, the confirmation, the outputs) is the real
     /// bisection.
     pub fake: Option<String>,
-}
-
-/// A commit judged: the step's table row and its samples.
-pub struct Judged {
-    pub step: Step,
-    pub samples: Vec<Sample>,
+    /// The variant the commit last prepared reads as (its kernel's label).
+    pub variant: Variant,
 }
 
 /// Why a commit yields no samples (a skip), or that the run must stop.
-pub enum NoSample {
+enum NoSample {
     Skip(String),
     Stop(anyhow::Error),
 }
@@ -99,7 +96,7 @@ impl Session {
     /// known fix) and is returned as a fact of the build, never a reason
     /// to skip. A build that fails is a skip, remembered in
     /// `skips/<commit>` so a resumed run does not build it again.
-    async fn prepare(&self, commit: &str) -> Result<(Variant, f64, &'static str), NoSample> {
+    async fn prepare_tree(&self, commit: &str) -> Result<(Variant, f64, &'static str), NoSample> {
         if let Ok(r) = std::fs::read_to_string(self.skip_file(commit)) {
             return Err(NoSample::Skip(r.trim().to_string()));
         }
@@ -179,122 +176,16 @@ impl Session {
         NoSample::Skip(reason.to_string())
     }
 
-    // Long: one step as it happens (prepare the tree, sample until the test decides, the level, the line), each outcome a few lines.
-    /// Judge `commit`: `fixed` samples (an end) or samples until `sprt`
-    /// decides or its cap is reached.
-    pub async fn judge(
-        &mut self,
-        commit: &str,
-        role: &str,
-        fixed: Option<usize>,
-        sprt: Option<&Sprt>,
-    ) -> Result<Judged, anyhow::Error> {
-        let subject = lazyinit_bisect::git::subject(&self.worktree.dir, commit);
-        let mut step = Step {
-            role: role.to_string(),
-            commit: commit.to_string(),
-            subject,
-            samples: 0,
-            value: None,
-            ticks: None,
-            verdict: "skip".into(),
-            build_s: 0.0,
-            measure_s: 0.0,
-            reason: String::new(),
-            text: String::new(),
-        };
-        eprintln!("{role}: {} {}", &commit[..12], step.subject);
-        let variant = match self.prepare(commit).await {
-            Ok((v, build_s, reading)) => {
-                step.build_s = build_s;
-                step.text = reading.to_string();
-                v
-            }
-            Err(NoSample::Skip(why)) => {
-                eprintln!("  skip: {why}");
-                step.reason = why;
-                return Ok(Judged {
-                    step,
-                    samples: vec![],
-                });
-            }
-            Err(NoSample::Stop(e)) => return Err(e),
-        };
-        let cap = fixed.or(sprt.map(|s| s.max_samples)).unwrap_or(1);
-        let mut samples = Vec::new();
-        let t = Instant::now();
-        for i in 0..cap {
-            match self.sample(commit, role, i, variant).await? {
-                Ok(s) => samples.push(s),
-                Err(why) => {
-                    step.reason = why;
-                    break;
-                }
-            }
-            if let (None, Some(t)) = (fixed, sprt) {
-                match t.decide(&samples) {
-                    Decision::Good => {
-                        step.verdict = "good".into();
-                        break;
-                    }
-                    Decision::Bad => {
-                        step.verdict = "bad".into();
-                        break;
-                    }
-                    Decision::Unknown => {
-                        step.verdict = "unknown".into();
-                        step.reason = format!(
-                            "undecided after {} samples (neither end at error rate {})",
-                            samples.len(),
-                            t.error_rate
-                        );
-                    }
-                    Decision::More => {}
-                }
-            }
-        }
-        step.measure_s = t.elapsed().as_secs_f64();
-        if let Some(l) = lazyinit_bisect::test::Level::of(&samples) {
-            step.samples = l.n;
-            step.value = Some(l.mean);
-            step.ticks = l.ticks;
-        }
-        if fixed.is_some() && !samples.is_empty() && step.reason.is_empty() {
-            step.verdict = if role.starts_with("good") {
-                "good"
-            } else {
-                "bad"
-            }
-            .into();
-        }
-        eprintln!(
-            "  {}: {} samples, {} = {}, L {} ({:.0} s build, {:.0} s measure){}",
-            step.verdict,
-            step.samples,
-            self.metric.name(),
-            step.value.map_or("-".into(), |v| format!("{v:.2}")),
-            step.ticks.map_or("-".into(), |t| t.to_string()),
-            step.build_s,
-            step.measure_s,
-            if step.reason.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", step.reason)
-            }
-        );
-        Ok(Judged { step, samples })
-    }
-
     /// One sample: a one-cell run of the project's runner into
     /// `runs/<commit12>-<role>-<i>` (reused when it already holds its row).
     /// Ok(Err(why)) when the guest did not give one (does not boot).
-    async fn sample(
+    async fn sample_of(
         &mut self,
         commit: &str,
         role: &str,
         i: usize,
-        variant: Variant,
     ) -> anyhow::Result<Result<Sample, String>> {
+        let variant = self.variant;
         if let Some(file) = &self.fake {
             // `VALUE [L]`, or one such line a sample (sample i reads line
             // i, round the lines), for a commit whose samples vary.
@@ -394,5 +285,46 @@ impl Session {
         };
         lazyinit_orchestrator::run(&spec, &plan, provider, opts).await?;
         Ok(())
+    }
+}
+
+impl Lab for Session {
+    async fn prepare(&mut self, commit: &str) -> anyhow::Result<Prepared> {
+        match self.prepare_tree(commit).await {
+            Ok((variant, build_s, reading)) => {
+                self.variant = variant;
+                Ok(Prepared::Ready {
+                    build_s,
+                    reading: reading.to_string(),
+                })
+            }
+            Err(NoSample::Skip(why)) => Ok(Prepared::Skip(why)),
+            Err(NoSample::Stop(e)) => Err(e),
+        }
+    }
+
+    async fn sample(
+        &mut self,
+        commit: &str,
+        role: &str,
+        index: usize,
+    ) -> anyhow::Result<Result<Sample, String>> {
+        self.sample_of(commit, role, index).await
+    }
+
+    fn subject(&self, commit: &str) -> String {
+        lazyinit_bisect::git::subject(&self.worktree.dir, commit)
+    }
+
+    fn revert_on(&mut self, bad: &str, culprit: &str) -> anyhow::Result<String> {
+        Ok(self.worktree.revert_on(bad, culprit)?)
+    }
+
+    fn record(&mut self, steps: &[Step], answer: &str) -> anyhow::Result<()> {
+        super::write_outputs(self, steps, answer)
+    }
+
+    fn say(&mut self, line: &str) {
+        eprintln!("{line}");
     }
 }
