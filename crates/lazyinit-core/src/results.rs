@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cell::{Arch, Hz, Variant};
 use crate::identity::{
-    Accel, Axes, MachineName, ProviderName, RowAxes, RowKernel, SourceId, StorageId, Testbed,
+    Accel, Axes, Knobs, MachineName, ProviderName, RowAxes, RowKernel, SourceId, StorageId, Testbed,
 };
 use crate::provider::KernelProfile;
 use crate::size::ByteSize;
@@ -272,6 +272,11 @@ struct Flat {
     z1_hi_ms: Option<f64>,
     #[serde(default)]
     harness_commit: String,
+    /// Each knob's column, after every other (`identity/knobs.rs`): none
+    /// while there is no knob. A CSV reader fills them by name in a pass
+    /// of its own ([`read_rows_from`]); JSON (the history's) nests them.
+    #[serde(default, skip_serializing_if = "Knobs::none_defined")]
+    knobs: Knobs,
 }
 
 impl From<ResultRow> for Flat {
@@ -331,6 +336,7 @@ impl From<ResultRow> for Flat {
             z1_lo_ms: m.z1_lo_ms,
             z1_hi_ms: m.z1_hi_ms,
             harness_commit: r.harness_commit,
+            knobs: a.knobs,
         }
     }
 }
@@ -353,6 +359,7 @@ impl From<Flat> for ResultRow {
                 variant: f.variant,
                 volume: ByteSize(f.volume_bytes),
                 wait_mult: f.wait_mult,
+                knobs: f.knobs,
             },
             kernel_profile: f.kernel_profile,
             kernel_tree: f.kernel_tree,
@@ -444,13 +451,13 @@ pub enum ColumnKind {
     MaybeBool,
 }
 
-/// Every column of the CSV with its kind, in [`Flat`]'s field order (a
-/// unit test checks): the one list of the columns. [`COLUMNS`] and the
-/// history's table follow from it; a new column is a field of `Flat` and
-/// a line here (and a migration for the history).
-pub const COLUMN_KINDS: &[(&str, ColumnKind)] = {
+/// The columns of the CSV's first table (every one but the knobs') with
+/// their kinds, in [`Flat`]'s field order (a unit test checks). A new
+/// measured column is a field of `Flat` and a line here (and a migration
+/// for the history); a new axis is a knob (`identity/knobs.rs`).
+const FIRST_KINDS: [(&str, ColumnKind); 53] = {
     use ColumnKind::*;
-    &[
+    [
         ("run_id", Text),
         ("cell_id", Text),
         ("provider", Text),
@@ -505,6 +512,23 @@ pub const COLUMN_KINDS: &[(&str, ColumnKind)] = {
         ("z1_hi_ms", Real),
         ("harness_commit", Text),
     ]
+};
+
+/// Every column of the CSV with its kind: the first table's, then each
+/// knob's ([`Knobs::COLUMNS`]).
+pub const COLUMN_KINDS: [(&str, ColumnKind); FIRST_KINDS.len() + Knobs::COLUMNS.len()] = {
+    let mut all = [FIRST_KINDS[0]; FIRST_KINDS.len() + Knobs::COLUMNS.len()];
+    let mut i = 0;
+    while i < FIRST_KINDS.len() {
+        all[i] = FIRST_KINDS[i];
+        i += 1;
+    }
+    let mut i = 0;
+    while i < Knobs::COLUMNS.len() {
+        all[FIRST_KINDS.len() + i] = Knobs::COLUMNS[i];
+        i += 1;
+    }
+    all
 };
 
 /// The columns' names, in [`COLUMN_KINDS`] order.
@@ -622,6 +646,16 @@ impl ResultsWriter {
     }
 }
 
+/// A CSV writer of rows onto `out`, its header ([`COLUMNS`]) written:
+/// rows serialized onto it are a results file (the knobs' columns, a
+/// nested struct csv cannot name, come from the header written here).
+pub fn csv_writer<W: Write>(mut out: W) -> std::io::Result<csv::Writer<W>> {
+    writeln!(out, "{}", COLUMNS.join(","))?;
+    Ok(csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(out))
+}
+
 /// Cuts a last line that has no newline off a results file: a row torn
 /// by a run killed while writing it (each row is written whole, newline
 /// last, so a row without one is incomplete). Returns the bytes cut, for
@@ -736,7 +770,7 @@ pub fn read_rows_from(r: impl std::io::Read, path: &Path) -> Result<Vec<ResultRo
             }
         }
         let line = rec.position().map_or(0, |p| p.line());
-        let row: ResultRow = rec.deserialize(Some(&headers)).map_err(|e| {
+        let mut row: ResultRow = rec.deserialize(Some(&headers)).map_err(|e| {
             let message = match e.kind() {
                 csv::ErrorKind::Deserialize { err, .. } => match err.field() {
                     Some(i) => format!(
@@ -750,6 +784,13 @@ pub fn read_rows_from(r: impl std::io::Read, path: &Path) -> Result<Vec<ResultRo
             };
             parse(line, message)
         })?;
+        if !Knobs::COLUMNS.is_empty() {
+            // The knobs' columns, by name (a nested struct cannot read
+            // them in the row's own pass); absent in older files: default.
+            row.axes.knobs = rec
+                .deserialize(Some(&headers))
+                .map_err(|e| parse(line, e.to_string()))?;
+        }
         check::check(&row).map_err(|m| parse(line, m))?;
         rows.push(row);
     }
@@ -835,16 +876,52 @@ mod tests {
         }
     }
 
+    /// The columns `Flat` serializes, in order, are [`COLUMNS`]: the first
+    /// table's as csv names them, then the knobs' (a nested struct, whose
+    /// names JSON gives).
     #[test]
     fn columns_match_struct_order() {
-        let mut w = csv::Writer::from_writer(Vec::new());
+        let json = serde_json::to_string(&sample()).unwrap();
+        let mut names = Vec::new();
+        let mut de = serde_json::Deserializer::from_str(&json);
+        struct Keys<'a>(&'a mut Vec<String>);
+        impl<'de> serde::de::Visitor<'de> for Keys<'_> {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a row")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+                while let Some(k) = m.next_key::<String>()? {
+                    if k == "knobs" {
+                        m.next_value_seed(Keys(&mut *self.0))?;
+                    } else {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                        self.0.push(k);
+                    }
+                }
+                Ok(())
+            }
+        }
+        impl<'de> serde::de::DeserializeSeed<'de> for Keys<'_> {
+            type Value = ();
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                d.deserialize_map(self)
+            }
+        }
+        serde::de::DeserializeSeed::deserialize(Keys(&mut names), &mut de).unwrap();
+        assert_eq!(names, COLUMNS);
+        let mut w = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(Vec::new());
         w.serialize(sample()).unwrap();
         let out = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        assert_eq!(out.lines().next().unwrap(), COLUMNS.join(","));
+        assert_eq!(out.trim_end().split(',').count(), COLUMNS.len());
     }
 
     /// The bytes a results file had before the measurement was a struct of
-    /// its own (captured from that harness): the CSV is a contract.
+    /// its own (captured from that harness): the CSV is a contract. Each
+    /// line may go on only with the knobs' columns (their names in the
+    /// header, their defaults in a row), which older readers ignore.
     #[test]
     fn csv_bytes_are_the_contract() {
         let dir = tempfile::tempdir().unwrap();
@@ -856,11 +933,29 @@ mod tests {
         failed.error = "guest, said \"no\"".into();
         failed.measured = Measurement::default();
         w.append(&failed).unwrap();
-        let want = concat!(
-            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host,kernel_profile,kernel_tree,profile_held,z1_lo_ms,z1_hi_ms,harness_commit\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,,qemu,,true,3.2,3.6,0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c-dirty\n",
-            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,,qemu,,,,,0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c-dirty\n",
-        );
+        let first = [
+            "run_id,cell_id,provider,machine,accel,arch,kernel_release,kernel_source,hz,variant,wait_mult,volume_bytes,groups,mkfs_s,mount_s,lazyinit_s,lazyinit_poll_s,ms_per_group,traced_groups,repetition,started_at,harness_version,status,error,clocksource,sleep_ticks,boot_s,first_group_s,storage_profile,concurrency,mkfs_cmd,z1_ms,z1_target_ms,guest_part_ms,zero_hold_ms,zero_median_ms,z1_attempts,estimated,estimate_after,estimate_groups,estimate_cycle_ms,lazyinit_lo_s,lazyinit_hi_s,crossed_ticks,estimate_caveat,shard,host,kernel_profile,kernel_tree,profile_held,z1_lo_ms,z1_hi_ms,harness_commit",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,512,1.25,0.04,60.6,61.0,109.5,512,1,2026-11-29T20:00:00Z,0.1.0,ok,,tsc,10,1.1,3.0,none,1,mkfs.ext4 -F /dev/vda,3.41,3.4,1.02,2.38,3.2,1,false,,,,,,0.125,,,,qemu,,true,3.2,3.6,0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c-dirty",
+            "r1,qemu-x86_64-debian-6.1-hz100-nofix-64GiB-r1,qemu,qemu-x86_64,tcg,x86_64,6.1.0-lazyinit-hz100-nofix,debian-6.1,100,nofix,10,68719476736,,,,,,,,1,2026-11-29T20:00:00Z,0.1.0,failed,\"guest, said \"\"no\"\"\",,,1.1,,none,1,,,,,,,,false,,,,,,,,,,qemu,,,,,0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c-dirty",
+        ];
+        // The knobs' columns and, at their defaults, their values.
+        let key = crate::identity::CellKey::of(&sample());
+        let knob_fields = || {
+            crate::identity::FIELDS
+                .iter()
+                .skip(crate::identity::FIELDS.len() - Knobs::FIELDS.len())
+        };
+        let names: Vec<String> = knob_fields().map(|f| f.column.to_string()).collect();
+        let values: Vec<String> = knob_fields().map(|f| (f.value)(&key).to_string()).collect();
+        assert_eq!(names, Knobs::COLUMNS.map(|(c, _)| c.to_string()));
+        let line = |first: &str, more: &[String]| -> String {
+            std::iter::once(first.to_string())
+                .chain(more.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(",")
+                + "\n"
+        };
+        let want = line(first[0], &names) + &line(first[1], &values) + &line(first[2], &values);
         assert_eq!(std::fs::read_to_string(&p).unwrap(), want);
         assert_eq!(read_rows(&p).unwrap(), vec![sample(), failed]);
     }
@@ -885,7 +980,7 @@ mod tests {
     /// existed still read, as measurements.
     #[test]
     fn older_files_without_the_last_columns_read() {
-        let mut w = csv::Writer::from_writer(Vec::new());
+        let mut w = csv_writer(Vec::new()).unwrap();
         w.serialize(sample()).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
         for last in ["mkfs_cmd", "z1_attempts", "kernel_tree"] {
@@ -1020,7 +1115,7 @@ mod tests {
 
     #[test]
     fn bad_value_reports_line_and_column() {
-        let mut w = csv::Writer::from_writer(Vec::new());
+        let mut w = csv_writer(Vec::new()).unwrap();
         w.serialize(sample()).unwrap();
         w.serialize(sample()).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();

@@ -6,44 +6,10 @@
 use crate::backend::{in_transaction, Backend, Value};
 use crate::HistoryError;
 
-/// Every migration, in order: (version, folder name, up.sql).
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (
-        1,
-        "0001_initial",
-        include_str!("../migrations/0001_initial/up.sql"),
-    ),
-    (
-        2,
-        "0002_caveat_shard_host",
-        include_str!("../migrations/0002_caveat_shard_host/up.sql"),
-    ),
-    (
-        3,
-        "0003_kernel_profile",
-        include_str!("../migrations/0003_kernel_profile/up.sql"),
-    ),
-    (
-        4,
-        "0004_run_label",
-        include_str!("../migrations/0004_run_label/up.sql"),
-    ),
-    (
-        5,
-        "0005_kernel_tree",
-        include_str!("../migrations/0005_kernel_tree/up.sql"),
-    ),
-    (
-        6,
-        "0006_profile_held",
-        include_str!("../migrations/0006_profile_held/up.sql"),
-    ),
-    (
-        7,
-        "0007_harness_commit",
-        include_str!("../migrations/0007_harness_commit/up.sql"),
-    ),
-];
+/// Every migration, in order: (version, folder name, up.sql). Made by
+/// `build.rs` from the folders under `migrations/`: a new migration is
+/// its folder, nothing else.
+pub const MIGRATIONS: &[(i64, &str, &str)] = include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
 
 const VERSIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version BIGINT PRIMARY KEY,

@@ -12,6 +12,7 @@ use crate::{migrate, DbUrl, HistoryError};
 
 /// How a results.csv column is stored, and each column's kind: the
 /// results' own table, so a new column is not listed here again.
+use lazyinit_core::identity::Knobs;
 use lazyinit_core::results::{ColumnKind as Kind, COLUMN_KINDS as KINDS};
 
 /// The provenance columns after the CSV's, in the schema's order.
@@ -51,7 +52,8 @@ fn row_values(row: &ResultRow) -> Result<Vec<Value>, HistoryError> {
     Ok(KINDS
         .iter()
         .map(|(name, kind)| {
-            let v = &json[*name];
+            // A knob's column is nested under `knobs` in the row's JSON.
+            let v = json.get(*name).unwrap_or(&json["knobs"][*name]);
             match kind {
                 Kind::Int => Value::Int(v.as_i64()),
                 Kind::Real => Value::Real(v.as_f64()),
@@ -86,7 +88,21 @@ fn row_from(db: &Row) -> Result<ResultRow, HistoryError> {
                 None => continue,
             },
         };
-        map.insert(name.to_string(), v);
+        if Knobs::COLUMNS.iter().any(|(k, _)| k == name) {
+            // NULL on rows stored before the knob's migration: left out,
+            // it reads as the knob's default, as in an older CSV.
+            if v.is_null() {
+                continue;
+            }
+            let knobs = map
+                .entry("knobs")
+                .or_insert_with(|| Json::Object(Default::default()));
+            if let Json::Object(knobs) = knobs {
+                knobs.insert(name.to_string(), v);
+            }
+        } else {
+            map.insert(name.to_string(), v);
+        }
     }
     serde_json::from_value(Json::Object(map)).map_err(|e| HistoryError::Corrupt {
         what: format!("{} {}", db.str(0), db.str(1)),
@@ -482,8 +498,8 @@ impl History {
                      VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $8)
                      ON CONFLICT (alert_id) DO NOTHING",
                     &[
-                        c.alert_id.clone().into(),
-                        c.series.clone().into(),
+                        c.alert_id.to_string().into(),
+                        c.series.to_string().into(),
                         c.metric.name().into(),
                         c.first_run.run_key.clone().into(),
                         c.kind.as_str().into(),

@@ -90,6 +90,8 @@ pub struct Plan {
 
 pub fn cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<Cell> {
     let mut out = Vec::new();
+    // Range-checked when the spec was read (`Spec::validate`).
+    let knobs = spec.knobs.resolve().unwrap_or_default();
     for &arch in &spec.arches {
         for source in &spec.sources {
             for hz in spec.hz.for_arch(arch) {
@@ -105,6 +107,7 @@ pub fn cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<Cell> {
                                     variant,
                                     volume,
                                     wait_mult: spec.wait_mult,
+                                    knobs: knobs.clone(),
                                 },
                                 repetition,
                             });

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use lazyinit_core::identity::SpecKnobs;
 use lazyinit_core::{Arch, ByteSize, Hz, KernelSource, Variant};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -112,6 +113,11 @@ pub struct Spec<C> {
     pub repetitions: u32,
     #[serde(default = "default_wait_mult")]
     pub wait_mult: u32,
+    /// `[knobs]`: the axes added since the first table, each at its
+    /// default unless set here (`identity/knobs.rs`), range-checked when
+    /// the spec is read. Left out of the spec's text when it sets none.
+    #[serde(default, skip_serializing_if = "SpecKnobs::is_empty")]
+    pub knobs: SpecKnobs,
     /// The volume's zeroing latency: `ebs` (default: what EBS gave in the
     /// 2021 report, calibrated on each guest; on EC2 the real thing),
     /// `ebs:D` (a z1 target), or for qemu `latency:D`, `none`, `unsafe`,
@@ -257,6 +263,7 @@ impl<C: ProviderConfigs> Spec<C> {
         if self.wait_mult == 0 || self.wait_mult > 1000 {
             return Err("wait-mult: use 1 to 1000 (the kernel's init_itable=n)".into());
         }
+        self.knobs.resolve()?;
         if let Concurrency::Fixed(c) = self.concurrency {
             if c == 0 || c > MAX_CONCURRENCY {
                 return Err(format!(

@@ -48,7 +48,10 @@ fn main() {
         }
     }
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut w = csv::Writer::from_path(&out).expect("cannot create the output file");
+    let mut w = lazyinit_core::results::csv_writer(std::io::BufWriter::new(
+        std::fs::File::create(&out).expect("cannot create the output file"),
+    ))
+    .expect("writing the header");
     for i in 0..n {
         let (provider, accel, arch, hz, variant, vol) = cells[i % cells.len()];
         let rep = (i / cells.len()) as u32 + 1;

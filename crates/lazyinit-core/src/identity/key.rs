@@ -6,15 +6,15 @@
 //! the key's CSV columns and values, its order, its JSON, its one-line
 //! label, which fields a table names only when its cells differ in them
 //! (the report's `Labeller`), the history's series id and the import's
-//! check of rows against their plan. A new axis is a field of
-//! [`super::Axes`] (or [`Testbed`]) and one row here.
+//! check of rows against their plan. A new axis is a knob, one line of
+//! `knobs.rs`, which makes its row here ([`Knobs::FIELDS`]).
 
 use std::cmp::Ordering;
 use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-use super::{RowAxes, Testbed};
+use super::{Knobs, RowAxes, Testbed};
 use crate::cell::DEFAULT_WAIT_MULT;
 use crate::results::ResultRow;
 use crate::size::ByteSize;
@@ -71,6 +71,7 @@ pub enum Env {
 }
 
 /// One field of a cell's key.
+#[derive(Clone, Copy)]
 pub struct KeyField {
     /// Its column in CSV outputs and in the history.
     pub column: &'static str,
@@ -106,8 +107,8 @@ fn text(v: impl fmt::Display) -> KeyValue {
     KeyValue::Text(v.to_string())
 }
 
-/// Every field of the key, in the order of the CSV columns.
-pub const FIELDS: [KeyField; 10] = [
+/// The first table's fields, in the order of the CSV columns.
+const FIRST: [KeyField; 10] = [
     KeyField {
         column: "provider",
         value: |k| text(&k.testbed.provider),
@@ -236,6 +237,23 @@ pub const FIELDS: [KeyField; 10] = [
     },
 ];
 
+/// Every field of the key: the first table's, in the order of the CSV
+/// columns, then each knob's ([`Knobs::FIELDS`]).
+pub const FIELDS: [KeyField; FIRST.len() + Knobs::FIELDS.len()] = {
+    let mut all = [FIRST[0]; FIRST.len() + Knobs::FIELDS.len()];
+    let mut i = 0;
+    while i < Knobs::FIELDS.len() {
+        all[FIRST.len() + i] = Knobs::FIELDS[i];
+        i += 1;
+    }
+    let mut i = 0;
+    while i < FIRST.len() {
+        all[i] = FIRST[i];
+        i += 1;
+    }
+    all
+};
+
 /// The fields in their order in labels, each with its index in [`FIELDS`].
 pub fn label_order() -> impl Iterator<Item = (usize, &'static KeyField)> {
     let mut at: Vec<(usize, &'static KeyField)> = FIELDS.iter().enumerate().collect();
@@ -293,7 +311,7 @@ impl CellKey {
     }
 
     /// [`CellKey::series_id`] over a table of `fields`.
-    fn series_id_of(&self, fields: &[KeyField]) -> String {
+    pub(crate) fn series_id_of(&self, fields: &[KeyField]) -> String {
         let mut at: Vec<&KeyField> = fields
             .iter()
             .filter(|f| !f.series_quiet.is_some_and(|quiet| quiet(self)))
@@ -385,6 +403,8 @@ mod tests {
 
     /// The texts every stored series, alert id, report and CSV was
     /// written with: a change of the table that moves one fails here.
+    /// The first table's columns and values come first; only knobs, at
+    /// their defaults quiet in labels and ids, may follow them.
     #[test]
     fn the_table_writes_the_texts_it_always_wrote() {
         let k = key(StorageProfile::Ebs { z1: None }, 10, false);
@@ -410,8 +430,9 @@ mod tests {
             w3.label(),
             "qemu tcg qemu-x86_64 x86_64 debian-6.1 HZ250 fix 64GiB w3"
         );
+        let first = FIRST.len();
         assert_eq!(
-            CellKey::COLUMNS,
+            CellKey::COLUMNS[..first],
             [
                 "provider",
                 "machine",
@@ -426,7 +447,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            k.values(),
+            k.values()[..first],
             [
                 "qemu",
                 "qemu-x86_64",
@@ -440,10 +461,17 @@ mod tests {
                 "ebs"
             ]
         );
+        assert_eq!(CellKey::COLUMNS[first..], Knobs::COLUMNS.map(|(c, _)| c));
         let json = serde_json::to_string(&k).unwrap();
+        let knobs: String = Knobs::FIELDS
+            .iter()
+            .map(|f| format!(r#""{}":{},"#, f.column, (f.value)(&k)))
+            .collect();
         assert_eq!(
             json,
-            r#"{"provider":"qemu","machine":"qemu-x86_64","accel":"tcg","arch":"x86_64","kernel_source":"debian-6.1","hz":250,"variant":"fix","wait_mult":10,"volume_bytes":68719476736,"storage_profile":"ebs","estimated":false}"#
+            format!(
+                r#"{{"provider":"qemu","machine":"qemu-x86_64","accel":"tcg","arch":"x86_64","kernel_source":"debian-6.1","hz":250,"variant":"fix","wait_mult":10,"volume_bytes":68719476736,"storage_profile":"ebs",{knobs}"estimated":false}}"#
+            )
         );
     }
 

@@ -25,7 +25,9 @@ use crate::size::ByteSize;
 use crate::storage::StorageProfile;
 
 pub mod key;
+pub mod knobs;
 pub use key::{label_order, CellKey, Env, KeyField, KeyValue, FIELDS};
+pub use knobs::{Knobs, SpecKnobs};
 
 /// Serde, `From<&str>`/`From<String>` and comparison with text, for a type
 /// that parses from any text (`From<&str>`) and writes it back unchanged
@@ -293,6 +295,9 @@ pub struct Axes<S = KernelSource> {
     pub variant: Variant,
     pub volume: ByteSize,
     pub wait_mult: u32,
+    /// The axes added since, each a line of `knobs.rs`.
+    #[serde(flatten)]
+    pub knobs: Knobs,
 }
 
 /// A planned cell's axes.
@@ -313,6 +318,7 @@ impl<S> Axes<S> {
             variant,
             volume,
             wait_mult: crate::cell::DEFAULT_WAIT_MULT,
+            knobs: Knobs::default(),
         }
     }
 
@@ -347,6 +353,7 @@ impl From<CellAxes> for RowAxes {
             variant: a.variant,
             volume: a.volume,
             wait_mult: a.wait_mult,
+            knobs: a.knobs,
         }
     }
 }

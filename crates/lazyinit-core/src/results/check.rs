@@ -123,7 +123,7 @@ mod tests {
     use std::path::Path;
 
     fn csv_of(rows: &[ResultRow]) -> String {
-        let mut w = csv::Writer::from_writer(Vec::new());
+        let mut w = super::super::csv_writer(Vec::new()).unwrap();
         for r in rows {
             w.serialize(r).unwrap();
         }
