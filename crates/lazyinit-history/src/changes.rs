@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::backend::Row;
 use crate::edivisive::{self, Split};
-use crate::series::{Point, Series};
+use crate::series::{Point, Series, SeriesId};
 use crate::HistoryError;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -115,8 +115,8 @@ impl std::str::FromStr for AlertState {
 /// An alert as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alert {
-    pub alert_id: String,
-    pub series: String,
+    pub alert_id: AlertId,
+    pub series: SeriesId,
     pub metric: Metric,
     /// The first run after the change (or the new run).
     pub run_key: String,
@@ -139,8 +139,8 @@ impl Alert {
         let metric = r.str(2).parse().map_err(corrupt)?;
         let kind = r.str(4).parse().map_err(corrupt)?;
         Ok(Alert {
-            alert_id: r.str(0),
-            series: r.str(1),
+            alert_id: AlertId::stored(r.str(0)),
+            series: SeriesId::stored(r.str(1)),
             metric,
             run_key: r.str(3),
             kind,
@@ -255,9 +255,9 @@ pub struct Segment {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Change {
     /// 8 hex: series, metric and first run after (stable across calls).
-    pub alert_id: String,
+    pub alert_id: AlertId,
     pub kind: ChangeKind,
-    pub series: String,
+    pub series: SeriesId,
     pub label: String,
     pub metric: Metric,
     pub unit: String,
@@ -295,9 +295,17 @@ impl Change {
     }
 }
 
+crate::series::text_id!(
+    /// An alert's id: 8 hex digits of the series, the metric's name and
+    /// the run, hashed ([`alert_id`]).
+    AlertId
+);
+
 /// An alert's id: the series, the metric's name and the run, hashed.
-pub fn alert_id(series: &str, metric: Metric, run_key: &str) -> String {
-    lazyinit_core::paths::sha256_hex(format!("{series}|{metric}|{run_key}"))[..8].to_string()
+pub fn alert_id(series: &SeriesId, metric: Metric, run_key: &str) -> AlertId {
+    AlertId(
+        lazyinit_core::paths::sha256_hex(format!("{series}|{metric}|{run_key}"))[..8].to_string(),
+    )
 }
 
 fn distinct<T: Ord + Clone>(items: impl Iterator<Item = T>) -> Vec<T> {
@@ -374,8 +382,8 @@ pub fn find(series: &[Series], opts: &ChangeOptions) -> Vec<Change> {
 /// An open alert no change point supports any longer, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Closing {
-    pub alert_id: String,
-    pub series: String,
+    pub alert_id: AlertId,
+    pub series: SeriesId,
     pub run_key: String,
     pub reason: String,
 }
@@ -539,7 +547,7 @@ mod tests {
             alert(l, 63, ChangeKind::NewRun, AlertState::New),
         ];
         let closed = unsupported(&series, &found, &alerts, &opts);
-        let ids: Vec<&str> = closed.iter().map(|c| c.alert_id.as_str()).collect();
+        let ids: Vec<&AlertId> = closed.iter().map(|c| &c.alert_id).collect();
         assert_eq!(
             ids,
             vec![

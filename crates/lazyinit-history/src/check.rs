@@ -37,7 +37,7 @@ use serde::Serialize;
 use crate::changes::{self, Alert, Change, ChangeKind, ChangeOptions};
 use crate::edivisive::{Split, TTest};
 use crate::names::{label, series_id};
-use crate::series::{Point, Series, StoredRow};
+use crate::series::{Point, Series, SeriesId, StoredRow};
 use crate::HistoryError;
 
 /// Earlier runs a series needs before a new run is judged against them
@@ -84,7 +84,7 @@ impl Outcome {
 /// The verdict on one series of the run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SeriesVerdict {
-    pub series: String,
+    pub series: SeriesId,
     pub label: String,
     pub outcome: Outcome,
     /// The run's value and the level it was judged against (the median
@@ -676,7 +676,7 @@ fn unjudgeable(
     for r in rows {
         by_key.entry(CellKey::of(r)).or_default().push(r);
     }
-    let verdict = |series: String, label: String, outcome, message: String| SeriesVerdict {
+    let verdict = |series: SeriesId, label: String, outcome, message: String| SeriesVerdict {
         series,
         label,
         outcome,
@@ -731,7 +731,13 @@ fn unjudgeable(
     for cell in planned {
         if !rows.iter().any(|r| &r.cell_id == cell) {
             let msg = format!("cell {cell}: no row (it did not run, or the run stopped before it)");
-            out.push(verdict(cell.clone(), cell.clone(), Outcome::Error, msg));
+            // No row, so no key and no series: named by its cell id.
+            out.push(verdict(
+                SeriesId::stored(cell.clone()),
+                cell.clone(),
+                Outcome::Error,
+                msg,
+            ));
         }
     }
     out

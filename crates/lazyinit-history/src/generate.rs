@@ -218,7 +218,7 @@ mod tests {
             assert_eq!(series.len(), 8);
             let found: Vec<(String, usize)> = crate::changes::find(&series, &Default::default())
                 .into_iter()
-                .map(|c| (c.series, c.index))
+                .map(|c| (c.series.to_string(), c.index))
                 .collect();
             let want = vec![
                 (

@@ -66,7 +66,7 @@ fn shown(k: &CellKey, tree: Option<&str>) -> CellKey {
 }
 
 /// A key's series id, naming no path (`tree`: its rows' `kernel_tree`).
-pub fn series_id(k: &CellKey, tree: Option<&str>) -> String {
+pub fn series_id(k: &CellKey, tree: Option<&str>) -> series::SeriesId {
     series::series_id(&shown(k, tree))
 }
 

@@ -115,7 +115,7 @@ pub fn series_csv(series: &[Series]) -> String {
     for s in series {
         for p in &s.points {
             w.write_record([
-                s.id.clone(),
+                s.id.to_string(),
                 s.metric.to_string(),
                 p.run_key.clone(),
                 p.date.clone(),
@@ -237,7 +237,7 @@ pub fn check_junit(r: &CheckReport) -> String {
             };
             Case {
                 classname: format!("lazyinit.history.{}", r.metric),
-                name: v.series.clone(),
+                name: v.series.to_string(),
                 result,
                 out,
             }

@@ -67,8 +67,10 @@ fn an_l_change_at_night_14_is_flagged_there_and_nothing_else() {
     let nights = with_l_change(twenty_nights());
     for url in [fresh_sqlite(dir.path()), fresh_postgres("detect")] {
         let found = changes_in(&url, &nights);
-        let summary: Vec<(String, usize)> =
-            found.iter().map(|c| (c.series.clone(), c.index)).collect();
+        let summary: Vec<(String, usize)> = found
+            .iter()
+            .map(|c| (c.series.to_string(), c.index))
+            .collect();
         assert_eq!(found.len(), 1, "{url}: {summary:?}");
         let c = &found[0];
         assert!(

@@ -210,7 +210,7 @@ fn series_data(s: &Series, changes: &[&Change], links: &Links) -> site::SeriesDa
         })
         .collect();
     site::SeriesData {
-        id: s.id.clone(),
+        id: s.id.to_string(),
         label: s.label.clone(),
         estimated: s.key.estimated,
         points,
@@ -235,7 +235,7 @@ fn change_data(c: &Change) -> site::ChangeData {
         after: side(&c.after, &c.first_run),
         change_pct: c.change_pct,
         p: c.p,
-        alert: Some(c.alert_id.clone()),
+        alert: Some(c.alert_id.to_string()),
         state: c.alert.as_ref().map(|a| a.state.as_str().to_string()),
         commits: c.commits.as_ref().map(|r| site::CommitsData {
             good: r.good.clone(),
@@ -248,8 +248,8 @@ fn change_data(c: &Change) -> site::ChangeData {
 
 fn alert_data(a: &Alert) -> site::AlertData {
     site::AlertData {
-        id: a.alert_id.clone(),
-        series: a.series.clone(),
+        id: a.alert_id.to_string(),
+        series: a.series.to_string(),
         run: a.run_key.clone(),
         kind: a.kind.as_str().into(),
         state: a.state.as_str().into(),
@@ -303,10 +303,13 @@ fn latest(rows: &[StoredRow], metric: Metric, links: &Links) -> Option<site::Lat
                 model: c.model.value,
                 reported: c.reported.as_ref().map(|r| r.value),
                 sleep_ticks: c.sleep_ticks.clone(),
-                series: Some(series_id(
-                    &c.key,
-                    lazyinit_history::names::tree_of(picked.iter().map(|r| &r.row), &c.key),
-                )),
+                series: Some(
+                    series_id(
+                        &c.key,
+                        lazyinit_history::names::tree_of(picked.iter().map(|r| &r.row), &c.key),
+                    )
+                    .to_string(),
+                ),
             })
         })
         .collect();
