@@ -8,13 +8,15 @@ use std::path::Path;
 
 fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    println!("cargo:rerun-if-changed={}", dir.display());
+    // Relative to the package: a target shared by two checkouts (cargo
+    // keys a workspace member by its relative path) looks at this one's.
+    println!("cargo:rerun-if-changed=migrations");
     let mut found: Vec<(i64, String)> = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let entry = entry.unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let name = entry.file_name().to_string_lossy().into_owned();
         let up = entry.path().join("up.sql");
-        println!("cargo:rerun-if-changed={}", up.display());
+        println!("cargo:rerun-if-changed=migrations/{name}/up.sql");
         let version = name
             .split_once('_')
             .filter(|(v, rest)| v.len() == 4 && !rest.is_empty())

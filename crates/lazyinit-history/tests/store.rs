@@ -17,21 +17,18 @@ fn both(tag: &str) -> (tempfile::TempDir, Vec<DbUrl>) {
 #[test]
 fn migrations_apply_once_and_are_recorded() {
     let (_d, urls) = both("migrate");
+    let every: Vec<i64> = lazyinit_history::migrate::MIGRATIONS
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(every[..7], [1, 2, 3, 4, 5, 6, 7]);
     for url in &urls {
         let mut h = History::open(url).unwrap();
-        assert_eq!(
-            h.schema_versions().unwrap(),
-            vec![1, 2, 3, 4, 5, 6, 7],
-            "{url}"
-        );
+        assert_eq!(h.schema_versions().unwrap(), every, "{url}");
         drop(h);
         // Opening again applies nothing twice.
         let mut h = History::open(url).unwrap();
-        assert_eq!(
-            h.schema_versions().unwrap(),
-            vec![1, 2, 3, 4, 5, 6, 7],
-            "{url}"
-        );
+        assert_eq!(h.schema_versions().unwrap(), every, "{url}");
     }
 }
 

@@ -273,6 +273,30 @@ impl CellKey {
         c
     };
 
+    /// The fields a table of `keys` writes, in [`FIELDS`] order: every
+    /// field of the first table, and a knob's only where one of the keys
+    /// is off its default, so that a report or a comparison of runs that
+    /// never set a knob reads as it did before the knob existed.
+    pub fn shown_fields<'a>(keys: impl IntoIterator<Item = &'a CellKey>) -> Vec<&'static KeyField> {
+        let keys: Vec<&CellKey> = keys.into_iter().collect();
+        FIELDS
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| {
+                *i < FIRST.len()
+                    || keys
+                        .iter()
+                        .any(|k| !f.quiet_default.is_some_and(|quiet| quiet(k)))
+            })
+            .map(|(_, f)| f)
+            .collect()
+    }
+
+    /// The key's values of `fields` as CSV outputs write them.
+    pub fn values_of(&self, fields: &[&KeyField]) -> Vec<String> {
+        fields.iter().map(|f| (f.value)(self).to_string()).collect()
+    }
+
     pub fn of(row: &ResultRow) -> CellKey {
         CellKey {
             testbed: row.testbed.clone(),
@@ -365,7 +389,12 @@ impl Serialize for CellKey {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let mut m = s.serialize_struct("CellKey", FIELDS.len() + 1)?;
-        for f in &FIELDS {
+        for (i, f) in FIELDS.iter().enumerate() {
+            // A knob at its default is left out, as before it existed.
+            if i >= FIRST.len() && f.quiet_default.is_some_and(|quiet| quiet(self)) {
+                m.skip_field(f.column)?;
+                continue;
+            }
             m.serialize_field(f.column, &(f.value)(self))?;
         }
         m.serialize_field("estimated", &self.estimated)?;
@@ -463,15 +492,19 @@ mod tests {
         );
         assert_eq!(CellKey::COLUMNS[first..], Knobs::COLUMNS.map(|(c, _)| c));
         let json = serde_json::to_string(&k).unwrap();
-        let knobs: String = Knobs::FIELDS
-            .iter()
-            .map(|f| format!(r#""{}":{},"#, f.column, (f.value)(&k)))
-            .collect();
+        // Knobs at their defaults are left out of the JSON and of tables.
         assert_eq!(
             json,
-            format!(
-                r#"{{"provider":"qemu","machine":"qemu-x86_64","accel":"tcg","arch":"x86_64","kernel_source":"debian-6.1","hz":250,"variant":"fix","wait_mult":10,"volume_bytes":68719476736,"storage_profile":"ebs",{knobs}"estimated":false}}"#
-            )
+            r#"{"provider":"qemu","machine":"qemu-x86_64","accel":"tcg","arch":"x86_64","kernel_source":"debian-6.1","hz":250,"variant":"fix","wait_mult":10,"volume_bytes":68719476736,"storage_profile":"ebs","estimated":false}"#
+        );
+        let shown: Vec<&str> = CellKey::shown_fields([&k, &plain])
+            .iter()
+            .map(|f| f.column)
+            .collect();
+        assert_eq!(shown, CellKey::COLUMNS[..first]);
+        assert_eq!(
+            k.values_of(&CellKey::shown_fields([&k])),
+            k.values()[..first]
         );
     }
 

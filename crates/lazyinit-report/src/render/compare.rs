@@ -165,8 +165,9 @@ pub fn csv(c: &Comparison) -> String {
     }));
     let f = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
     let mut w = csv::Writer::from_writer(Vec::new());
+    let fields = CellKey::shown_fields(lines.iter().map(|l| l.key));
     let mut header = vec!["cell"];
-    header.extend(CellKey::COLUMNS);
+    header.extend(fields.iter().map(|f| f.column));
     header.extend([
         "metric",
         "baseline_n",
@@ -184,7 +185,7 @@ pub fn csv(c: &Comparison) -> String {
     for l in lines {
         let k = l.key;
         let mut rec = vec![k.label()];
-        rec.extend(k.values());
+        rec.extend(k.values_of(&fields));
         rec.extend([
             c.metric.name().into(),
             l.baseline.map_or(0, |s| s.n).to_string(),

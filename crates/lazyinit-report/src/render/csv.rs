@@ -3,6 +3,7 @@
 
 use crate::cells::CellKey;
 use crate::report::Report;
+use lazyinit_core::identity::KeyField;
 
 /// After the cell key's columns (with `volume`, the size in words, after
 /// `volume_bytes`).
@@ -31,16 +32,17 @@ const STATS: &[&str] = &[
     "crossed_ticks",
 ];
 
-/// Every column, in order.
-pub fn header() -> Vec<&'static str> {
-    let mut h = with_volume(CellKey::COLUMNS.to_vec(), "volume");
+/// Every column of a report of `fields` (`CellKey::shown_fields`), in order.
+pub fn header(fields: &[&KeyField]) -> Vec<&'static str> {
+    let names: Vec<&'static str> = fields.iter().map(|f| f.column).collect();
+    let mut h = with_volume(&names, names.clone(), "volume");
     h.extend_from_slice(STATS);
     h
 }
 
 /// `volume` right after `volume_bytes`.
-fn with_volume<T>(mut key: Vec<T>, volume: T) -> Vec<T> {
-    let at = CellKey::COLUMNS
+fn with_volume<T>(names: &[&str], mut key: Vec<T>, volume: T) -> Vec<T> {
+    let at = names
         .iter()
         .position(|c| *c == "volume_bytes")
         .expect("the key has volume_bytes")
@@ -54,13 +56,15 @@ fn opt(x: Option<f64>) -> String {
 }
 
 pub fn render(report: &Report) -> String {
+    let fields = CellKey::shown_fields(report.cells.iter().map(|c| &c.key));
+    let names: Vec<&str> = fields.iter().map(|f| f.column).collect();
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(header()).expect("writing to memory");
+    w.write_record(header(&fields)).expect("writing to memory");
     for c in &report.cells {
         let k = &c.key;
         let s = c.summary.as_ref();
         let ticks: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
-        let mut rec = with_volume(k.values().to_vec(), k.volume().to_string());
+        let mut rec = with_volume(&names, k.values_of(&fields), k.volume().to_string());
         rec.extend([
             report.metric.name().to_string(),
             s.map_or(0, |s| s.n).to_string(),
