@@ -2,7 +2,7 @@
 //!
 //! A knob is an integer a spec may set once for all its cells (under
 //! `[knobs]`), with a default every older row had and a range a spec is
-//! held to. Its line in [`knob_table!`] below is all the harness needs to
+//! held to. Its line in `knob_table!` below is all the harness needs to
 //! carry it: the knob's type, its field of [`Knobs`] (so of every plan's
 //! and row's axes), its column at the end of `results.csv` and of the
 //! history's table (`results::COLUMN_KINDS`), its row of the key's fields
@@ -140,7 +140,7 @@ macro_rules! knob_table {
 //     inode_size: InodeSize(u32) = 256, word "inode", 128..=4096;
 knob_table! {}
 
-/// A key's knobs, for the key fields [`knob_table!`] makes.
+/// A key's knobs, for the key fields `knob_table!` makes.
 #[allow(dead_code)]
 fn knobs_of(k: &CellKey) -> &Knobs {
     &k.axes.knobs

@@ -2,8 +2,8 @@
 //! ([`Axes`]), the kernel it boots ([`KernelId`]) and what it runs on
 //! ([`Testbed`]). The plan's cells and kernels, the result row, the
 //! report's and the history's cell key and KCIDB's build key are made of
-//! these types, so a new axis is one field here and one column at the CSV
-//! edge.
+//! these types, so a new axis is one line of [`knobs`] (and the history's
+//! migration for its column).
 //!
 //! Text only at the edges: every type here reads and writes the text the
 //! CSV and JSON files have always held (a value that does not parse as a
