@@ -7,7 +7,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    // Read when the script runs, not when it was compiled: a build script
+    // compiled in one checkout may run for another sharing its target.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest).join("migrations");
     // Relative to the package: a target shared by two checkouts (cargo
     // keys a workspace member by its relative path) looks at this one's.
     println!("cargo:rerun-if-changed=migrations");

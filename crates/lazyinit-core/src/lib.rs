@@ -15,6 +15,10 @@ pub mod events;
 pub mod evidence;
 pub mod exit;
 pub mod identity;
+
+/// serde, for the exported text macros (`open_name!`, `text_value!`).
+#[doc(hidden)]
+pub use serde as __serde;
 pub mod input;
 pub mod layout;
 pub mod model;

@@ -78,7 +78,7 @@ fn main() {
             let is_planted = |c: &changes::Change| {
                 planted
                     .iter()
-                    .any(|(id, at)| c.series.contains(id) && c.index == *at)
+                    .any(|(id, at)| c.series.as_str().contains(id) && c.index == *at)
             };
             let false_ones: Vec<String> = found
                 .iter()
@@ -103,7 +103,7 @@ fn main() {
                 println!("  false: {f}");
             }
             for (id, at) in planted {
-                let s = series.iter().find(|s| s.id.contains(id)).unwrap();
+                let s = series.iter().find(|s| s.id.as_str().contains(id)).unwrap();
                 let hit = found
                     .iter()
                     .find(|c| c.series == s.id && c.index == at)

@@ -139,8 +139,8 @@ impl Alert {
         let metric = r.str(2).parse().map_err(corrupt)?;
         let kind = r.str(4).parse().map_err(corrupt)?;
         Ok(Alert {
-            alert_id: AlertId::stored(r.str(0)),
-            series: SeriesId::stored(r.str(1)),
+            alert_id: AlertId::from(r.str(0)),
+            series: SeriesId::from(r.str(1)),
             metric,
             run_key: r.str(3),
             kind,
@@ -295,11 +295,12 @@ impl Change {
     }
 }
 
-crate::series::text_id!(
-    /// An alert's id: 8 hex digits of the series, the metric's name and
-    /// the run, hashed ([`alert_id`]).
-    AlertId
-);
+/// An alert's id: 8 hex digits of the series, the metric's name and the
+/// run, hashed ([`alert_id`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct AlertId(pub String);
+
+lazyinit_core::open_name!(AlertId);
 
 /// An alert's id: the series, the metric's name and the run, hashed.
 pub fn alert_id(series: &SeriesId, metric: Metric, run_key: &str) -> AlertId {
@@ -524,14 +525,14 @@ mod tests {
         let found = find(&series, &opts);
         let l = series
             .iter()
-            .find(|s| s.id.contains("x86_64/debian-6.1/hz250/fix/2TiB"))
+            .find(|s| s.id.as_str().contains("x86_64/debian-6.1/hz250/fix/2TiB"))
             .unwrap();
         let at: Vec<(&str, usize)> = found.iter().map(|c| (c.series.as_str(), c.index)).collect();
         assert!(at.contains(&(l.id.as_str(), 60)), "{at:?}");
         assert_eq!(at.len(), 2, "the two planted changes: {at:?}");
         let quiet = series
             .iter()
-            .find(|s| s.id.contains("arm64/debian-6.1/hz100/fix/2TiB"))
+            .find(|s| s.id.as_str().contains("arm64/debian-6.1/hz100/fix/2TiB"))
             .unwrap();
         let alerts = vec![
             // Kept: the change's own alert; the gate's at the change and

@@ -733,7 +733,7 @@ fn unjudgeable(
             let msg = format!("cell {cell}: no row (it did not run, or the run stopped before it)");
             // No row, so no key and no series: named by its cell id.
             out.push(verdict(
-                SeriesId::stored(cell.clone()),
+                SeriesId::from(cell.clone()),
                 cell.clone(),
                 Outcome::Error,
                 msg,

@@ -260,7 +260,7 @@ mod tests {
         let at = |needle: &str| {
             found
                 .iter()
-                .find(|c| c.series.contains(needle))
+                .find(|c| c.series.as_str().contains(needle))
                 .map(|c| (c.index, c.sleep_moved.clone()))
         };
         assert_eq!(

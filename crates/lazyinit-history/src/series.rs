@@ -71,59 +71,13 @@ pub struct Point {
     pub harness: String,
 }
 
-/// Text a newtype of the history holds: one kind of id, which an id of
-/// another kind (a series for an alert, a run for a series) cannot stand
-/// in for. Reads as its text (`Deref<str>`, `Display`), compares with text.
-macro_rules! text_id {
-    ($(#[$doc:meta])* $t:ident) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-        #[serde(transparent)]
-        pub struct $t(String);
+/// A series' id: `qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/64GiB/w10/ebs/measured`,
+/// made from its key ([`series_id`]) and stored with its alerts: text a
+/// run key or an alert id cannot stand in for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SeriesId(pub String);
 
-        impl $t {
-            /// The id as stored (a history's column, a site's file).
-            pub fn stored(text: impl Into<String>) -> Self {
-                $t(text.into())
-            }
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl std::ops::Deref for $t {
-            type Target = str;
-            fn deref(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl std::fmt::Display for $t {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl PartialEq<str> for $t {
-            fn eq(&self, other: &str) -> bool {
-                self.0 == other
-            }
-        }
-
-        impl PartialEq<&str> for $t {
-            fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
-            }
-        }
-    };
-}
-pub(crate) use text_id;
-
-text_id!(
-    /// A series' id: `qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/64GiB/w10/ebs/measured`,
-    /// made from its key ([`series_id`]) and stored with its alerts.
-    SeriesId
-);
+lazyinit_core::open_name!(SeriesId);
 
 /// A series and its points, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -273,7 +227,7 @@ impl Builder {
                 points: runs.into_iter().map(Acc::point).collect(),
                 key,
             })
-            .filter(|s| filter.is_none_or(|f| f.matches(&s.id)))
+            .filter(|s| filter.is_none_or(|f| f.matches(s.id.as_str())))
             .collect()
     }
 }

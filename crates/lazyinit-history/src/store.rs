@@ -530,7 +530,7 @@ impl History {
     ) -> Result<Vec<changes::Closing>, HistoryError> {
         let closed = changes::unsupported(series, found, &self.alerts()?, opts);
         for c in &closed {
-            self.set_alert_state(&c.alert_id, AlertState::Closed, &c.reason)?;
+            self.set_alert_state(c.alert_id.as_str(), AlertState::Closed, &c.reason)?;
         }
         Ok(closed)
     }

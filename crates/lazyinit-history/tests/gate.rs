@@ -17,7 +17,7 @@ fn arm64_fix(n: usize) -> Series {
         h.import(night).unwrap();
     }
     let mut all = h.series(Metric::FromFirstGroupS, None).unwrap();
-    all.retain(|s| s.id.contains("arm64") && s.id.contains("/fix/"));
+    all.retain(|s| s.id.as_str().contains("arm64") && s.id.as_str().contains("/fix/"));
     assert_eq!(all.len(), 1);
     all.remove(0)
 }
@@ -115,7 +115,7 @@ fn a_release_candidate_is_judged_against_the_chosen_baseline() {
         .collect();
     assert_eq!(outcomes.len(), 4, "{outcomes:?}");
     for (series, outcome) in &outcomes {
-        let want = if series.contains("x86_64") && series.contains("/fix/") {
+        let want = if series.as_str().contains("x86_64") && series.as_str().contains("/fix/") {
             Outcome::Fail
         } else {
             Outcome::Pass

@@ -17,7 +17,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::cell::{Arch, Hz, KernelSource, Variant};
 use crate::provider::KernelProfile;
@@ -32,16 +32,19 @@ pub use knobs::{Knobs, SpecKnobs};
 /// Serde, `From<&str>`/`From<String>` and comparison with text, for a type
 /// that parses from any text (`From<&str>`) and writes it back unchanged
 /// (`Display`).
+#[macro_export]
 macro_rules! text_value {
     ($t:ty) => {
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        impl $crate::__serde::Serialize for $t {
+            fn serialize<S: $crate::__serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.collect_str(self)
             }
         }
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                Ok(<$t>::from(String::deserialize(d)?.as_str()))
+        impl<'de> $crate::__serde::Deserialize<'de> for $t {
+            fn deserialize<D: $crate::__serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                Ok(<$t>::from(
+                    <String as $crate::__serde::Deserialize>::deserialize(d)?.as_str(),
+                ))
             }
         }
         impl From<String> for $t {
@@ -96,7 +99,9 @@ macro_rules! text_order {
 }
 
 /// An open set of names (a newtype over its text): `as_str`, `Display`,
-/// `From<&str>` and the text edges of [`text_value!`].
+/// `From<&str>` and the text edges of [`text_value!`]. Exported: every
+/// crate's text newtype (the history's series and alert ids) is made so.
+#[macro_export]
 macro_rules! open_name {
     ($t:ident) => {
         impl $t {
@@ -104,8 +109,8 @@ macro_rules! open_name {
                 &self.0
             }
         }
-        impl fmt::Display for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $t {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(&self.0)
             }
         }
@@ -114,7 +119,7 @@ macro_rules! open_name {
                 $t(s.to_string())
             }
         }
-        text_value!($t);
+        $crate::text_value!($t);
     };
 }
 
