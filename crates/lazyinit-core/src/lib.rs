@@ -15,10 +15,6 @@ pub mod events;
 pub mod evidence;
 pub mod exit;
 pub mod identity;
-
-/// serde, for the exported text macros (`open_name!`, `text_value!`).
-#[doc(hidden)]
-pub use serde as __serde;
 pub mod input;
 pub mod layout;
 pub mod model;
@@ -33,6 +29,32 @@ pub mod stats;
 pub mod storage;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+/// serde, for the exported text macros (`open_name!`, `text_value!`).
+#[doc(hidden)]
+pub use serde as __serde;
+
+/// `first` then `then`, as one array: a const table made of the first
+/// table's entries and the knobs' (`identity::FIELDS`,
+/// `results::COLUMN_KINDS`). `first` is never empty.
+pub(crate) const fn concat<T: Copy, const A: usize, const B: usize, const N: usize>(
+    first: [T; A],
+    then: [T; B],
+) -> [T; N] {
+    assert!(A > 0 && A + B == N, "concat: N is A + B, and A is not 0");
+    let mut all = [first[0]; N];
+    let mut i = 0;
+    while i < A {
+        all[i] = first[i];
+        i += 1;
+    }
+    let mut i = 0;
+    while i < B {
+        all[A + i] = then[i];
+        i += 1;
+    }
+    all
+}
 pub mod ticks;
 pub mod writer;
 

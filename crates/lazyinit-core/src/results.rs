@@ -516,20 +516,8 @@ const FIRST_KINDS: [(&str, ColumnKind); 53] = {
 
 /// Every column of the CSV with its kind: the first table's, then each
 /// knob's ([`Knobs::COLUMNS`]).
-pub const COLUMN_KINDS: [(&str, ColumnKind); FIRST_KINDS.len() + Knobs::COLUMNS.len()] = {
-    let mut all = [FIRST_KINDS[0]; FIRST_KINDS.len() + Knobs::COLUMNS.len()];
-    let mut i = 0;
-    while i < FIRST_KINDS.len() {
-        all[i] = FIRST_KINDS[i];
-        i += 1;
-    }
-    let mut i = 0;
-    while i < Knobs::COLUMNS.len() {
-        all[FIRST_KINDS.len() + i] = Knobs::COLUMNS[i];
-        i += 1;
-    }
-    all
-};
+pub const COLUMN_KINDS: [(&str, ColumnKind); FIRST_KINDS.len() + Knobs::COLUMNS.len()] =
+    crate::concat(FIRST_KINDS, Knobs::COLUMNS);
 
 /// The columns' names, in [`COLUMN_KINDS`] order.
 pub const COLUMNS: [&str; COLUMN_KINDS.len()] = {

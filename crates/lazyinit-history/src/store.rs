@@ -10,9 +10,9 @@ use crate::import::{run_key, ImportOutcome, RunImport};
 use crate::series::{self, Series, SeriesFilter, StoredRow};
 use crate::{migrate, DbUrl, HistoryError};
 
+use lazyinit_core::identity::Knobs;
 /// How a results.csv column is stored, and each column's kind: the
 /// results' own table, so a new column is not listed here again.
-use lazyinit_core::identity::Knobs;
 use lazyinit_core::results::{ColumnKind as Kind, COLUMN_KINDS as KINDS};
 
 /// The provenance columns after the CSV's, in the schema's order.

@@ -353,7 +353,7 @@ mod tests {
         let arm_nofix_2t = p
             .cells
             .iter()
-            .find(|c| c.id.as_str().contains("arm64") && c.id.as_str().contains("nofix-2TiB"))
+            .find(|c| c.id.contains("arm64") && c.id.contains("nofix-2TiB"))
             .unwrap();
         assert_eq!(arm_nofix_2t.groups, 16384);
     }

@@ -239,20 +239,14 @@ const FIRST: [KeyField; 10] = [
 
 /// Every field of the key: the first table's, in the order of the CSV
 /// columns, then each knob's ([`Knobs::FIELDS`]).
-pub const FIELDS: [KeyField; FIRST.len() + Knobs::FIELDS.len()] = {
-    let mut all = [FIRST[0]; FIRST.len() + Knobs::FIELDS.len()];
-    let mut i = 0;
-    while i < Knobs::FIELDS.len() {
-        all[FIRST.len() + i] = Knobs::FIELDS[i];
-        i += 1;
-    }
-    let mut i = 0;
-    while i < FIRST.len() {
-        all[i] = FIRST[i];
-        i += 1;
-    }
-    all
-};
+pub const FIELDS: [KeyField; FIRST.len() + Knobs::FIELDS.len()] =
+    crate::concat(FIRST, Knobs::FIELDS);
+
+/// True where `FIELDS[i]` is a knob at its default in `k`: left out of
+/// a key's JSON and of tables whose keys all have it so.
+fn knob_at_default(i: usize, f: &KeyField, k: &CellKey) -> bool {
+    i >= FIRST.len() && f.quiet_default.is_some_and(|quiet| quiet(k))
+}
 
 /// The fields in their order in labels, each with its index in [`FIELDS`].
 pub fn label_order() -> impl Iterator<Item = (usize, &'static KeyField)> {
@@ -282,12 +276,9 @@ impl CellKey {
         FIELDS
             .iter()
             .enumerate()
-            .filter(|(i, f)| {
-                *i < FIRST.len()
-                    || keys
-                        .iter()
-                        .any(|k| !f.quiet_default.is_some_and(|quiet| quiet(k)))
-            })
+            // The first table's always (a report of no cell keeps its
+            // columns); a knob where a key is off its default.
+            .filter(|(i, f)| *i < FIRST.len() || keys.iter().any(|k| !knob_at_default(*i, f, k)))
             .map(|(_, f)| f)
             .collect()
     }
@@ -391,7 +382,7 @@ impl Serialize for CellKey {
         let mut m = s.serialize_struct("CellKey", FIELDS.len() + 1)?;
         for (i, f) in FIELDS.iter().enumerate() {
             // A knob at its default is left out, as before it existed.
-            if i >= FIRST.len() && f.quiet_default.is_some_and(|quiet| quiet(self)) {
+            if knob_at_default(i, f, self) {
                 m.skip_field(f.column)?;
                 continue;
             }
