@@ -75,12 +75,6 @@ pub struct Session {
     pub variant: Variant,
 }
 
-/// Why a commit yields no samples (a skip), or that the run must stop.
-enum NoSample {
-    Skip(String),
-    Stop(anyhow::Error),
-}
-
 impl Session {
     pub fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::SeqCst)
@@ -96,13 +90,11 @@ impl Session {
     /// known fix) and is returned as a fact of the build, never a reason
     /// to skip. A build that fails is a skip, remembered in
     /// `skips/<commit>` so a resumed run does not build it again.
-    async fn prepare_tree(&self, commit: &str) -> Result<(Variant, f64, &'static str), NoSample> {
+    async fn prepare_tree(&mut self, commit: &str) -> anyhow::Result<Prepared> {
         if let Ok(r) = std::fs::read_to_string(self.skip_file(commit)) {
-            return Err(NoSample::Skip(r.trim().to_string()));
+            return Ok(Prepared::Skip(r.trim().to_string()));
         }
-        self.worktree
-            .checkout(commit)
-            .map_err(|e| NoSample::Stop(e.into()))?;
+        self.worktree.checkout(commit)?;
         // From the private clone: it holds the user's commits (borrowed) and
         // the reverts made there, which the user's repository never sees.
         let text = lazyinit_bisect::git::show(&self.worktree.dir, commit, "fs/ext4/super.c");
@@ -116,11 +108,13 @@ impl Session {
             lazyinit_kernel::Detected::Unknown => "unknown",
         };
         let variant = detected.variant().unwrap_or(Variant::NoFix);
-        if let Some(file) = &self.fake {
-            return match std::fs::read_to_string(self.worktree.dir.join(file)) {
-                Ok(t) if !t.starts_with("does not build") => Ok((variant, 0.0, reading)),
-                _ => Err(self.remember_skip(commit, &format!("does not build (fake: {file})"))),
-            };
+        if let Some(file) = self.fake.clone() {
+            return Ok(
+                match std::fs::read_to_string(self.worktree.dir.join(&file)) {
+                    Ok(t) if !t.starts_with("does not build") => self.ready(variant, 0.0, reading),
+                    _ => self.remember_skip(commit, &format!("does not build (fake: {file})")),
+                },
+            );
         }
         let mut spec = KernelSpec::new(self.cell.arch, self.cell.hz, variant);
         spec.id.source = KernelSource::Path(self.worktree.dir.clone());
@@ -137,13 +131,13 @@ impl Session {
         let built = tokio::select! {
             r = lazyinit_kernel::build(&spec, &opts) => r,
             _ = lazyinit_orchestrator::runner::cancelled(&self.cancel) => {
-                return Err(NoSample::Stop(lazyinit_core::exit::ExitError::Interrupted {
+                return Err(lazyinit_core::exit::ExitError::Interrupted {
                     during: " during a build",
-                }.into()))
+                }.into())
             }
         };
         match built {
-            Ok(_) => Ok((variant, t.elapsed().as_secs_f64(), reading)),
+            Ok(_) => Ok(self.ready(variant, t.elapsed().as_secs_f64(), reading)),
             Err(
                 e @ (KernelError::Build { .. }
                 | KernelError::ConfigCheck { .. }
@@ -161,19 +155,28 @@ impl Session {
                     ),
                     e => format!("does not build: {e}"),
                 };
-                Err(self.remember_skip(commit, &line))
+                Ok(self.remember_skip(commit, &line))
             }
-            Err(e) => Err(NoSample::Stop(e.into())),
+            Err(e) => Err(e.into()),
         }
     }
 
-    fn remember_skip(&self, commit: &str, reason: &str) -> NoSample {
+    /// Built: the variant it reads as labels its samples' kernel.
+    fn ready(&mut self, variant: Variant, build_s: f64, reading: &str) -> Prepared {
+        self.variant = variant;
+        Prepared::Ready {
+            build_s,
+            reading: reading.to_string(),
+        }
+    }
+
+    fn remember_skip(&self, commit: &str, reason: &str) -> Prepared {
         let p = self.skip_file(commit);
         if let Some(d) = p.parent() {
             let _ = std::fs::create_dir_all(d);
         }
         let _ = std::fs::write(&p, format!("{reason}\n"));
-        NoSample::Skip(reason.to_string())
+        Prepared::Skip(reason.to_string())
     }
 
     /// One sample: a one-cell run of the project's runner into
@@ -290,17 +293,7 @@ impl Session {
 
 impl Lab for Session {
     async fn prepare(&mut self, commit: &str) -> anyhow::Result<Prepared> {
-        match self.prepare_tree(commit).await {
-            Ok((variant, build_s, reading)) => {
-                self.variant = variant;
-                Ok(Prepared::Ready {
-                    build_s,
-                    reading: reading.to_string(),
-                })
-            }
-            Err(NoSample::Skip(why)) => Ok(Prepared::Skip(why)),
-            Err(NoSample::Stop(e)) => Err(e),
-        }
+        self.prepare_tree(commit).await
     }
 
     async fn sample(
