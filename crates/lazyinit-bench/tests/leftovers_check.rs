@@ -16,7 +16,7 @@ fn a_socket_in_the_temporary_directory_is_found() {
     let out = base.path().join("r".repeat(60)).join("s".repeat(60));
     let cell = RunFolder::new(&out).cell("x86_64-hz250-fix-64GiB-r1");
     std::fs::create_dir_all(cell.path()).unwrap();
-    let sock = cell.qmp_sock();
+    let sock = cell.qmp_sock().shown();
     assert!(
         !sock.starts_with(&out),
         "{} is in the folder",
@@ -30,8 +30,8 @@ fn a_socket_in_the_temporary_directory_is_found() {
     let short = base.path().join("o");
     let c = RunFolder::new(&short).cell("c");
     std::fs::create_dir_all(c.path()).unwrap();
-    let _k = UnixListener::bind(c.kvm_probe_qmp()).unwrap();
-    assert_eq!(leftovers::sockets(&short), vec![c.kvm_probe_qmp()]);
+    let _k = UnixListener::bind(c.kvm_probe_qmp().shown()).unwrap();
+    assert_eq!(leftovers::sockets(&short), vec![c.kvm_probe_qmp().shown()]);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lazyinit_core::results::{read_rows, ResultsWriter};
+use lazyinit_core::results::read_rows;
 use lazyinit_estimate::synth::{generate, Run};
 
 fn fixture(rel: &str) -> String {
@@ -30,8 +30,9 @@ fn text(b: &[u8]) -> String {
 /// Two full runs from the model, shaped like two reported cells (4096
 /// groups each, to stay quick), one groups.csv, one groups.csv.gz.
 fn full_runs(dir: &Path) -> PathBuf {
+    let run = lazyinit_core::RunWriter::claim(&lazyinit_core::RunFolder::new(dir)).unwrap();
     let csv = dir.join("results.csv");
-    let mut w = ResultsWriter::open(&csv).unwrap();
+    let mut w = run.results().unwrap();
     let rows = read_rows(fixture("reported/results.csv")).unwrap();
     for (i, mut row) in rows.into_iter().take(2).enumerate() {
         let t = generate(&Run::noisy(row.axes.hz.get(), 10, 4096, i as u64 + 3));

@@ -26,7 +26,7 @@ pub struct Evidence {
 
 impl Evidence {
     /// Each file there is to write, by its name in the cell's folder.
-    pub fn files(&self) -> Vec<(&'static str, String)> {
+    pub fn files(&self) -> Vec<(crate::layout::FileName, String)> {
         let mut out = Vec::new();
         let mut add = |name, text: &Option<String>| {
             if let Some(t) = text {

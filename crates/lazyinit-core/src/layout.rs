@@ -18,6 +18,11 @@
 //!   merge.toml            a merged run's: its shards, cells missing (merge)
 //!   shards/shard-K-of-N/  a merged run's: each shard's shard.toml,
 //!                         command.txt, events.jsonl, run.log (merge)
+//!   bisect.args           a bisect folder's: the arguments it bisects (bisect)
+//!   bisect.log, steps.md, summary.txt, bisect-step.log, bisect-steps.jsonl
+//!                         a bisect folder's steps and answer (bisect)
+//!   runs/<sample>/        a bisect folder's: one run folder per sample
+//!   skips/<commit>        a bisect folder's: why a commit was skipped
 //!   <cell id>/            CellFolder
 //!     .running            while a run has the cell (its pid): found on
 //!                         resume, the cell's row was lost
@@ -35,10 +40,140 @@
 //! ```
 //!
 //! The runner, the providers, the guest protocol and `report` all reach
-//! these files through the two types here; this module names them and
-//! does no I/O ([`crate::writer`] writes them).
+//! these files through the types here. This module names them and hands
+//! them out for reading only: a name is a [`FileName`] and a file a
+//! [`RunFile`], neither of which is a path, so no code can open one for
+//! writing. Writing takes a [`crate::writer::RunWriter`], which only the
+//! run's lock (or a folder being built whole) gives.
 
 use std::path::{Path, PathBuf};
+
+/// The name of a file or folder of a results folder. Not a path (no
+/// `AsRef<Path>`): only the writer joins it onto a folder to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileName(&'static str);
+
+impl FileName {
+    pub(crate) const fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+impl PartialEq<str> for FileName {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<String> for FileName {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == other
+    }
+}
+
+impl std::fmt::Display for FileName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+/// A file of a results folder, for reading: not a path, so nothing but the
+/// writer opens it for writing (`File::create(run.results_csv())` does not
+/// compile).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RunFile(PathBuf);
+
+impl std::fmt::Debug for RunFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl RunFile {
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn display(&self) -> std::path::Display<'_> {
+        self.0.display()
+    }
+    /// A copy of its path, to show in a message or keep in an error
+    /// (never to open: `tests/one_writer.rs` finds it given to a write).
+    pub fn shown(&self) -> PathBuf {
+        self.0.clone()
+    }
+    /// Whether it is `path` (tests, and messages comparing with a path
+    /// the user gave).
+    pub fn is_at(&self, path: impl AsRef<Path>) -> bool {
+        self.0 == path.as_ref()
+    }
+    pub fn exists(&self) -> bool {
+        self.0.exists()
+    }
+    pub fn is_file(&self) -> bool {
+        self.0.is_file()
+    }
+    pub fn metadata(&self) -> std::io::Result<std::fs::Metadata> {
+        std::fs::metadata(&self.0)
+    }
+    /// Opened read-only.
+    pub fn open(&self) -> std::io::Result<std::fs::File> {
+        std::fs::File::open(&self.0)
+    }
+    pub fn read(&self) -> std::io::Result<Vec<u8>> {
+        std::fs::read(&self.0)
+    }
+    pub fn read_to_string(&self) -> std::io::Result<String> {
+        std::fs::read_to_string(&self.0)
+    }
+    /// Its text, refused past `limit` bytes or when not a regular file
+    /// ([`crate::input::read_text_bounded`]).
+    pub fn read_text_bounded(&self, limit: u64, what: &str) -> std::io::Result<String> {
+        crate::input::read_text_bounded(&self.0, limit, what)
+    }
+    /// Opened read-only once it is found a regular file of at most
+    /// `limit` bytes ([`crate::input::check_regular`]).
+    pub fn open_bounded(&self, limit: u64, what: &str) -> std::io::Result<std::fs::File> {
+        crate::input::check_regular(&self.0, limit, what)?;
+        self.open()
+    }
+    /// The text, or None when it is not there or cannot be read.
+    pub fn text(&self) -> Option<String> {
+        self.read_to_string().ok()
+    }
+    /// Its rows, when it is a results CSV ([`crate::results::read_rows`]).
+    pub fn rows(&self) -> Result<Vec<crate::results::ResultRow>, crate::results::ResultsError> {
+        crate::results::read_rows(&self.0)
+    }
+    /// Its rows, a torn last line left out ([`crate::results::read_untorn_rows`]).
+    pub fn untorn_rows(
+        &self,
+    ) -> Result<Vec<crate::results::ResultRow>, crate::results::ResultsError> {
+        crate::results::read_untorn_rows(&self.0)
+    }
+    /// Its rows, refusing a torn one ([`crate::results::read_whole_rows`]).
+    pub fn whole_rows(
+        &self,
+    ) -> Result<Vec<crate::results::ResultRow>, crate::results::ResultsError> {
+        crate::results::read_whole_rows(&self.0)
+    }
+}
+
+// The type is the rule: a name or a file of a results folder is not a
+// path, whatever is added to them later.
+static_assertions::assert_not_impl_any!(
+    FileName: AsRef<Path>,
+    AsRef<std::ffi::OsStr>,
+    AsRef<str>,
+    Into<PathBuf>,
+    std::ops::Deref
+);
+static_assertions::assert_not_impl_any!(
+    RunFile: AsRef<Path>,
+    AsRef<std::ffi::OsStr>,
+    Into<PathBuf>,
+    std::ops::Deref,
+    std::borrow::Borrow<Path>
+);
 
 /// A run's results folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,19 +182,52 @@ pub struct RunFolder {
 }
 
 impl RunFolder {
-    pub const RESULTS_CSV: &'static str = "results.csv";
-    pub const SPEC_TOML: &'static str = "spec.toml";
-    pub const COMMAND_TXT: &'static str = "command.txt";
-    pub const EVENTS_JSONL: &'static str = "events.jsonl";
-    pub const RUN_LOG: &'static str = "run.log";
-    pub const LOCK: &'static str = ".lock";
-    pub const RESULTS_TORN: &'static str = "results.csv.torn";
-    pub const SHARD_TOML: &'static str = "shard.toml";
-    pub const MERGE_TOML: &'static str = "merge.toml";
-    pub const SHARDS_DIR: &'static str = "shards";
-    pub const REPORT_MD: &'static str = "report.md";
-    pub const REPORT_SVG: &'static str = "report.svg";
-    pub const REPORT_CYCLES_SVG: &'static str = "report-cycles.svg";
+    pub const RESULTS_CSV: FileName = FileName("results.csv");
+    pub const SPEC_TOML: FileName = FileName("spec.toml");
+    pub const COMMAND_TXT: FileName = FileName("command.txt");
+    pub const EVENTS_JSONL: FileName = FileName("events.jsonl");
+    pub const RUN_LOG: FileName = FileName("run.log");
+    pub const LOCK: FileName = FileName(".lock");
+    pub const RESULTS_TORN: FileName = FileName("results.csv.torn");
+    pub const SHARD_TOML: FileName = FileName("shard.toml");
+    pub const MERGE_TOML: FileName = FileName("merge.toml");
+    pub const SHARDS_DIR: FileName = FileName("shards");
+    pub const REPORT_MD: FileName = FileName("report.md");
+    pub const REPORT_SVG: FileName = FileName("report.svg");
+    pub const REPORT_CYCLES_SVG: FileName = FileName("report-cycles.svg");
+    /// A bisect folder's (`lazyinit-bench bisect`): the arguments it
+    /// bisects, its `git bisect` log, step table and answer, each step of
+    /// a `git bisect run` and the steps so far, one run folder per sample,
+    /// and why a commit was skipped.
+    pub const BISECT_ARGS: FileName = FileName("bisect.args");
+    pub const BISECT_LOG: FileName = FileName("bisect.log");
+    pub const STEPS_MD: FileName = FileName("steps.md");
+    pub const SUMMARY_TXT: FileName = FileName("summary.txt");
+    pub const BISECT_STEP_LOG: FileName = FileName("bisect-step.log");
+    pub const BISECT_STEPS_JSONL: FileName = FileName("bisect-steps.jsonl");
+    pub const RUNS_DIR: FileName = FileName("runs");
+    pub const SKIPS_DIR: FileName = FileName("skips");
+
+    /// Every name a run's folder holds (the one-writer test looks for
+    /// them written out by hand anywhere else).
+    pub const NAMES: &'static [FileName] = &[
+        Self::RESULTS_CSV,
+        Self::SPEC_TOML,
+        Self::COMMAND_TXT,
+        Self::EVENTS_JSONL,
+        Self::RUN_LOG,
+        Self::LOCK,
+        Self::RESULTS_TORN,
+        Self::SHARD_TOML,
+        Self::MERGE_TOML,
+        Self::REPORT_MD,
+        Self::REPORT_SVG,
+        Self::REPORT_CYCLES_SVG,
+        Self::BISECT_ARGS,
+        Self::BISECT_LOG,
+        Self::BISECT_STEP_LOG,
+        Self::BISECT_STEPS_JSONL,
+    ];
 
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
@@ -73,39 +241,54 @@ impl RunFolder {
     pub fn root(&self) -> &Path {
         &self.root
     }
-    pub fn results_csv(&self) -> PathBuf {
-        self.root.join(Self::RESULTS_CSV)
+    /// The run's file `name`, for reading.
+    pub fn file(&self, name: FileName) -> RunFile {
+        RunFile(self.path_of(name))
     }
-    pub fn spec_toml(&self) -> PathBuf {
-        self.root.join(Self::SPEC_TOML)
+    pub(crate) fn path_of(&self, name: FileName) -> PathBuf {
+        self.root.join(name.as_str())
     }
-    pub fn command_txt(&self) -> PathBuf {
-        self.root.join(Self::COMMAND_TXT)
+    pub fn results_csv(&self) -> RunFile {
+        self.file(Self::RESULTS_CSV)
     }
-    pub fn events_jsonl(&self) -> PathBuf {
-        self.root.join(Self::EVENTS_JSONL)
+    pub fn spec_toml(&self) -> RunFile {
+        self.file(Self::SPEC_TOML)
     }
-    pub fn run_log(&self) -> PathBuf {
-        self.root.join(Self::RUN_LOG)
+    pub fn command_txt(&self) -> RunFile {
+        self.file(Self::COMMAND_TXT)
     }
-    pub fn lock(&self) -> PathBuf {
-        self.root.join(Self::LOCK)
+    pub fn events_jsonl(&self) -> RunFile {
+        self.file(Self::EVENTS_JSONL)
+    }
+    pub fn run_log(&self) -> RunFile {
+        self.file(Self::RUN_LOG)
+    }
+    pub fn lock(&self) -> RunFile {
+        self.file(Self::LOCK)
     }
     /// Where a resume keeps the torn last line it cut off `results.csv`.
-    pub fn results_torn(&self) -> PathBuf {
-        self.root.join(Self::RESULTS_TORN)
+    pub fn results_torn(&self) -> RunFile {
+        self.file(Self::RESULTS_TORN)
     }
     /// What a shard's run says of itself (docs/shards.md).
-    pub fn shard_toml(&self) -> PathBuf {
-        self.root.join(Self::SHARD_TOML)
+    pub fn shard_toml(&self) -> RunFile {
+        self.file(Self::SHARD_TOML)
     }
     /// What a merged run says of its shards (docs/shards.md).
-    pub fn merge_toml(&self) -> PathBuf {
-        self.root.join(Self::MERGE_TOML)
+    pub fn merge_toml(&self) -> RunFile {
+        self.file(Self::MERGE_TOML)
     }
     /// Where a merged run keeps each shard's own files.
-    pub fn shard_files(&self, slug: &str) -> PathBuf {
-        self.root.join(Self::SHARDS_DIR).join(slug)
+    pub fn shard_files(&self, slug: &str) -> RunFolder {
+        Self::new(self.path_of(Self::SHARDS_DIR).join(slug))
+    }
+    /// A bisect folder's run folder of one sample.
+    pub fn sample_run(&self, name: &str) -> RunFolder {
+        Self::new(self.path_of(Self::RUNS_DIR).join(name))
+    }
+    /// A bisect folder's note of why `commit` was skipped.
+    pub fn skip_note(&self, commit: &str) -> RunFile {
+        RunFile(self.path_of(Self::SKIPS_DIR).join(commit))
     }
     /// The folder of one cell (named by its id).
     pub fn cell(&self, cell_id: &str) -> CellFolder {
@@ -122,43 +305,67 @@ pub struct CellFolder {
 impl CellFolder {
     /// Held by the runner while the cell runs (the run's pid): one found
     /// by a later run means the cell's row was lost with its run.
-    pub const RUNNING: &'static str = ".running";
+    pub const RUNNING: FileName = FileName(".running");
     /// Written by the runner for a cell that did not end ok.
-    pub const ERROR_TXT: &'static str = "error.txt";
+    pub const ERROR_TXT: FileName = FileName("error.txt");
     /// Written by the runner when the cell's row could not be appended to
     /// `results.csv`: the header and the row, to append by hand.
-    pub const ROW_CSV: &'static str = "row.csv";
+    pub const ROW_CSV: FileName = FileName("row.csv");
     /// What the guest protocol returns (`writer::Evidence`), written by
     /// the cell.
-    pub const FACTS_TXT: &'static str = "facts.txt";
-    pub const TRACE_TXT: &'static str = "trace.txt";
-    pub const GROUPS_CSV: &'static str = "groups.csv";
+    pub const FACTS_TXT: FileName = FileName("facts.txt");
+    pub const TRACE_TXT: FileName = FileName("trace.txt");
+    pub const GROUPS_CSV: FileName = FileName("groups.csv");
     /// `groups.csv` as a published run keeps it (scripts/publish-run.sh).
-    pub const GROUPS_CSV_GZ: &'static str = "groups.csv.gz";
-    pub const CALIBRATION_CSV: &'static str = "calibration.csv";
+    pub const GROUPS_CSV_GZ: FileName = FileName("groups.csv.gz");
+    pub const CALIBRATION_CSV: FileName = FileName("calibration.csv");
     /// Each lock check of an early stop (`estimate-after`).
-    pub const ESTIMATE_TXT: &'static str = "estimate.txt";
+    pub const ESTIMATE_TXT: FileName = FileName("estimate.txt");
     /// The volume's hold: the one the provider started with, then what
     /// the calibration found and set (`writer::StorageNote`).
-    pub const STORAGE_TXT: &'static str = "storage.txt";
+    pub const STORAGE_TXT: FileName = FileName("storage.txt");
     /// The guest's console; every provider keeps one (the KCIDB export
     /// makes it the test's log).
-    pub const CONSOLE_LOG: &'static str = "console.log";
+    pub const CONSOLE_LOG: FileName = FileName("console.log");
     /// The QEMU provider's: its command line, its stderr, its QMP socket,
     /// the NBD sockets of the volume and the warm-up disk (each with a
     /// `.trace.csv` beside it when `LAZYINIT_NBD_TRACE=1`), and the KVM
     /// probe's files when this cell's launch probed.
-    pub const QEMU_CMDLINE: &'static str = "qemu.cmdline";
-    pub const QEMU_STDERR: &'static str = "qemu.stderr";
-    pub const QMP_SOCK: &'static str = "qmp.sock";
-    pub const VOLUME_NBD_SOCK: &'static str = "volume.nbd.sock";
-    pub const WARMUP_NBD_SOCK: &'static str = "warmup.nbd.sock";
-    pub const NBD_TRACE_SUFFIX: &'static str = "trace.csv";
-    pub const KVM_PROBE_CONSOLE: &'static str = "kvm-probe.console";
-    pub const KVM_PROBE_QMP: &'static str = "kvm-probe.qmp";
-    pub const KVM_PROBE_STDERR: &'static str = "kvm-probe.stderr";
+    pub const QEMU_CMDLINE: FileName = FileName("qemu.cmdline");
+    pub const QEMU_STDERR: FileName = FileName("qemu.stderr");
+    pub const QMP_SOCK: FileName = FileName("qmp.sock");
+    pub const VOLUME_NBD_SOCK: FileName = FileName("volume.nbd.sock");
+    pub const WARMUP_NBD_SOCK: FileName = FileName("warmup.nbd.sock");
+    pub(crate) const NBD_TRACE_SUFFIX: &'static str = "trace.csv";
+    pub const KVM_PROBE_CONSOLE: FileName = FileName("kvm-probe.console");
+    pub const KVM_PROBE_QMP: FileName = FileName("kvm-probe.qmp");
+    pub const KVM_PROBE_STDERR: FileName = FileName("kvm-probe.stderr");
     /// The EC2 provider's record of the instance and volume.
-    pub const EC2_JSON: &'static str = "ec2.json";
+    pub const EC2_JSON: FileName = FileName("ec2.json");
+
+    /// Every name a cell's folder holds (see [`RunFolder::NAMES`]).
+    pub const NAMES: &'static [FileName] = &[
+        Self::RUNNING,
+        Self::ERROR_TXT,
+        Self::ROW_CSV,
+        Self::FACTS_TXT,
+        Self::TRACE_TXT,
+        Self::GROUPS_CSV,
+        Self::GROUPS_CSV_GZ,
+        Self::CALIBRATION_CSV,
+        Self::ESTIMATE_TXT,
+        Self::STORAGE_TXT,
+        Self::CONSOLE_LOG,
+        Self::QEMU_CMDLINE,
+        Self::QEMU_STDERR,
+        Self::QMP_SOCK,
+        Self::VOLUME_NBD_SOCK,
+        Self::WARMUP_NBD_SOCK,
+        Self::KVM_PROBE_CONSOLE,
+        Self::KVM_PROBE_QMP,
+        Self::KVM_PROBE_STDERR,
+        Self::EC2_JSON,
+    ];
 
     /// A cell folder at `dir` (tests, and tools run outside a results folder).
     pub fn at(dir: impl Into<PathBuf>) -> Self {
@@ -168,67 +375,80 @@ impl CellFolder {
     pub fn path(&self) -> &Path {
         &self.dir
     }
-    pub fn file(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+    /// The cell's file `name`, for reading.
+    pub fn file(&self, name: FileName) -> RunFile {
+        RunFile(self.path_of(name))
     }
-    pub fn running(&self) -> PathBuf {
+    pub(crate) fn path_of(&self, name: FileName) -> PathBuf {
+        self.dir.join(name.as_str())
+    }
+    pub fn running(&self) -> RunFile {
         self.file(Self::RUNNING)
     }
-    pub fn error_txt(&self) -> PathBuf {
+    pub fn error_txt(&self) -> RunFile {
         self.file(Self::ERROR_TXT)
     }
-    pub fn row_csv(&self) -> PathBuf {
+    pub fn row_csv(&self) -> RunFile {
         self.file(Self::ROW_CSV)
     }
-    pub fn facts_txt(&self) -> PathBuf {
+    pub fn facts_txt(&self) -> RunFile {
         self.file(Self::FACTS_TXT)
     }
-    pub fn trace_txt(&self) -> PathBuf {
+    pub fn trace_txt(&self) -> RunFile {
         self.file(Self::TRACE_TXT)
     }
-    pub fn groups_csv(&self) -> PathBuf {
+    pub fn groups_csv(&self) -> RunFile {
         self.file(Self::GROUPS_CSV)
     }
-    pub fn groups_csv_gz(&self) -> PathBuf {
+    pub fn groups_csv_gz(&self) -> RunFile {
         self.file(Self::GROUPS_CSV_GZ)
     }
-    pub fn calibration_csv(&self) -> PathBuf {
+    pub fn calibration_csv(&self) -> RunFile {
         self.file(Self::CALIBRATION_CSV)
     }
-    pub fn estimate_txt(&self) -> PathBuf {
+    pub fn estimate_txt(&self) -> RunFile {
         self.file(Self::ESTIMATE_TXT)
     }
-    pub fn storage_txt(&self) -> PathBuf {
+    pub fn storage_txt(&self) -> RunFile {
         self.file(Self::STORAGE_TXT)
     }
-    pub fn console_log(&self) -> PathBuf {
+    pub fn console_log(&self) -> RunFile {
         self.file(Self::CONSOLE_LOG)
     }
-    pub fn qemu_cmdline(&self) -> PathBuf {
+    pub fn qemu_cmdline(&self) -> RunFile {
         self.file(Self::QEMU_CMDLINE)
     }
-    pub fn qemu_stderr(&self) -> PathBuf {
+    pub fn qemu_stderr(&self) -> RunFile {
         self.file(Self::QEMU_STDERR)
     }
-    pub fn qmp_sock(&self) -> PathBuf {
+    pub fn qmp_sock(&self) -> RunFile {
+        RunFile(self.qmp_sock_path())
+    }
+    pub(crate) fn qmp_sock_path(&self) -> PathBuf {
         self.socket(Self::QMP_SOCK)
     }
-    pub fn volume_nbd_sock(&self) -> PathBuf {
+    pub fn volume_nbd_sock(&self) -> RunFile {
+        RunFile(self.volume_nbd_sock_path())
+    }
+    pub(crate) fn volume_nbd_sock_path(&self) -> PathBuf {
         self.socket(Self::VOLUME_NBD_SOCK)
     }
-    pub fn warmup_nbd_sock(&self) -> PathBuf {
+    pub fn warmup_nbd_sock(&self) -> RunFile {
+        RunFile(self.warmup_nbd_sock_path())
+    }
+    pub(crate) fn warmup_nbd_sock_path(&self) -> PathBuf {
         self.socket(Self::WARMUP_NBD_SOCK)
     }
     /// A unix socket of this cell: in the folder when its path fits
     /// `sun_path` (108 bytes with the NUL), else in the temporary directory
     /// under a name unique to this folder, so any `--out` works.
-    fn socket(&self, name: &str) -> PathBuf {
+    fn socket(&self, name: FileName) -> PathBuf {
         self.socket_under(&std::env::temp_dir(), name)
     }
     /// [`CellFolder::socket`] with `tmp` as the temporary directory; one
     /// whose own path is too long (a deep `$TMPDIR`) gives way to /tmp.
-    fn socket_under(&self, tmp: &Path, name: &str) -> PathBuf {
-        let p = self.file(name);
+    fn socket_under(&self, tmp: &Path, name: FileName) -> PathBuf {
+        let p = self.path_of(name);
         if p.as_os_str().len() <= 107 {
             return p;
         }
@@ -244,16 +464,19 @@ impl CellFolder {
     pub fn nbd_trace_csv(socket: &Path) -> PathBuf {
         socket.with_extension(Self::NBD_TRACE_SUFFIX)
     }
-    pub fn kvm_probe_console(&self) -> PathBuf {
+    pub fn kvm_probe_console(&self) -> RunFile {
         self.file(Self::KVM_PROBE_CONSOLE)
     }
-    pub fn kvm_probe_qmp(&self) -> PathBuf {
+    pub fn kvm_probe_qmp(&self) -> RunFile {
+        RunFile(self.kvm_probe_qmp_path())
+    }
+    pub(crate) fn kvm_probe_qmp_path(&self) -> PathBuf {
         self.socket(Self::KVM_PROBE_QMP)
     }
-    pub fn kvm_probe_stderr(&self) -> PathBuf {
+    pub fn kvm_probe_stderr(&self) -> RunFile {
         self.file(Self::KVM_PROBE_STDERR)
     }
-    pub fn ec2_json(&self) -> PathBuf {
+    pub fn ec2_json(&self) -> RunFile {
         self.file(Self::EC2_JSON)
     }
 }
@@ -266,18 +489,18 @@ mod tests {
     fn sockets_stay_in_the_cell_folder_unless_its_path_is_too_long() {
         let short = RunFolder::new("/work/results/quick-1")
             .cell("qemu-x86_64-debian-6.1-hz250-fix-64GiB-r1");
-        assert_eq!(short.qmp_sock(), short.path().join("qmp.sock"));
+        assert_eq!(short.qmp_sock_path(), short.path().join("qmp.sock"));
         let deep = RunFolder::new("/work/scratch/results/usertree-nofix")
             .cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r1");
-        let p = deep.volume_nbd_sock();
+        let p = deep.volume_nbd_sock_path();
         assert!(p.as_os_str().len() <= 107, "{}", p.display());
         assert!(p.starts_with(std::env::temp_dir()));
         assert!(p.to_string_lossy().ends_with("-volume.nbd.sock"));
         // Unique per folder and per name.
         let other = RunFolder::new("/work/scratch/results/usertree-nofix")
             .cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r2");
-        assert_ne!(other.volume_nbd_sock(), p);
-        assert_ne!(deep.warmup_nbd_sock(), p);
+        assert_ne!(other.volume_nbd_sock_path(), p);
+        assert_ne!(deep.warmup_nbd_sock_path(), p);
     }
 
     #[test]
@@ -301,20 +524,19 @@ mod tests {
     #[test]
     fn names_are_the_documented_ones() {
         let run = RunFolder::new("/r/quick-1234");
-        assert_eq!(run.results_csv(), Path::new("/r/quick-1234/results.csv"));
+        assert!(run.results_csv().is_at("/r/quick-1234/results.csv"));
         assert_eq!(
-            RunFolder::of_results_csv(&run.results_csv()),
+            RunFolder::of_results_csv(run.results_csv().path()),
             run,
             "the folder of a results.csv is its run's"
         );
         let cell = run.cell("qemu-x86_64-c");
         assert_eq!(cell.path(), Path::new("/r/quick-1234/qemu-x86_64-c"));
+        assert!(cell
+            .groups_csv()
+            .is_at("/r/quick-1234/qemu-x86_64-c/groups.csv"));
         assert_eq!(
-            cell.groups_csv(),
-            Path::new("/r/quick-1234/qemu-x86_64-c/groups.csv")
-        );
-        assert_eq!(
-            CellFolder::nbd_trace_csv(&cell.volume_nbd_sock()),
+            CellFolder::nbd_trace_csv(&cell.volume_nbd_sock_path()),
             Path::new("/r/quick-1234/qemu-x86_64-c/volume.nbd.trace.csv")
         );
     }

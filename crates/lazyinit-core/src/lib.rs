@@ -63,11 +63,11 @@ pub use identity::{
     Accel, Axes, CellAxes, KernelId, MachineName, ProviderName, RowAxes, RowKernel, SourceId,
     StorageId, Testbed,
 };
-pub use layout::{CellFolder, RunFolder};
+pub use layout::{CellFolder, FileName, RunFile, RunFolder};
 pub use provider::KernelProfile;
 pub use size::ByteSize;
 pub use storage::StorageProfile;
-pub use writer::WriteError;
+pub use writer::{CellWriter, ClaimError, RunWriter, WriteError};
 
 /// Version of the harness, recorded in every result row.
 pub const HARNESS_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -315,8 +315,9 @@ impl Reads {
     pub fn results_csv(self, csv: impl Into<PathBuf>) -> Self {
         let csv = csv.into();
         let run = crate::RunFolder::of_results_csv(&csv);
-        let mut r = self.file(run.spec_toml());
-        if let Some(c) = spec_kernel_config(&run.spec_toml()) {
+        let spec = run.spec_toml();
+        let mut r = self.file(spec.path());
+        if let Some(c) = spec_kernel_config(spec.path()) {
             r = r.file(c);
         }
         let root = match run.root().as_os_str().is_empty() {
@@ -336,7 +337,7 @@ impl Reads {
                     C::ERROR_TXT,
                 ]
                 .iter()
-                .any(|f| cell.file(f).is_file());
+                .any(|f| cell.file(*f).is_file());
                 if is_cell {
                     r = r.tree(e.path());
                 }
@@ -348,7 +349,7 @@ impl Reads {
     /// A run folder (`history check`): its results.csv and what that
     /// implies.
     pub fn run_folder(self, dir: &Path) -> Self {
-        self.results_csv(crate::RunFolder::new(dir).results_csv())
+        self.results_csv(crate::RunFolder::new(dir).results_csv().path())
     }
 
     /// A SQLite database and the files SQLite keeps beside it.

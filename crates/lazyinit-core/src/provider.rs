@@ -17,8 +17,8 @@ use serde::Serialize;
 
 use crate::cell::Cell;
 use crate::exit;
-use crate::layout::CellFolder;
 use crate::storage::StorageProfile;
+use crate::writer::CellWriter;
 
 /// What a provider needs to start a machine for one cell.
 #[derive(Debug, Clone)]
@@ -31,8 +31,9 @@ pub struct LaunchRequest {
     pub kernel_release: String,
     /// Guest userland (compressed cpio) with the pinned SSH host key.
     pub initramfs: std::path::PathBuf,
-    /// The cell's folder: the console log and anything else worth keeping.
-    pub folder: CellFolder,
+    /// The cell folder's writer: the console log and anything else worth
+    /// keeping.
+    pub folder: CellWriter,
     /// Extra kernel command-line arguments (clocksource hints, for example).
     pub extra_cmdline: Vec<String>,
     /// What a zeroing costs on the volume.
@@ -297,7 +298,7 @@ pub trait Provider: Send + Sync {
     /// removed, one entry each.
     async fn reclaim(
         &self,
-        _run: &crate::RunFolder,
+        _run: &crate::RunWriter,
         _run_id: &str,
     ) -> Result<Vec<String>, ProviderError> {
         Ok(Vec::new())

@@ -563,7 +563,8 @@ pub struct ResultsWriter {
 }
 
 impl ResultsWriter {
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, ResultsError> {
+    /// Only a results folder's writer opens one (`RunWriter::results`).
+    pub(crate) fn open(path: impl AsRef<Path>) -> Result<Self, ResultsError> {
         let path = path.as_ref().to_path_buf();
         let open_err = |io| ResultsError::Open {
             path: path.clone(),
@@ -648,7 +649,7 @@ pub fn csv_writer<W: Write>(mut out: W) -> std::io::Result<csv::Writer<W>> {
 /// by a run killed while writing it (each row is written whole, newline
 /// last, so a row without one is incomplete). Returns the bytes cut, for
 /// the caller to log and keep; `None` when the file ends whole or is absent.
-pub fn repair_torn_tail(path: impl AsRef<Path>) -> Result<Option<String>, ResultsError> {
+pub(crate) fn repair_torn_tail(path: impl AsRef<Path>) -> Result<Option<String>, ResultsError> {
     let path = path.as_ref();
     let err = |source| ResultsError::Write {
         path: path.into(),

@@ -1,20 +1,26 @@
 //! The one writer of a results folder.
 //!
 //! Every file the harness keeps in a run's folder or a cell's is created,
-//! replaced, appended to or removed by the methods here (rows go through
-//! [`crate::results::ResultsWriter`], the CSV half of this owner).
-//! Providers and the guest protocol hand their data over ([`Evidence`] for
-//! the protocol's files); the cell and the runner write it. A write that
-//! fails is a [`WriteError`] naming the file, never dropped:
-//! `tests/one_writer.rs` checks that no other source file opens a file for
-//! writing unless it is on its list of writers outside results folders.
+//! replaced, appended to or removed by a [`RunWriter`] or the
+//! [`CellWriter`]s it gives, and by nothing else: the layout hands out
+//! names ([`FileName`]) and files ([`RunFile`]) that are not paths, and a
+//! writer is had only by taking the folder's `.lock`
+//! ([`RunWriter::claim`]: one writer at a time, across processes) or for
+//! a folder being built whole that nobody else can see yet
+//! ([`RunWriter::building`], a merge). A cell's writer holds its run's
+//! lock, so a provider's machine that keeps one keeps the run's folder.
+//! Rows go through [`crate::results::ResultsWriter`], which only a writer
+//! opens. A write that fails is a [`WriteError`] naming the file, never
+//! dropped.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use crate::evidence::{Attempt, CalibrationNote, Evidence, StorageNote};
-use crate::layout::{CellFolder, RunFolder};
+use crate::layout::{CellFolder, FileName, RunFolder};
+use crate::results::{ResultRow, ResultsError, ResultsWriter};
 
 /// A file of a results folder that could not be written, and why.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +38,16 @@ impl WriteError {
             source,
         }
     }
+}
+
+/// Why a results folder could not be taken for writing.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// Another process holds its `.lock` (its pid, as it wrote it).
+    #[error("{} is in use by another run (pid {pid}): wait for it to end, or give another folder", .folder.display())]
+    Busy { folder: PathBuf, pid: String },
 }
 
 fn at(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
@@ -66,79 +82,283 @@ fn remove(path: &Path) -> Result<(), WriteError> {
     }
 }
 
-impl RunFolder {
-    /// Makes the folder and its parents.
-    pub fn create(&self) -> Result<(), WriteError> {
-        std::fs::create_dir_all(self.root()).map_err(at(self.root()))
+fn create_dir(path: &Path) -> Result<(), WriteError> {
+    std::fs::create_dir_all(path).map_err(at(path))
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), WriteError> {
+    create_dir(to)?;
+    for e in std::fs::read_dir(from).map_err(at(from))? {
+        let e = e.map_err(at(from))?;
+        let t = e.file_type().map_err(at(&e.path()))?;
+        let dest = to.join(e.file_name());
+        if t.is_dir() {
+            copy_tree(&e.path(), &dest)?;
+        } else if t.is_file() {
+            std::fs::copy(e.path(), &dest).map_err(at(&dest))?;
+        }
     }
-    /// Replaces the run's file `name` with `bytes`.
-    pub fn put(&self, name: &str, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
-        put(&self.root().join(name), bytes.as_ref())
+    Ok(())
+}
+
+/// The held `.lock` of a folder (released when the last writer of it is
+/// dropped, or the process ends whatever way it ends).
+struct Held(#[allow(dead_code)] nix::fcntl::Flock<File>);
+
+/// The one writer of a run's (or merge's, or bisect's) folder.
+#[derive(Clone)]
+pub struct RunWriter {
+    folder: RunFolder,
+    _held: Option<Arc<Held>>,
+}
+
+impl std::fmt::Debug for RunWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RunWriter").field(&self.folder).finish()
     }
-    /// Appends `bytes` to the run's file `name` in one write.
-    pub fn append(&self, name: &str, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
-        append(&self.root().join(name), bytes.as_ref())
-    }
-    /// The run's file `name` kept open for appending (`events.jsonl`,
-    /// `run.log`): its later writes' errors are the caller's to report,
-    /// with [`WriteError::new`] and this path.
-    pub fn open_append(&self, name: &str) -> Result<File, WriteError> {
-        open_append(&self.root().join(name))
-    }
-    /// `.lock`, opened read-write without truncating it (its pid is
-    /// rewritten once the lock is held, [`RunFolder::write_lock_pid`]).
-    pub fn open_lock(&self) -> Result<File, WriteError> {
-        let path = self.lock();
-        OpenOptions::new()
+}
+
+impl RunWriter {
+    /// Makes `folder` (and its parents) and takes its `.lock` for this
+    /// process, its pid written into it; or says which process has it.
+    pub fn claim(folder: &RunFolder) -> Result<Self, ClaimError> {
+        use std::io::{Read, Seek};
+        create_dir(folder.root())?;
+        let path = folder.path_of(RunFolder::LOCK);
+        let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(at(&path))
+            .map_err(at(&path))?;
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                // The pid is how a second run says who holds the folder.
+                lock.set_len(0)
+                    .and_then(|()| lock.rewind())
+                    .and_then(|()| write!(lock, "{}", std::process::id()))
+                    .map_err(at(&path))?;
+                Ok(Self {
+                    folder: folder.clone(),
+                    _held: Some(Arc::new(Held(lock))),
+                })
+            }
+            Err((mut file, _)) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                Err(ClaimError::Busy {
+                    folder: folder.root().to_path_buf(),
+                    pid: pid.trim().to_string(),
+                })
+            }
+        }
     }
-    /// Writes this process's pid into the held `.lock`.
-    pub fn write_lock_pid(&self, lock: &mut File) -> Result<(), WriteError> {
-        use std::io::Seek;
-        lock.set_len(0)
-            .and_then(|()| lock.rewind())
-            .and_then(|()| write!(lock, "{}", std::process::id()))
-            .map_err(at(&self.lock()))
+
+    /// The writer of a folder being built whole beside its destination
+    /// (nobody else knows its name until it is placed).
+    pub fn building(new: &crate::output::NewFolder) -> Self {
+        Self {
+            folder: RunFolder::new(new.path()),
+            _held: None,
+        }
+    }
+
+    /// The folder, for reading.
+    pub fn folder(&self) -> &RunFolder {
+        &self.folder
+    }
+    /// Makes the folder (one being built, whose writer took no lock).
+    pub fn create(&self) -> Result<(), WriteError> {
+        create_dir(self.folder.root())
+    }
+    /// Replaces the run's file `name` with `bytes`.
+    pub fn put(&self, name: FileName, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
+        put(&self.folder.path_of(name), bytes.as_ref())
+    }
+    /// Replaces the run's file `name` whole: written beside it, then
+    /// renamed (a reader never sees half of it).
+    pub fn put_whole(&self, name: FileName, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
+        let path = self.folder.path_of(name);
+        crate::output::write_atomic(&path, bytes.as_ref()).map_err(at(&path))
+    }
+    /// Appends `bytes` to the run's file `name` in one write.
+    pub fn append(&self, name: FileName, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
+        append(&self.folder.path_of(name), bytes.as_ref())
+    }
+    /// The run's file `name` kept open for appending (`events.jsonl`,
+    /// `run.log`): its later writes' errors are the caller's to report,
+    /// with [`WriteError::new`] and the file.
+    pub fn open_append(&self, name: FileName) -> Result<File, WriteError> {
+        open_append(&self.folder.path_of(name))
+    }
+    /// `results.csv`, ready for rows (its header checked or written).
+    pub fn results(&self) -> Result<ResultsWriter, ResultsError> {
+        ResultsWriter::open(self.folder.path_of(RunFolder::RESULTS_CSV))
+    }
+    /// Cuts a torn last row off `results.csv` and returns it
+    /// ([`crate::results::repair_torn_tail`]).
+    pub fn repair_torn_tail(&self) -> Result<Option<String>, ResultsError> {
+        crate::results::repair_torn_tail(self.folder.path_of(RunFolder::RESULTS_CSV))
+    }
+    /// Replaces the results file `name` whole with `rows` (a bisect's
+    /// gathered rows).
+    pub fn put_rows(&self, name: FileName, rows: &[ResultRow]) -> Result<(), ResultsError> {
+        let path = self.folder.path_of(name);
+        let werr = |source| ResultsError::Write {
+            path: path.clone(),
+            source,
+        };
+        let tmp = crate::output::temp_beside(&path).map_err(werr)?;
+        let mut w = ResultsWriter::open(tmp.path())?;
+        for r in rows {
+            w.append(r)?;
+        }
+        tmp.persist(&path).map_err(|e| werr(e.error))?;
+        Ok(())
+    }
+    /// The writer of one cell's folder (it holds this run's lock).
+    pub fn cell(&self, cell_id: &str) -> CellWriter {
+        CellWriter {
+            folder: self.folder.cell(cell_id),
+            _held: self._held.clone(),
+        }
+    }
+    /// The writer of the folder a merged run keeps one shard's files in,
+    /// made.
+    pub fn shard_files(&self, slug: &str) -> Result<RunWriter, WriteError> {
+        let folder = self.folder.shard_files(slug);
+        create_dir(folder.root())?;
+        Ok(Self {
+            folder,
+            _held: self._held.clone(),
+        })
+    }
+    /// Copies each regular file at the top of `from` (another run's
+    /// folder) but `skip` into this folder (a merge keeping a shard's own
+    /// files).
+    pub fn copy_files_from(&self, from: &RunFolder, skip: &[FileName]) -> Result<(), WriteError> {
+        let entries = std::fs::read_dir(from.root()).map_err(at(from.root()))?;
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name();
+            let skipped = skip.iter().any(|n| name.to_str() == Some(n.as_str()));
+            if e.file_type().is_ok_and(|t| t.is_file()) && !skipped {
+                let to = self.folder.root().join(&name);
+                std::fs::copy(e.path(), &to).map_err(at(&to))?;
+            }
+        }
+        Ok(())
+    }
+    /// Keeps why a bisect skipped `commit`.
+    pub fn put_skip_note(&self, commit: &str, text: &str) -> Result<(), WriteError> {
+        let dir = self.folder.path_of(RunFolder::SKIPS_DIR);
+        create_dir(&dir)?;
+        put(&dir.join(commit), text.as_bytes())
     }
 }
 
-impl CellFolder {
+/// The writer of one cell's folder, from its run's [`RunWriter`].
+#[derive(Clone)]
+pub struct CellWriter {
+    folder: CellFolder,
+    _held: Option<Arc<Held>>,
+}
+
+impl std::fmt::Debug for CellWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CellWriter").field(&self.folder).finish()
+    }
+}
+
+impl PartialEq for CellWriter {
+    fn eq(&self, other: &Self) -> bool {
+        self.folder == other.folder
+    }
+}
+
+impl CellWriter {
+    /// The folder, for reading.
+    pub fn folder(&self) -> &CellFolder {
+        &self.folder
+    }
+    /// The folder's path (for messages).
+    pub fn path(&self) -> &Path {
+        self.folder.path()
+    }
     /// Makes the folder and its parents.
     pub fn create(&self) -> Result<(), WriteError> {
-        std::fs::create_dir_all(self.path()).map_err(at(self.path()))
+        create_dir(self.folder.path())
     }
     /// Replaces the cell's file `name` with `bytes`.
-    pub fn put(&self, name: &str, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
-        put(&self.file(name), bytes.as_ref())
+    pub fn put(&self, name: FileName, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
+        put(&self.folder.path_of(name), bytes.as_ref())
     }
     /// Appends `bytes` to the cell's file `name` in one write.
-    pub fn append(&self, name: &str, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
-        append(&self.file(name), bytes.as_ref())
+    pub fn append(&self, name: FileName, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
+        append(&self.folder.path_of(name), bytes.as_ref())
     }
-    /// A new empty file at `path` (the cell's, or a socket's trace beside
-    /// it) for a process or a stream to write: QEMU's stderr, an NBD
-    /// server's request trace.
-    pub fn create_file(&self, path: &Path) -> Result<File, WriteError> {
-        File::create(path).map_err(at(path))
+    /// A new empty file `name` of the cell for a process or a stream to
+    /// write (QEMU's stderr), and its path for messages.
+    pub fn create_file(&self, name: FileName) -> Result<(File, PathBuf), WriteError> {
+        let path = self.folder.path_of(name);
+        let f = File::create(&path).map_err(at(&path))?;
+        Ok((f, path))
     }
-    /// Removes the cell's file or socket at `path` (one already gone is
-    /// fine): a stale socket before a launch, the KVM probe's files.
-    pub fn remove(&self, path: &Path) -> Result<(), WriteError> {
-        remove(path)
+    /// The path of the cell's file `name` for a process this cell starts
+    /// to write itself (QEMU's console log): handed over, never opened
+    /// here.
+    pub fn hand_over(&self, name: FileName) -> PathBuf {
+        self.folder.path_of(name)
+    }
+    /// The cell's unix sockets, for the processes that listen on them:
+    /// QMP, the volume's and the warm-up disk's NBD, the KVM probe's QMP
+    /// (in the folder, or under the temporary directory when its path is
+    /// too long for one).
+    pub fn qmp_sock(&self) -> PathBuf {
+        self.folder.qmp_sock_path()
+    }
+    pub fn volume_nbd_sock(&self) -> PathBuf {
+        self.folder.volume_nbd_sock_path()
+    }
+    pub fn warmup_nbd_sock(&self) -> PathBuf {
+        self.folder.warmup_nbd_sock_path()
+    }
+    pub fn kvm_probe_qmp(&self) -> PathBuf {
+        self.folder.kvm_probe_qmp_path()
+    }
+    /// Every socket of the cell.
+    pub fn sockets(&self) -> [PathBuf; 4] {
+        [
+            self.qmp_sock(),
+            self.volume_nbd_sock(),
+            self.warmup_nbd_sock(),
+            self.kvm_probe_qmp(),
+        ]
+    }
+    /// A new empty request trace beside the NBD socket `socket` (one of
+    /// this cell's), and its path.
+    pub fn create_nbd_trace(&self, socket: &Path) -> Result<(File, PathBuf), WriteError> {
+        let path = CellFolder::nbd_trace_csv(socket);
+        let f = File::create(&path).map_err(at(&path))?;
+        Ok((f, path))
+    }
+    /// Removes one of this cell's sockets (one already gone is fine): a
+    /// stale one before a launch.
+    pub fn remove_socket(&self, socket: &Path) -> Result<(), WriteError> {
+        remove(socket)
+    }
+    /// Removes the cell's file `name` (one already gone is fine).
+    pub fn remove(&self, name: FileName) -> Result<(), WriteError> {
+        remove(&self.folder.path_of(name))
     }
     /// Marks the cell as this run's (its pid in `.running`) until its row
     /// is recorded: a later run that finds it knows the row was lost.
     pub fn mark_running(&self) -> Result<(), WriteError> {
-        self.put(Self::RUNNING, format!("{}\n", std::process::id()))
+        self.put(CellFolder::RUNNING, format!("{}\n", std::process::id()))
     }
     /// The cell's row is recorded (or accounted for): `.running` goes.
     pub fn clear_running(&self) -> Result<(), WriteError> {
-        remove(&self.running())
+        self.remove(CellFolder::RUNNING)
     }
     /// Writes what the guest protocol returned, each file it holds.
     pub fn write_evidence(&self, ev: &Evidence) -> Result<(), WriteError> {
@@ -147,63 +367,85 @@ impl CellFolder {
         }
         Ok(())
     }
+    /// Copies the regular files and folders of `from` (another run's
+    /// folder of this cell) into this one; sockets and links a run left
+    /// are not results.
+    pub fn copy_from(&self, from: &CellFolder) -> Result<(), WriteError> {
+        copy_tree(from.path(), self.folder.path())
+    }
+    /// The cell's row kept on its own (`row.csv`), when `results.csv`
+    /// could not take it.
+    pub fn keep_row(&self, row: &ResultRow) -> Result<(), ResultsError> {
+        ResultsWriter::open(self.folder.path_of(CellFolder::ROW_CSV))?.append(row)
+    }
 }
+
+// A writer is had only from a lock or a folder being built: no other way
+// to make one, and none is a path.
+static_assertions::assert_not_impl_any!(RunWriter: Default, AsRef<Path>);
+static_assertions::assert_not_impl_any!(CellWriter: Default, AsRef<Path>);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A cell folder whose `name` is a link to /dev/full: every write to it
-    /// fails with ENOSPC, as on a full disk (root included).
-    fn full(name: &str) -> (tempfile::TempDir, CellFolder) {
+    /// A run claimed in a new folder, and its cell `c` whose `name` is a
+    /// link to /dev/full: every write to it fails with ENOSPC, as on a
+    /// full disk (root included).
+    fn full(name: FileName) -> (tempfile::TempDir, RunWriter, CellWriter) {
         let dir = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink("/dev/full", dir.path().join(name)).unwrap();
-        let cell = CellFolder::at(dir.path());
-        (dir, cell)
+        let run = RunWriter::claim(&RunFolder::new(dir.path())).unwrap();
+        let cell = run.cell("c");
+        cell.create().unwrap();
+        std::os::unix::fs::symlink("/dev/full", cell.folder().path_of(name)).unwrap();
+        (dir, run, cell)
     }
 
     #[test]
     fn a_failing_write_names_its_file_and_cause() {
-        let (_d, cell) = full(CellFolder::TRACE_TXT);
+        let (_d, _run, cell) = full(CellFolder::TRACE_TXT);
         let e = cell.put(CellFolder::TRACE_TXT, "x").unwrap_err();
-        assert_eq!(e.path, cell.trace_txt());
+        assert!(cell.folder().trace_txt().is_at(&e.path));
         assert_eq!(e.source.raw_os_error(), Some(28), "ENOSPC");
         assert_eq!(
             crate::exit::chain_text(&e),
             format!(
                 "cannot write {}: No space left on device (os error 28)",
-                cell.trace_txt().display()
+                cell.folder().trace_txt().display()
             )
         );
         let e = cell.append(CellFolder::TRACE_TXT, "x").unwrap_err();
-        assert_eq!(e.path, cell.trace_txt());
+        assert!(cell.folder().trace_txt().is_at(&e.path));
     }
 
     #[test]
-    fn a_cell_folder_that_cannot_be_made_is_an_error() {
+    fn a_folder_that_cannot_be_made_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("run"), "a file, not a folder").unwrap();
-        let cell = RunFolder::new(dir.path().join("run")).cell("c");
-        let e = cell.create().unwrap_err();
-        assert_eq!(e.path, cell.path());
-        assert!(cell.mark_running().is_err());
+        let e = RunWriter::claim(&RunFolder::new(dir.path().join("run"))).unwrap_err();
+        let ClaimError::Write(e) = e else {
+            panic!("{e}")
+        };
+        assert_eq!(e.path, dir.path().join("run"));
     }
 
     #[test]
     fn running_marks_and_clears() {
         let dir = tempfile::tempdir().unwrap();
-        let cell = CellFolder::at(dir.path());
+        let run = RunWriter::claim(&RunFolder::new(dir.path())).unwrap();
+        let cell = run.cell("c");
+        cell.create().unwrap();
         cell.mark_running().unwrap();
-        let pid = std::fs::read_to_string(cell.running()).unwrap();
+        let pid = cell.folder().running().read_to_string().unwrap();
         assert_eq!(pid.trim(), std::process::id().to_string());
         cell.clear_running().unwrap();
-        assert!(!cell.running().exists());
+        assert!(!cell.folder().running().exists());
         cell.clear_running().unwrap();
     }
 
     #[test]
     fn evidence_is_written_file_by_file_and_stops_at_the_first_failure() {
-        let (_d, cell) = full(CellFolder::GROUPS_CSV);
+        let (_d, _run, cell) = full(CellFolder::GROUPS_CSV);
         let ev = Evidence {
             facts: Some("release=x\n".into()),
             trace: Some("trace\n".into()),
@@ -211,25 +453,73 @@ mod tests {
             ..Default::default()
         };
         let e = cell.write_evidence(&ev).unwrap_err();
-        assert_eq!(e.path, cell.groups_csv());
+        assert!(cell.folder().groups_csv().is_at(&e.path));
         assert_eq!(
-            std::fs::read_to_string(cell.facts_txt()).unwrap(),
+            cell.folder().facts_txt().read_to_string().unwrap(),
             "release=x\n"
         );
         assert_eq!(
-            std::fs::read_to_string(cell.trace_txt()).unwrap(),
+            cell.folder().trace_txt().read_to_string().unwrap(),
             "trace\n"
         );
     }
 
     #[test]
-    fn the_lock_takes_the_pid() {
+    fn one_writer_at_a_time_and_its_cells_hold_the_lock() {
         let dir = tempfile::tempdir().unwrap();
-        let run = RunFolder::new(dir.path());
-        std::fs::write(run.lock(), "1234567").unwrap();
-        let mut f = run.open_lock().unwrap();
-        run.write_lock_pid(&mut f).unwrap();
-        let pid = std::fs::read_to_string(run.lock()).unwrap();
-        assert_eq!(pid, std::process::id().to_string());
+        let folder = RunFolder::new(dir.path());
+        std::fs::write(dir.path().join(".lock"), "1234567").unwrap();
+        let run = RunWriter::claim(&folder).unwrap();
+        let pid = folder.lock().read_to_string().unwrap();
+        assert_eq!(
+            pid,
+            std::process::id().to_string(),
+            "the lock takes the pid"
+        );
+        let e = RunWriter::claim(&folder).unwrap_err();
+        assert!(
+            matches!(&e, ClaimError::Busy { pid, .. } if *pid == std::process::id().to_string()),
+            "{e}"
+        );
+        // A cell's writer keeps the run's lock after the run's writer goes.
+        let cell = run.cell("c");
+        drop(run);
+        assert!(matches!(
+            RunWriter::claim(&folder),
+            Err(ClaimError::Busy { .. })
+        ));
+        drop(cell);
+        RunWriter::claim(&folder).unwrap();
+    }
+
+    #[test]
+    fn rows_go_whole_and_a_merge_copies_what_is_a_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = RunWriter::claim(&RunFolder::new(dir.path().join("a"))).unwrap();
+        from.put(RunFolder::COMMAND_TXT, "cmd\n").unwrap();
+        from.put(RunFolder::SPEC_TOML, "spec").unwrap();
+        let c = from.cell("c");
+        c.create().unwrap();
+        c.put(CellFolder::TRACE_TXT, "t").unwrap();
+        std::os::unix::net::UnixListener::bind(c.qmp_sock()).unwrap();
+        let to = RunWriter::claim(&RunFolder::new(dir.path().join("b"))).unwrap();
+        to.cell("c").copy_from(&from.folder().cell("c")).unwrap();
+        let own = to.shard_files("shard-1-of-2").unwrap();
+        own.copy_files_from(from.folder(), &[RunFolder::SPEC_TOML, RunFolder::LOCK])
+            .unwrap();
+        let b = to.folder();
+        assert_eq!(b.cell("c").trace_txt().read_to_string().unwrap(), "t");
+        assert!(
+            !b.cell("c").path().join("qmp.sock").exists(),
+            "a socket is no result"
+        );
+        let kept = b.shard_files("shard-1-of-2");
+        assert_eq!(kept.command_txt().read_to_string().unwrap(), "cmd\n");
+        assert!(!kept.spec_toml().exists() && !kept.lock().exists());
+        to.put_rows(RunFolder::RESULTS_CSV, &[]).unwrap();
+        assert_eq!(
+            b.results_csv().read_to_string().unwrap(),
+            crate::results::COLUMNS.join(",") + "\n"
+        );
     }
 }

@@ -1,11 +1,16 @@
-//! A results folder has one writer (`lazyinit_core::writer`, with
-//! `results.rs` for the rows): no other source file of the workspace opens
-//! a file for writing unless it is listed here, with what it writes
-//! instead. A new writer fails this test until it goes through the owner
-//! or, if it writes outside results folders, is listed with its reason.
+//! A results folder has one writer, and the type system keeps it so
+//! (`lazyinit_core::layout`, `lazyinit_core::writer`): the layout hands out
+//! names ([`FileName`]) and files ([`RunFile`]) that are not paths, and
+//! only a [`RunWriter`], had by taking the folder's lock, writes them.
+//! `layout.rs` and `writer.rs` assert at compile time that neither is a
+//! path. What a type cannot see, this test does, with no list of
+//! exceptions: no source file writes a results folder's file name out by
+//! hand (which would be a path around the types), and no write is given a
+//! file's path shown for a message ([`RunFile::shown`]).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use lazyinit_core::{CellFolder, RunFolder};
 
 /// Calls that open (or make) a file or folder for writing.
 const WRITES: &[&str] = &[
@@ -15,103 +20,8 @@ const WRITES: &[&str] = &[
     "create_dir",
     "fs::rename(",
     "fs::copy(",
-];
-
-/// The owner: every file of a run's or a cell's folder.
-const OWNER: &[&str] = &[
-    "crates/lazyinit-core/src/writer.rs",
-    "crates/lazyinit-core/src/results.rs",
-];
-
-/// Files that write, and where: none of it is in a results folder.
-const ELSEWHERE: &[(&str, &str)] = &[
-    (
-        "crates/lazyinit-bench/src/cmd/bisect.rs",
-        "a bisect folder's log, step table, summary and gathered rows (each sample's run folder is the runner's)",
-    ),
-    (
-        "crates/lazyinit-bench/src/cmd/bisect/session.rs",
-        "a bisect folder's skip notes",
-    ),
-    ("crates/lazyinit-bisect/src/git.rs", "the bisect's private worktree in the cache"),
-    ("crates/lazyinit-site/src/publish.rs", "the published site"),
-    (
-        "crates/lazyinit-history/src/store.rs",
-        "the default history's folder, made only by a command that creates the history",
-    ),
-    (
-        "crates/lazyinit-core/src/output.rs",
-        "the file a command's --out names (report, compare, replay, kcidb)",
-    ),
-    (
-        "crates/lazyinit-orchestrator/src/merge.rs",
-        "a merged run, built whole in a new folder beside --out and renamed into place (no run writes it)",
-    ),
-    ("crates/lazyinit-orchestrator/src/token.rs", "the host-wide token's folder and lock"),
-    ("crates/lazyinit-ssh/src/runkeys.rs", "a run's own key folder in the state directory"),
-    (
-        "crates/lazyinit-report/src/plot/mod.rs",
-        "an SVG at a path its caller names (tests; the CLI writes through output.rs)",
-    ),
-    (
-        "crates/lazyinit-image/src/apt.rs",
-        "the image cache's package downloads",
-    ),
-    ("crates/lazyinit-image/src/cache.rs", "the image cache"),
-    (
-        "crates/lazyinit-image/src/lib.rs",
-        "the image cache's package folder",
-    ),
-    (
-        "crates/lazyinit-kernel/src/build.rs",
-        "kernel trees and builds in the cache",
-    ),
-    (
-        "crates/lazyinit-kernel/src/debian.rs",
-        "Debian sources in the cache",
-    ),
-    (
-        "crates/lazyinit-kernel/src/fetch.rs",
-        "downloads into the cache",
-    ),
-    (
-        "crates/lazyinit-kernel/src/source.rs",
-        "kernel sources in the cache",
-    ),
-    (
-        "crates/lazyinit-kernel/src/seed.rs",
-        "a kernel tree's file list in the cache's build slot",
-    ),
-    (
-        "crates/lazyinit-orchestrator/src/fake.rs",
-        "the fake lab's kernel placeholders",
-    ),
-    (
-        "crates/lazyinit-qemu/src/accel.rs",
-        "opens /dev/kvm to probe it",
-    ),
-    (
-        "crates/lazyinit-qemu/src/lib.rs",
-        "the provider's volume folder",
-    ),
-    (
-        "crates/lazyinit-qemu/src/nbd/mod.rs",
-        "the volume file it serves",
-    ),
-    (
-        "crates/lazyinit-qemu/src/volume.rs",
-        "sparse volumes in the volume folder",
-    ),
-    ("crates/lazyinit-ssh/src/keys.rs", "the project's SSH keys"),
-    (
-        "crates/lazyinit-twin/src/controller.rs",
-        "the twin's own state folder",
-    ),
-    (
-        "crates/lazyinit-twin/src/endpoints.rs",
-        "the twin's endpoint files",
-    ),
-    ("crates/lazyinit-twin/src/moto.rs", "the EC2 emulator's log"),
+    "symlink(",
+    "persist(",
 ];
 
 fn workspace() -> PathBuf {
@@ -147,8 +57,9 @@ fn code(path: &Path) -> String {
         .join("\n")
 }
 
-/// Each `src/` file of the workspace that writes, and how many times.
-fn writers() -> BTreeMap<String, usize> {
+/// Every `src/` file of the workspace but the layout (where the names
+/// are written, once), with its code.
+fn source_code() -> Vec<(String, String)> {
     let root = workspace();
     let mut files = Vec::new();
     for krate in std::fs::read_dir(root.join("crates")).unwrap() {
@@ -158,55 +69,92 @@ fn writers() -> BTreeMap<String, usize> {
         }
     }
     assert!(files.len() > 50, "found only {} source files", files.len());
-    let mut out = BTreeMap::new();
-    for f in files {
-        let code = code(&f);
-        let n: usize = WRITES.iter().map(|w| code.matches(w).count()).sum();
-        if n > 0 {
+    files
+        .into_iter()
+        .map(|f| {
             let rel = f
                 .strip_prefix(&root)
                 .unwrap()
                 .to_string_lossy()
                 .into_owned();
-            out.insert(rel, n);
+            (rel, code(&f))
+        })
+        .filter(|(rel, _)| rel != "crates/lazyinit-core/src/layout.rs")
+        .collect()
+}
+
+/// Where `code` writes a results folder's name out as a string.
+fn names_by_hand(code: &str) -> Vec<String> {
+    RunFolder::NAMES
+        .iter()
+        .chain(CellFolder::NAMES)
+        .map(|n| format!("\"{n}\""))
+        .filter(|quoted| code.contains(quoted.as_str()))
+        .collect()
+}
+
+/// The statements of `code` that write and are given a path shown.
+fn shown_written(code: &str) -> Vec<String> {
+    code.split(';')
+        .filter(|st| WRITES.iter().any(|w| st.contains(w)) && st.contains(".shown()"))
+        .map(|st| st.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn no_source_names_a_results_folders_file_by_hand() {
+    let mut found = Vec::new();
+    for (file, code) in source_code() {
+        for n in names_by_hand(&code) {
+            found.push(format!("{file}: {n}"));
         }
     }
-    out
-}
-
-#[test]
-fn nothing_but_the_owner_writes_into_a_results_folder() {
-    let found = writers();
-    let unlisted: Vec<&String> = found
-        .keys()
-        .filter(|f| !OWNER.contains(&f.as_str()) && !ELSEWHERE.iter().any(|(e, _)| e == f))
-        .collect();
     assert!(
-        unlisted.is_empty(),
-        "these open files for writing outside lazyinit_core::writer: {unlisted:?}; \
-         write a results folder's files through CellFolder/RunFolder (writer.rs), \
-         or list a file that writes elsewhere in ELSEWHERE with where"
+        found.is_empty(),
+        "these write a results folder's file name by hand, a path around the \
+         layout's types: {found:#?}; name it with RunFolder::X / CellFolder::X \
+         and read it through RunFile or write it through RunWriter/CellWriter"
     );
-    // The lists stay true: each listed file still writes.
-    for f in OWNER.iter().chain(ELSEWHERE.iter().map(|(f, _)| f)) {
-        assert!(found.contains_key(*f), "{f} is listed but writes nothing");
-    }
 }
 
 #[test]
-fn the_scan_sees_a_write() {
+fn no_write_is_given_a_file_shown_for_a_message() {
+    let mut found = Vec::new();
+    for (file, code) in source_code() {
+        for st in shown_written(&code) {
+            found.push(format!("{file}: {st}"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "these write to a results folder's file by its shown path: {found:#?}; \
+         write it through RunWriter/CellWriter"
+    );
+}
+
+#[test]
+fn the_scans_see_what_they_look_for() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("x.rs");
     std::fs::write(
         &f,
-        "fn a() { let _ = std::fs::write(p, b); }\n// File::create in a comment\n\
-         #[cfg(test)]\nmod tests {\n fn b() { File::create(q); }\n}\n",
+        "fn a() { let p = out.join(\"results.csv\"); let _ = std::fs::write(run.spec_toml().shown(), b); }\n\
+         // \"groups.csv\" in a comment\n\
+         fn b() { eprintln!(\"{}\", run.spec_toml().shown().display()); }\n\
+         #[cfg(test)]\nmod tests {\n fn c() { std::fs::write(\"trace.txt\", x); }\n}\n",
     )
     .unwrap();
     let code = code(&f);
-    let n: usize = WRITES.iter().map(|w| code.matches(w).count()).sum();
     assert_eq!(
-        n, 1,
-        "one write in code; the comment's and the test's are not"
+        names_by_hand(&code),
+        ["\"results.csv\""],
+        "the comment's and the test's are not"
     );
+    let shown = shown_written(&code);
+    assert_eq!(
+        shown.len(),
+        1,
+        "{shown:?}: a message's shown path is no write"
+    );
+    assert!(shown[0].contains("fs::write(run.spec_toml().shown()"));
 }

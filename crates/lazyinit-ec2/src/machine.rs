@@ -7,7 +7,7 @@ use aws_sdk_ec2::Client;
 use lazyinit_core::provider::{
     Endpoint, KernelBoot, KexecPlan, Machine, MachineInfo, ProviderError, VolumeDevice,
 };
-use lazyinit_core::{Arch, CellFolder};
+use lazyinit_core::{Arch, CellWriter};
 
 use crate::error::Ec2Error;
 use crate::resources::Guard;
@@ -73,7 +73,7 @@ pub struct Ec2Machine {
     pub(crate) record: LaunchRecord,
     pub(crate) kexec: KexecPlan,
     pub(crate) user: String,
-    pub(crate) folder: CellFolder,
+    pub(crate) folder: CellWriter,
     pub(crate) console: Arc<Mutex<String>>,
     pub(crate) torn_down: bool,
 }

@@ -547,8 +547,6 @@ impl Provider for Ec2Provider {
     }
 }
 
-/// Writes `ec2.json` into the cell's folder whole (a temporary file
-/// renamed over it), or says why not.
 #[cfg(test)]
 mod tests {
     use super::*;

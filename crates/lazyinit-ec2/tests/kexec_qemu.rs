@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use lazyinit_core::provider::{LaunchRequest, Provider};
-use lazyinit_core::{Arch, ByteSize, Cell, CellFolder, Hz, KernelSource, Variant};
+use lazyinit_core::{Arch, ByteSize, Cell, Hz, KernelSource, Variant};
 use lazyinit_guest::Connect;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +54,9 @@ async fn kexec_into_the_kernel_under_test() {
         kernel_image: first.image.clone(),
         kernel_release: first.manifest.kernel_release.clone(),
         initramfs: initrd.clone(),
-        folder: CellFolder::at(tmp.path().join("log")),
+        folder: lazyinit_core::RunWriter::claim(&lazyinit_core::RunFolder::new(tmp.path()))
+            .unwrap()
+            .cell("log"),
         extra_cmdline: vec![],
         storage_profile: lazyinit_core::StorageProfile::None,
     };

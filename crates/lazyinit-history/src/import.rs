@@ -8,7 +8,7 @@ use std::path::Path;
 use lazyinit_core::cell::Cell;
 use lazyinit_core::identity::CellKey;
 use lazyinit_core::layout::RunFolder;
-use lazyinit_core::results::{read_untorn_rows, ResultRow};
+use lazyinit_core::results::ResultRow;
 
 use crate::provenance::{CellFacts, RunFacts};
 use crate::HistoryError;
@@ -58,7 +58,10 @@ impl RunImport {
         let run = RunFolder::new(folder);
         // A torn last line is refused, not read as a row (as a resume
         // does not count it).
-        let rows = read_untorn_rows(run.results_csv()).map_err(|e| refuse(e.to_string()))?;
+        let rows = run
+            .results_csv()
+            .untorn_rows()
+            .map_err(|e| refuse(e.to_string()))?;
         if rows.is_empty() {
             return Err(refuse("results.csv has no rows yet".into()));
         }

@@ -38,15 +38,11 @@ pub struct CellFacts {
     pub qemu_cmdline: Option<String>,
 }
 
-fn read(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok()
-}
-
 impl RunFacts {
     pub fn of(folder: &RunFolder) -> RunFacts {
         RunFacts {
-            spec_toml: read(&folder.spec_toml()),
-            command_txt: read(&folder.command_txt()),
+            spec_toml: folder.spec_toml().text(),
+            command_txt: folder.command_txt().text(),
             host: HostFacts::default(),
         }
     }
@@ -55,8 +51,8 @@ impl RunFacts {
 impl HostFacts {
     /// This host, as `/proc` and `qemu-system-<arch> --version` tell.
     pub fn this_host(qemu_binary: &str) -> HostFacts {
-        let cpuinfo = read(Path::new("/proc/cpuinfo")).unwrap_or_default();
-        let meminfo = read(Path::new("/proc/meminfo")).unwrap_or_default();
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         let qemu_version = std::process::Command::new(qemu_binary)
             .arg("--version")
             .output()
@@ -104,7 +100,7 @@ fn kernel_path(cmdline: &str) -> Option<&str> {
 
 impl CellFacts {
     pub fn of(cell: &CellFolder) -> CellFacts {
-        let qemu_cmdline = read(&cell.qemu_cmdline());
+        let qemu_cmdline = cell.qemu_cmdline().text();
         let build_dir = qemu_cmdline
             .as_deref()
             .and_then(kernel_path)
@@ -123,8 +119,8 @@ impl CellFacts {
             source_version: manifest.as_ref().map(|m| m.source_version.clone()),
             config_sha256: manifest.as_ref().map(|m| m.config_sha256.clone()),
             patch_sha256: manifest.as_ref().and_then(|m| m.patch_sha256.clone()),
-            guest_facts: read(&cell.facts_txt()),
-            storage_calibration: read(&cell.storage_txt()),
+            guest_facts: cell.facts_txt().text(),
+            storage_calibration: cell.storage_txt().text(),
             qemu_cmdline,
         }
     }

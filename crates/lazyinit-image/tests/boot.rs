@@ -72,7 +72,9 @@ async fn boot(arch: Arch, net: &str) -> Duration {
         kernel_image,
         kernel_release: release.clone(),
         initramfs,
-        folder: lazyinit_core::CellFolder::at(dir.path().join("log")),
+        folder: lazyinit_core::RunWriter::claim(&lazyinit_core::RunFolder::new(dir.path()))
+            .unwrap()
+            .cell("log"),
         // dropbear blocks until the kernel's RNG is seeded; under TCG the
         // jitter-entropy fallback takes ~5 s, the CPU's RDRAND/RNDR none.
         extra_cmdline: vec!["random.trust_cpu=on".into(), format!("lazyinit.net={net}")],

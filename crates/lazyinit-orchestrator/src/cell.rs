@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lazyinit_core::events::{Event, Phase};
 use lazyinit_core::provider::{KernelBoot, KexecPlan, LaunchRequest, Machine};
-use lazyinit_core::results::{Measurement, ResultRow, ResultsWriter, Status};
+use lazyinit_core::results::{Measurement, ResultRow, Status};
 use lazyinit_core::writer::Evidence;
 use lazyinit_core::{exit, model, Cell, CellFolder, Variant};
 use lazyinit_guest::install::KernelUnderTest;
@@ -24,7 +24,7 @@ type Held = Arc<tokio::sync::Mutex<Box<dyn Machine>>>;
 /// Runs one cell and records how it ended.
 pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
     let id = cell.id();
-    let folder = sh.folder.cell(&id);
+    let folder = sh.run.cell(&id);
     // Until its row is recorded: a later run that finds it knows the row
     // was lost with this run (killed), and says so in the rows.
     let marked = folder.create().and_then(|()| folder.mark_running());
@@ -376,7 +376,7 @@ fn record(
     }
     if let Err(e) = sh.writer.lock().unwrap().append(&row) {
         tracing::error!("cannot write the result row of {}: {e}", row.cell_id);
-        let kept = ResultsWriter::open(req.folder.row_csv()).and_then(|mut w| w.append(&row));
+        let kept = req.folder.keep_row(&row);
         if let Err(k) = kept {
             tracing::error!("and cannot keep it in the cell's folder either: {k}");
         }

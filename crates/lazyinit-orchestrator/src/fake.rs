@@ -437,6 +437,8 @@ impl Connect for FakeConnect {
 
 /// The rows of `results.csv` in `dir`, by cell id, in file order.
 pub fn rows_in(dir: &Path) -> Vec<lazyinit_core::results::ResultRow> {
-    let csv = lazyinit_core::RunFolder::new(dir).results_csv();
-    lazyinit_core::results::read_rows(csv).unwrap_or_default()
+    lazyinit_core::RunFolder::new(dir)
+        .results_csv()
+        .rows()
+        .unwrap_or_default()
 }

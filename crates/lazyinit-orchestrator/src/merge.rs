@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use lazyinit_core::exit::{self, bad_input, ExitError};
-use lazyinit_core::results::{ResultRow, ResultsError, ResultsWriter, Status};
-use lazyinit_core::RunFolder;
+use lazyinit_core::results::{ResultRow, ResultsError, Status};
+use lazyinit_core::{RunFolder, RunWriter};
 use serde::{Deserialize, Serialize};
 
 use crate::record::ShardRecord;
@@ -170,12 +170,14 @@ fn load(dir: &Path) -> Result<Input, MergeError> {
             "{shown}: a run (pid {pid}) is still writing there: wait for it to end, then merge"
         )));
     }
-    let spec_text = std::fs::read_to_string(folder.spec_toml())
+    let spec_text = folder
+        .spec_toml()
+        .read_to_string()
         .map_err(|e| refuse(format!("{shown}: cannot read its spec.toml: {e}")))?;
     let rows = match folder.results_csv().exists() {
         // As the history imports: a torn last row (a shard killed while
         // writing it) is refused, never merged as a measurement.
-        true => lazyinit_core::results::read_untorn_rows(folder.results_csv()).map_err(|e| {
+        true => folder.results_csv().untorn_rows().map_err(|e| {
             refuse(match e {
                 lazyinit_core::results::ResultsError::TornTail { .. } => e.to_string(),
                 e => format!("{e}: resume the shard (rerun its command) to repair it, then merge"),
@@ -188,7 +190,7 @@ fn load(dir: &Path) -> Result<Input, MergeError> {
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != RunFolder::SHARDS_DIR)
+        .filter(|n| RunFolder::SHARDS_DIR != *n)
         .collect();
     Ok(Input {
         dir: dir.to_path_buf(),
@@ -201,11 +203,13 @@ fn load(dir: &Path) -> Result<Input, MergeError> {
 
 /// The pid holding the folder's lock, if a run holds it.
 fn still_running(folder: &RunFolder) -> Option<String> {
-    let file = std::fs::File::open(folder.lock()).ok()?;
+    let file = folder.lock().open().ok()?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
         Ok(_) => None,
         Err(_) => Some(
-            std::fs::read_to_string(folder.lock())
+            folder
+                .lock()
+                .read_to_string()
                 .map(|p| p.trim().to_string())
                 .unwrap_or_default(),
         ),
@@ -378,72 +382,55 @@ fn write_atomically(
 ) -> Result<(), MergeError> {
     let werr = |e| MergeError::Write(out.to_path_buf(), e);
     let mut new = output::NewFolder::beside(out).map_err(werr)?;
-    build(new.path(), shards, record, command)?;
+    build(&RunWriter::building(&new), shards, record, command)?;
     new.place().map_err(werr)
 }
 
-/// The merged run's files in `dir`: rows of every shard in shard order,
-/// the spec, every command, each cell's folder, each shard's own files.
+/// The merged run's files, through its writer: rows of every shard in
+/// shard order, the spec, every command, each cell's folder, each shard's
+/// own files.
 fn build(
-    dir: &Path,
+    run: &RunWriter,
     shards: &[Input],
     record: &MergeRecord,
     command: &str,
 ) -> Result<(), MergeError> {
-    let folder = RunFolder::new(dir);
-    let werr = |e| MergeError::Write(dir.to_path_buf(), e);
-    std::fs::create_dir_all(dir).map_err(werr)?;
-    let mut writer = ResultsWriter::open(folder.results_csv()).map_err(MergeError::Rows)?;
+    let werr = |e: lazyinit_core::WriteError| MergeError::Write(e.path, e.source);
+    run.create().map_err(werr)?;
+    let mut writer = run.results().map_err(MergeError::Rows)?;
     for row in shards.iter().flat_map(|s| &s.rows) {
         writer.append(row).map_err(MergeError::Rows)?;
     }
-    std::fs::write(folder.spec_toml(), &shards[0].spec_text).map_err(werr)?;
+    run.put(RunFolder::SPEC_TOML, &shards[0].spec_text)
+        .map_err(werr)?;
     let mut commands = String::new();
     for s in shards {
         commands.push_str(
-            &std::fs::read_to_string(RunFolder::new(&s.dir).command_txt()).unwrap_or_default(),
+            &RunFolder::new(&s.dir)
+                .command_txt()
+                .text()
+                .unwrap_or_default(),
         );
     }
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     commands.push_str(&format!("{now} {command}\n"));
-    std::fs::write(folder.command_txt(), commands).map_err(werr)?;
+    run.put(RunFolder::COMMAND_TXT, commands).map_err(werr)?;
     for s in shards {
+        let from = RunFolder::new(&s.dir);
         for cell in &s.cell_dirs {
-            copy_tree(&s.dir.join(cell), &dir.join(cell)).map_err(werr)?;
+            run.cell(cell).copy_from(&from.cell(cell)).map_err(werr)?;
         }
-        let own = folder.shard_files(&s.record.shard.slug());
-        std::fs::create_dir_all(&own).map_err(werr)?;
-        for e in std::fs::read_dir(&s.dir)
-            .map_err(werr)?
-            .filter_map(Result::ok)
-        {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let skip = [
+        let own = run.shard_files(&s.record.shard.slug()).map_err(werr)?;
+        own.copy_files_from(
+            &from,
+            &[
                 RunFolder::RESULTS_CSV,
                 RunFolder::SPEC_TOML,
                 RunFolder::LOCK,
-            ];
-            if e.file_type().is_ok_and(|t| t.is_file()) && !skip.contains(&name.as_str()) {
-                std::fs::copy(e.path(), own.join(&name)).map_err(werr)?;
-            }
-        }
+            ],
+        )
+        .map_err(werr)?;
     }
     let text = toml::to_string_pretty(record).unwrap_or_default();
-    std::fs::write(folder.merge_toml(), text).map_err(werr)
-}
-
-/// Copies the regular files and folders under `from` (sockets and links
-/// a run left are not results).
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let t = e.file_type()?;
-        if t.is_dir() {
-            copy_tree(&e.path(), &to.join(e.file_name()))?;
-        } else if t.is_file() {
-            std::fs::copy(e.path(), to.join(e.file_name()))?;
-        }
-    }
-    Ok(())
+    run.put(RunFolder::MERGE_TOML, text).map_err(werr)
 }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use lazyinit_core::{exit, RunFolder};
+use lazyinit_core::{exit, RunFile, RunFolder, RunWriter};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RunError;
@@ -77,8 +77,8 @@ pub struct ShardRecord {
 }
 
 impl ShardRecord {
-    pub fn read(path: &Path) -> Result<Option<ShardRecord>, String> {
-        let text = match std::fs::read_to_string(path) {
+    pub fn read(path: &RunFile) -> Result<Option<ShardRecord>, String> {
+        let text = match path.read_to_string() {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
@@ -101,7 +101,9 @@ pub(crate) fn check_same_shard(folder: &RunFolder, plan: &Plan) -> Result<(), Ru
     let there = ShardRecord::read(&folder.shard_toml()).map_err(&other)?;
     // Rows, not the file: a shard killed between creating `results.csv`
     // and writing `shard.toml` left a header only.
-    let has_rows = lazyinit_core::results::read_whole_rows(folder.results_csv())
+    let has_rows = folder
+        .results_csv()
+        .whole_rows()
         .is_ok_and(|rows| !rows.is_empty());
     match (there.map(|r| r.shard), plan.shard) {
         (Some(a), Some(b)) if a != b => Err(other(format!(
@@ -120,7 +122,7 @@ pub(crate) fn check_same_shard(folder: &RunFolder, plan: &Plan) -> Result<(), Ru
 /// Writes `shard.toml` for a sharded plan (nothing for a whole one),
 /// adding this host to those that ran into the folder.
 pub(crate) fn write_shard_record(
-    folder: &RunFolder,
+    run: &RunWriter,
     plan: &Plan,
     spec_hash: &str,
     chosen_by: &str,
@@ -128,7 +130,7 @@ pub(crate) fn write_shard_record(
     let Some(shard) = plan.shard else {
         return Ok(());
     };
-    let path = folder.shard_toml();
+    let path = run.folder().shard_toml();
     let mut hosts = ShardRecord::read(&path)
         .ok()
         .flatten()
@@ -148,7 +150,6 @@ pub(crate) fn write_shard_record(
         hosts,
     };
     let text = toml::to_string_pretty(&record).unwrap_or_default();
-    folder
-        .put(RunFolder::SHARD_TOML, text)
+    run.put(RunFolder::SHARD_TOML, text)
         .map_err(|e| RunError::Write(e.path, e.source))
 }

@@ -6,7 +6,7 @@
 //! that were running as interrupted; rerunning the same spec resumes.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +16,10 @@ use lazyinit_core::provider::Provider;
 use lazyinit_core::results::{ResultsError, ResultsWriter, Status};
 #[cfg(test)]
 use lazyinit_core::KernelProfile;
-use lazyinit_core::{exit, Arch, Cell, Hz, KernelSource, RunFolder, StorageProfile, Variant};
+use lazyinit_core::{
+    exit, Arch, Cell, ClaimError, Hz, KernelSource, RunFile, RunFolder, RunWriter, StorageProfile,
+    Variant,
+};
 use lazyinit_guest::Connect;
 
 use crate::artifacts::{Artifacts, Kernel};
@@ -29,6 +32,9 @@ use crate::spec::{ProviderConfigs, Spec};
 #[derive(Clone)]
 pub struct RunOptions {
     pub folder: RunFolder,
+    /// Given the run's writer once the run holds its folder (the command
+    /// keeps its events, log and report there through it).
+    pub on_claim: Option<OnClaim>,
     pub events: EventSink,
     /// Set by the signal handler; every task checks it.
     pub cancel: Arc<AtomicBool>,
@@ -79,11 +85,11 @@ impl RunSummary {
 /// Cell ids that already have an `ok` row: those are not run again. A
 /// torn last line (a run killed while writing it) is not counted; the
 /// resume cuts it off once it holds the folder.
-pub fn completed_cells(csv: &Path) -> Result<HashSet<String>, ResultsError> {
+pub fn completed_cells(csv: &RunFile) -> Result<HashSet<String>, ResultsError> {
     if !csv.exists() {
         return Ok(HashSet::new());
     }
-    let rows = lazyinit_core::results::read_whole_rows(csv)?;
+    let rows = csv.whole_rows()?;
     Ok(rows
         .into_iter()
         .filter(|r| r.status == Status::Ok)
@@ -101,11 +107,14 @@ pub(crate) struct CellSettings {
     pub estimate_after: Option<u64>,
 }
 
+/// What [`RunOptions::on_claim`] calls.
+pub type OnClaim = Arc<dyn Fn(&RunWriter) + Send + Sync>;
+
 /// Everything the cells of a run share.
 pub(crate) struct Shared {
     pub run_id: String,
     pub provider: Arc<dyn Provider>,
-    pub folder: RunFolder,
+    pub run: RunWriter,
     pub writer: Mutex<ResultsWriter>,
     pub built: Built,
     pub gate: HostGate,
@@ -166,7 +175,7 @@ pub async fn run<C: ProviderConfigs>(
     let prepared = prepare(spec, plan, &*provider, &opts).await?;
     let mut summary = RunSummary {
         skipped: plan.cells.len() - prepared.todo.len(),
-        results_csv: opts.folder.results_csv(),
+        results_csv: opts.folder.results_csv().shown(),
         ..Default::default()
     };
     if prepared.todo.is_empty() {
@@ -215,8 +224,8 @@ pub async fn run<C: ProviderConfigs>(
 pub(crate) struct Prepared {
     pub todo: Vec<Cell>,
     pub writer: ResultsWriter,
-    /// Held until the run ends.
-    pub _lock: nix::fcntl::Flock<std::fs::File>,
+    /// The folder's writer: its lock is held until the run ends.
+    pub run: RunWriter,
 }
 
 /// Finds what is left to do and refuses what cannot run: a results folder
@@ -234,7 +243,7 @@ async fn prepare<C: ProviderConfigs>(
     check_same_spec(folder, spec)?;
     crate::record::check_same_shard(folder, plan)?;
     let csv = folder.results_csv();
-    let done = completed_cells(&csv).map_err(|e| RunError::Resume(csv.clone(), e))?;
+    let done = completed_cells(&csv).map_err(|e| RunError::Resume(csv.shown(), e))?;
     let todo: Vec<Cell> = plan
         .cells
         .iter()
@@ -271,17 +280,16 @@ async fn prepare<C: ProviderConfigs>(
                 .map_err(RunError::Token)?;
         }
     }
-    let (lock, mut writer) = claim_folder(folder, spec)?;
-    crate::record::write_shard_record(folder, plan, &spec.hash(), &opts.shard_chosen_by)?;
-    recover(plan, provider, folder, &done, &mut writer).await?;
+    let (run, mut writer) = claim_folder(folder, spec)?;
+    if let Some(f) = &opts.on_claim {
+        f(&run);
+    }
+    crate::record::write_shard_record(&run, plan, &spec.hash(), &opts.shard_chosen_by)?;
+    recover(plan, provider, &run, &done, &mut writer).await?;
     for c in &todo {
         opts.events.phase(&c.id(), Phase::Queued);
     }
-    Ok(Prepared {
-        todo,
-        writer,
-        _lock: lock,
-    })
+    Ok(Prepared { todo, writer, run })
 }
 
 /// Resumes only the spec whose rows are there: `spec.toml` always
@@ -293,10 +301,10 @@ fn check_same_spec<C: ProviderConfigs>(folder: &RunFolder, spec: &Spec<C>) -> Re
     let other = |message: String| {
         RunError::OtherSpec(folder.root().to_path_buf(), exit::bad_input(message))
     };
-    let text = match std::fs::read_to_string(&path) {
+    let text = match path.read_to_string() {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(RunError::Write(path, e)),
+        Err(e) => return Err(RunError::Write(path.shown(), e)),
     };
     // Read back through the type, so keys a newer harness added with a
     // default compare equal to their default.
@@ -369,12 +377,13 @@ fn differing_keys(prefix: &str, a: &toml::Value, b: &toml::Value) -> Vec<(String
 async fn recover(
     plan: &Plan,
     provider: &dyn Provider,
-    folder: &RunFolder,
+    run: &RunWriter,
     done: &HashSet<String>,
     writer: &mut ResultsWriter,
 ) -> Result<(), RunError> {
+    let folder = run.folder();
     let removed = provider
-        .reclaim(folder, &plan.run_id)
+        .reclaim(run, &plan.run_id)
         .await
         .map_err(|source| RunError::Refused {
             provider: provider.name().to_string(),
@@ -387,8 +396,8 @@ async fn recover(
         );
     }
     for p in &plan.cells {
-        let cell = folder.cell(&p.id);
-        let Ok(pid) = std::fs::read_to_string(cell.running()) else {
+        let cell = run.cell(&p.id);
+        let Ok(pid) = cell.folder().running().read_to_string() else {
             continue;
         };
         if !done.contains(&p.id) {
@@ -420,71 +429,47 @@ async fn recover(
 fn claim_folder<C: ProviderConfigs>(
     folder: &RunFolder,
     spec: &Spec<C>,
-) -> Result<(nix::fcntl::Flock<std::fs::File>, ResultsWriter), RunError> {
-    folder
-        .create()
-        .map_err(|e| RunError::Folder(e.path, e.source))?;
+) -> Result<(RunWriter, ResultsWriter), RunError> {
     // One run per results folder: two would share cell folders, sockets
     // included, and one's teardown would stop the other's guests.
-    let lock = lock_folder(folder)?;
+    let run = lock_folder(folder)?;
     // A row torn by a run killed while writing it: cut off (every later
     // row would follow it on the same line), kept aside, and said.
-    let torn = lazyinit_core::results::repair_torn_tail(folder.results_csv())
-        .map_err(RunError::Results)?;
+    let torn = run.repair_torn_tail().map_err(RunError::Results)?;
     if let Some(t) = torn {
-        let kept = folder.results_torn();
-        folder
-            .append(RunFolder::RESULTS_TORN, format!("{t}\n"))
+        run.append(RunFolder::RESULTS_TORN, format!("{t}\n"))
             .map_err(|e| RunError::Write(e.path, e.source))?;
         tracing::warn!(
             "{}: its last row was torn (a run killed while writing it): cut off and kept in {}; its cell runs again",
             folder.results_csv().display(),
-            kept.display()
+            folder.results_torn().display()
         );
     }
-    let writer = ResultsWriter::open(folder.results_csv()).map_err(RunError::Results)?;
-    folder
-        .put(
-            RunFolder::SPEC_TOML,
-            toml::to_string_pretty(spec).unwrap_or_default(),
-        )
-        .map_err(|e| RunError::Write(e.path, e.source))?;
+    let writer = run.results().map_err(RunError::Results)?;
+    run.put(
+        RunFolder::SPEC_TOML,
+        toml::to_string_pretty(spec).unwrap_or_default(),
+    )
+    .map_err(|e| RunError::Write(e.path, e.source))?;
     // Every command that wrote rows here, for whoever checks a figure.
     let line = format!(
         "{} {}\n",
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         std::env::args().collect::<Vec<_>>().join(" ")
     );
-    folder
-        .append(RunFolder::COMMAND_TXT, line)
+    run.append(RunFolder::COMMAND_TXT, line)
         .map_err(|e| RunError::Write(e.path, e.source))?;
-    Ok((lock, writer))
+    Ok((run, writer))
 }
 
-/// Takes `<dir>/.lock` (flock, released when the process ends whatever
-/// way it ends) or says which process holds it.
-fn lock_folder(folder: &RunFolder) -> Result<nix::fcntl::Flock<std::fs::File>, RunError> {
-    use std::io::Read;
-    let file = folder
-        .open_lock()
-        .map_err(|e| RunError::Folder(e.path, e.source))?;
-    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-        Ok(mut lock) => {
-            // The pid is how a second run says who holds the folder.
-            folder
-                .write_lock_pid(&mut lock)
-                .map_err(|e| RunError::Write(e.path, e.source))?;
-            Ok(lock)
-        }
-        Err((mut file, _)) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            Err(RunError::Busy {
-                folder: folder.root().to_path_buf(),
-                pid: pid.trim().to_string(),
-            })
-        }
-    }
+/// Takes the folder's writer (its `.lock`, released when the run's last
+/// writer goes or the process ends whatever way it ends) or says which
+/// process holds it.
+fn lock_folder(folder: &RunFolder) -> Result<RunWriter, RunError> {
+    RunWriter::claim(folder).map_err(|e| match e {
+        ClaimError::Write(e) => RunError::Folder(e.path, e.source),
+        ClaimError::Busy { folder, pid } => RunError::Busy { folder, pid },
+    })
 }
 
 /// The way into the guests (first: making the project's keys needs host
@@ -591,18 +576,14 @@ async fn schedule(
     opts: RunOptions,
     summary: &mut RunSummary,
 ) -> Arc<Shared> {
-    let Prepared {
-        todo,
-        writer,
-        _lock,
-    } = prepared;
+    let Prepared { todo, writer, run } = prepared;
     let concurrency = plan.concurrency.min(todo.len()).max(1);
     let shared = Arc::new(Shared {
         run_id: plan.run_id.clone(),
         gate: host_gate(&provider, &opts),
         nice: nice_values(plan, &todo),
         provider,
-        folder: opts.folder.clone(),
+        run,
         writer: Mutex::new(writer),
         built,
         concurrency: concurrency as u32,
@@ -646,7 +627,6 @@ async fn schedule(
             }
         }
     }
-    drop(_lock);
     shared
 }
 

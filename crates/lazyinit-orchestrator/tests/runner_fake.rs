@@ -36,6 +36,7 @@ async fn run_on(
     let plan = lazyinit_orchestrator::plan(spec, &provider, 20_000);
     let opts = RunOptions {
         folder: RunFolder::new(dir),
+        on_claim: None,
         events: EventSink::discard(),
         cancel,
         prioritize_sensitive: true,
@@ -147,7 +148,11 @@ async fn failed_cells_beside_good_ones_then_a_rerun_runs_only_them() {
     assert_eq!(bad.status, Status::Failed);
     assert_eq!(bad.error, "mkfs failed in the guest (exit 1): disk on fire");
     assert_eq!(bad.measured, Default::default(), "nothing half-measured");
-    let text = std::fs::read_to_string(RunFolder::new(&out).cell(NOFIX).error_txt()).unwrap();
+    let text = RunFolder::new(&out)
+        .cell(NOFIX)
+        .error_txt()
+        .read_to_string()
+        .unwrap();
     assert!(
         text.contains("--- console tail ---\nfake console of"),
         "{text}"
@@ -324,7 +329,8 @@ async fn a_row_that_cannot_be_written_is_kept_and_the_run_says_so() {
     let folder = RunFolder::new(&out);
     // One cell at a time, the longest first (no fix): before the with-fix
     // cell's row is written, results.csv goes away.
-    let csv = folder.results_csv();
+    // The test tampers with the file by hand, as a user or a fault would.
+    let csv = folder.results_csv().shown();
     let aside = out.join("results.csv.aside");
     let (c, a) = (csv.clone(), aside.clone());
     let lab = Lab::with_hook(
@@ -346,7 +352,7 @@ async fn a_row_that_cannot_be_written_is_kept_and_the_run_says_so() {
     assert_eq!(err.exit_code(), exit::INFRASTRUCTURE);
     assert!(exit::one_line(&err).contains("row.csv"), "{err}");
     // The row is not lost: it is in the cell's folder, header and all.
-    let kept = lazyinit_core::results::read_rows(folder.cell(FIX).row_csv()).unwrap();
+    let kept = folder.cell(FIX).row_csv().rows().unwrap();
     assert_eq!((kept.len(), kept[0].status), (1, Status::Ok));
     assert!(
         !csv.exists(),
@@ -452,8 +458,8 @@ async fn a_rerun_with_another_spec_is_refused_naming_the_key() {
     assert_eq!(s.ok, 2);
     let folder = RunFolder::new(&out);
     let (spec_before, rows_before) = (
-        std::fs::read_to_string(folder.spec_toml()).unwrap(),
-        std::fs::read_to_string(folder.results_csv()).unwrap(),
+        folder.spec_toml().read_to_string().unwrap(),
+        folder.results_csv().read_to_string().unwrap(),
     );
     for (change, key) in [
         ("wait-mult = 20\n", "`wait-mult` is 10 there and 20 here"),
@@ -481,14 +487,8 @@ async fn a_rerun_with_another_spec_is_refused_naming_the_key() {
         exit::one_line(&err).contains("`poll-interval` is \"200ms\" there and \"300ms\" here"),
         "{err}"
     );
-    assert_eq!(
-        std::fs::read_to_string(folder.spec_toml()).unwrap(),
-        spec_before
-    );
-    assert_eq!(
-        std::fs::read_to_string(folder.results_csv()).unwrap(),
-        rows_before
-    );
+    assert_eq!(folder.spec_toml().read_to_string().unwrap(), spec_before);
+    assert_eq!(folder.results_csv().read_to_string().unwrap(), rows_before);
     // The same spec still resumes (nothing left to do).
     let s = run(&spec(""), &Lab::new(tmp.path().join("lab4")), &out)
         .await
@@ -515,17 +515,17 @@ async fn a_killed_runs_torn_row_and_lost_cells_are_recorded_on_resume() {
     )
     .await
     .unwrap();
-    let csv = std::fs::read_to_string(folder.results_csv()).unwrap();
+    let csv = folder.results_csv().read_to_string().unwrap();
     let (header, row) = csv.split_once('\n').unwrap();
     let torn = &row[..row.len() / 2];
-    std::fs::write(folder.results_csv(), format!("{header}\n{torn}")).unwrap();
+    std::fs::write(folder.results_csv().shown(), format!("{header}\n{torn}")).unwrap();
     std::fs::write(
-        folder.spec_toml(),
+        folder.spec_toml().shown(),
         toml::to_string_pretty(&spec("")).unwrap(),
     )
     .unwrap();
-    folder.cell(FIX).create().unwrap();
-    std::fs::write(folder.cell(FIX).running(), "4242\n").unwrap();
+    std::fs::create_dir_all(folder.cell(FIX).path()).unwrap();
+    std::fs::write(folder.cell(FIX).running().shown(), "4242\n").unwrap();
 
     let lab = Lab::new(tmp.path().join("lab"));
     let s = run(&spec(""), &lab, &out).await.unwrap();
@@ -546,7 +546,7 @@ async fn a_killed_runs_torn_row_and_lost_cells_are_recorded_on_resume() {
     );
     assert!(rows[1..].iter().all(|r| r.status == Status::Ok));
     assert_eq!(
-        std::fs::read_to_string(folder.results_torn()).unwrap(),
+        folder.results_torn().read_to_string().unwrap(),
         format!("{torn}\n")
     );
     assert!(
@@ -676,8 +676,8 @@ async fn a_cell_whose_files_cannot_be_written_fails_saying_which() {
     std::fs::create_dir_all(&out).unwrap();
     // The no-fix cell's folder is a file; the fix cell's trace is full.
     std::fs::write(folder.cell(NOFIX).path(), "not a folder").unwrap();
-    folder.cell(FIX).create().unwrap();
-    std::os::unix::fs::symlink("/dev/full", folder.cell(FIX).trace_txt()).unwrap();
+    std::fs::create_dir_all(folder.cell(FIX).path()).unwrap();
+    std::os::unix::fs::symlink("/dev/full", folder.cell(FIX).trace_txt().shown()).unwrap();
 
     let lab = Lab::new(tmp.path().join("lab"));
     let s = run(&spec(""), &lab, &out).await.unwrap();

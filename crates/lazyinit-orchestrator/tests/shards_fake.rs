@@ -43,6 +43,7 @@ async fn run_shard(
     };
     let opts = lazyinit_orchestrator::RunOptions {
         folder: RunFolder::new(dir),
+        on_claim: None,
         events: EventSink::discard(),
         cancel: Arc::default(),
         prioritize_sensitive: true,
@@ -137,17 +138,16 @@ async fn two_shards_at_once_merge_into_the_plans_cells() {
     assert_eq!(rows[0].shard, "1/2");
     assert_eq!(rows[3].shard, "2/2");
     let merged = RunFolder::new(&out);
-    let m: MergeRecord =
-        toml::from_str(&std::fs::read_to_string(merged.merge_toml()).unwrap()).unwrap();
+    let m: MergeRecord = toml::from_str(&merged.merge_toml().read_to_string().unwrap()).unwrap();
     assert_eq!((m.shard_count, m.shards.len(), m.missing.len()), (2, 2, 0));
     for k in ["shard-1-of-2", "shard-2-of-2"] {
-        assert!(merged.shard_files(k).join("shard.toml").is_file(), "{k}");
-        assert!(merged.shard_files(k).join("command.txt").is_file(), "{k}");
+        assert!(merged.shard_files(k).shard_toml().is_file(), "{k}");
+        assert!(merged.shard_files(k).command_txt().is_file(), "{k}");
     }
     assert!(!merged.lock().exists());
     assert_eq!(
-        std::fs::read_to_string(merged.spec_toml()).unwrap(),
-        std::fs::read_to_string(RunFolder::new(&a).spec_toml()).unwrap()
+        merged.spec_toml().read_to_string().unwrap(),
+        RunFolder::new(&a).spec_toml().read_to_string().unwrap()
     );
     // No half-built folder is left beside it.
     let beside: Vec<_> = std::fs::read_dir(tmp.path())
@@ -208,7 +208,7 @@ async fn shards_of_two_specs_a_missing_shard_and_overlaps_are_refused() {
 
     // A shard killed while writing its last row: refused, not merged as a
     // measurement (seen merging it, with read_rows).
-    let csv = RunFolder::new(&b).results_csv();
+    let csv = RunFolder::new(&b).results_csv().shown();
     let whole_b = std::fs::read(&csv).unwrap();
     assert_eq!(whole_b.last(), Some(&b'\n'));
     // Its newline gone, the last row's fields still parse.
@@ -234,8 +234,7 @@ async fn shards_of_two_specs_a_missing_shard_and_overlaps_are_refused() {
     // What is there, with the missing cells recorded.
     merge_into(&[&a], &out, true).unwrap();
     let m: MergeRecord =
-        toml::from_str(&std::fs::read_to_string(RunFolder::new(&out).merge_toml()).unwrap())
-            .unwrap();
+        toml::from_str(&RunFolder::new(&out).merge_toml().read_to_string().unwrap()).unwrap();
     assert_eq!(m.missing.len(), 2);
     assert_eq!(rows_in(&out).len(), 2);
     // Merged again with every shard: the earlier merge is replaced.

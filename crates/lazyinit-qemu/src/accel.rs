@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lazyinit_core::{Arch, CellFolder};
+use lazyinit_core::{Arch, CellFolder, CellWriter};
 use serde::{Deserialize, Serialize};
 
 use crate::args::{self, Accel};
@@ -52,7 +52,7 @@ pub fn kvm_possible(arch: Arch) -> bool {
 pub async fn probe_kvm(
     arch: Arch,
     kernel: &Path,
-    work: &CellFolder,
+    work: &CellWriter,
     deadline: Duration,
 ) -> Result<(), String> {
     if !kvm_possible(arch) {
@@ -60,7 +60,7 @@ pub async fn probe_kvm(
     }
     work.create()
         .map_err(|e| lazyinit_core::exit::chain_text(&e))?;
-    let console = work.kvm_probe_console();
+    let console = work.hand_over(CellFolder::KVM_PROBE_CONSOLE);
     let qmp = work.kvm_probe_qmp();
     let cmdline = args::kernel_cmdline(arch, None, &["rdinit=/nonexistent".into()]);
     let g = args::GuestArgs {
@@ -78,9 +78,8 @@ pub async fn probe_kvm(
         storage: args::Storage::default(),
         warmup: None,
     };
-    let stderr_log = work.kvm_probe_stderr();
-    let stderr = work
-        .create_file(&stderr_log)
+    let (stderr, stderr_log) = work
+        .create_file(CellFolder::KVM_PROBE_STDERR)
         .map_err(|e| lazyinit_core::exit::chain_text(&e))?;
     let mut p = QemuProcess::spawn(
         arch.qemu_binary(),
@@ -92,11 +91,8 @@ pub async fn probe_kvm(
     let exited = p.wait_exit(deadline).await;
     p.stop(Duration::from_millis(10)).await;
     // QEMU leaves its QMP socket behind when it exits; the probe is over.
-    match std::fs::remove_file(&qmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            tracing::warn!("cannot remove {}: {e}", qmp.display())
-        }
-        _ => {}
+    if let Err(e) = work.remove_socket(&qmp) {
+        tracing::warn!("{}", lazyinit_core::exit::chain_text(&e));
     }
     let out = tail_file(&console, 16 * 1024);
     match exited {

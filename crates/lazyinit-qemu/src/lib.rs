@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use lazyinit_core::provider::{
     CellEstimate, Cost, LaunchRequest, Machine, Priority, Provider, ProviderError,
 };
-use lazyinit_core::{Arch, Cell, CellFolder, KernelProfile, StorageProfile};
+use lazyinit_core::{Arch, Cell, CellWriter, KernelProfile, StorageProfile};
 use nbd::ThreadLevel;
 use serde::{Deserialize, Serialize};
 
@@ -159,7 +159,7 @@ impl QemuProvider {
         &self,
         arch: Arch,
         kernel: &std::path::Path,
-        work: &CellFolder,
+        work: &CellWriter,
     ) -> Result<Accel, ProviderError> {
         let mut cache = self.accel.lock().await;
         if let Some(a) = cache.get(&arch) {
@@ -316,10 +316,10 @@ impl Provider for QemuProvider {
     /// is locked, so nothing found under its volume folder is in use.
     async fn reclaim(
         &self,
-        run: &lazyinit_core::RunFolder,
+        run: &lazyinit_core::RunWriter,
         run_id: &str,
     ) -> Result<Vec<String>, ProviderError> {
-        let dir = self.run_volumes(run.root(), run_id);
+        let dir = self.run_volumes(run.folder().root(), run_id);
         let mut removed = Vec::new();
         for pid in process::qemu_pids_with(&dir.to_string_lossy()) {
             let _ = nix::sys::signal::kill(
@@ -330,7 +330,7 @@ impl Provider for QemuProvider {
         }
         // Its sockets (in the cell folders, or under the temporary
         // directory when a folder's path is too long for one).
-        for cell in std::fs::read_dir(run.root())
+        for cell in std::fs::read_dir(run.folder().root())
             .into_iter()
             .flatten()
             .flatten()
@@ -339,13 +339,8 @@ impl Provider for QemuProvider {
                 continue;
             };
             let f = run.cell(&id);
-            for sock in [
-                f.qmp_sock(),
-                f.volume_nbd_sock(),
-                f.warmup_nbd_sock(),
-                f.kvm_probe_qmp(),
-            ] {
-                if std::fs::remove_file(&sock).is_ok() {
+            for sock in f.sockets() {
+                if sock.exists() && f.remove_socket(&sock).is_ok() {
                     removed.push(format!("socket {}", sock.display()));
                 }
             }
@@ -577,13 +572,11 @@ mod tests {
             std::fs::write(v.join("c.raw"), "x").unwrap();
             std::fs::write(v.join("c.warmup.raw"), "x").unwrap();
             let cell = lazyinit_core::RunFolder::new(d).cell("c");
-            cell.create().unwrap();
-            std::fs::write(cell.qmp_sock(), "").unwrap();
+            std::fs::create_dir_all(cell.path()).unwrap();
+            std::fs::write(cell.qmp_sock().shown(), "").unwrap();
         }
-        let removed = p
-            .reclaim(&lazyinit_core::RunFolder::new(&a), "r")
-            .await
-            .unwrap();
+        let run = lazyinit_core::RunWriter::claim(&lazyinit_core::RunFolder::new(&a)).unwrap();
+        let removed = p.reclaim(&run, "r").await.unwrap();
         assert_eq!(removed.len(), 3, "{removed:?}");
         assert!(!lazyinit_core::RunFolder::new(&a)
             .cell("c")
@@ -595,11 +588,7 @@ mod tests {
             .exists());
         assert!(!p.run_volumes(&a, "r").exists());
         assert!(p.run_volumes(&b, "r").join("c.raw").exists());
-        assert!(p
-            .reclaim(&lazyinit_core::RunFolder::new(&a), "r")
-            .await
-            .unwrap()
-            .is_empty());
+        assert!(p.reclaim(&run, "r").await.unwrap().is_empty());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lazyinit_core::provider::{Endpoint, LaunchRequest, Machine, MachineInfo, ProviderError};
 use lazyinit_core::shell::quote;
-use lazyinit_core::{Arch, CellFolder};
+use lazyinit_core::{Arch, CellFolder, CellWriter};
 
 use crate::args::{self, Accel, Storage};
 use crate::nbd::{Hold, NbdServer};
@@ -48,17 +48,17 @@ pub struct QemuMachine {
     qmp_socket: PathBuf,
     command_line: String,
     /// The cell's folder (its writer removes the QMP socket at teardown).
-    folder: CellFolder,
+    folder: CellWriter,
 }
 
 impl QemuMachine {
     pub(crate) async fn start(a: StartArgs<'_>) -> Result<Self, ProviderError> {
         let arch = a.req.cell.arch;
         let folder = &a.req.folder;
-        let console_log = folder.console_log();
+        let console_log = folder.hand_over(CellFolder::CONSOLE_LOG);
         let qmp_socket = folder.qmp_sock();
         // A stale socket of an interrupted earlier attempt.
-        folder.remove(&qmp_socket)?;
+        folder.remove_socket(&qmp_socket)?;
         let mut extra = vec!["lazyinit.net=static".to_string()];
         extra.extend(a.req.extra_cmdline.iter().cloned());
         extra.extend(test_append(&a.req.cell.id()));
@@ -214,7 +214,7 @@ impl Machine for QemuMachine {
         }
         self.nbd.take();
         self.warm_nbd.take();
-        if let Err(e) = self.folder.remove(&self.qmp_socket) {
+        if let Err(e) = self.folder.remove_socket(&self.qmp_socket) {
             tracing::warn!("{}", lazyinit_core::exit::chain_text(&e));
         }
         if let Some(mut w) = self.warmup.take() {
@@ -271,14 +271,14 @@ impl Drop for QemuMachine {
 /// earlier attempt removed first), with its request trace beside the
 /// socket when `LAZYINIT_NBD_TRACE` is set.
 fn nbd_server(
-    folder: &CellFolder,
+    folder: &CellWriter,
     volume: &Path,
     socket: &Path,
     hold: &Hold,
 ) -> Result<NbdServer, ProviderError> {
-    folder.remove(socket)?;
+    folder.remove_socket(socket)?;
     let trace = match std::env::var_os("LAZYINIT_NBD_TRACE") {
-        Some(_) => Some(folder.create_file(&CellFolder::nbd_trace_csv(socket))?),
+        Some(_) => Some(folder.create_nbd_trace(socket)?.0),
         None => None,
     };
     NbdServer::start(volume, socket, hold.clone(), trace)
@@ -306,12 +306,11 @@ fn latency_servers(a: &StartArgs<'_>) -> Result<Servers, ProviderError> {
 
 /// Starts QEMU with its stderr in the cell's folder.
 fn spawn(
-    folder: &CellFolder,
+    folder: &CellWriter,
     arch: Arch,
     argv: &[std::ffi::OsString],
 ) -> Result<QemuProcess, ProviderError> {
-    let stderr_log = folder.qemu_stderr();
-    let stderr = folder.create_file(&stderr_log)?;
+    let (stderr, stderr_log) = folder.create_file(CellFolder::QEMU_STDERR)?;
     QemuProcess::spawn(arch.qemu_binary(), argv, stderr, &stderr_log).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             ProviderError::MissingTool {

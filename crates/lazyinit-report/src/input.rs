@@ -40,7 +40,7 @@ impl LoadedRow {
 
     /// Trace timestamps per group (or `groups.csv.gz` beside it; see
     /// [`LoadedRow::groups`]).
-    pub fn groups_csv(&self) -> PathBuf {
+    pub fn groups_csv(&self) -> lazyinit_core::RunFile {
         self.cell_folder().groups_csv()
     }
 
@@ -91,6 +91,11 @@ impl LoadedRow {
 
 /// Reads every file; a row seen twice (same run, cell and start time) is
 /// refused, since counting it twice would shrink the intervals.
+/// The rows of a run's folder, as [`load`] reads them.
+pub fn load_run(run: &RunFolder) -> Result<Vec<LoadedRow>, InputError> {
+    load(&[run.results_csv().shown()])
+}
+
 pub fn load(paths: &[PathBuf]) -> Result<Vec<LoadedRow>, InputError> {
     let mut out = Vec::new();
     let mut seen: HashMap<(String, String, String), String> = HashMap::new();
@@ -204,9 +209,9 @@ pub fn parse_groups(text: &str) -> Result<Groups, String> {
 /// published run keeps it compressed; None when neither exists.
 pub fn read_groups(cell: &CellFolder) -> Option<std::io::Result<String>> {
     let csv = cell.groups_csv();
-    use lazyinit_core::input::{check_regular, read_limited, read_text_bounded, MAX_GROUPS_BYTES};
+    use lazyinit_core::input::{read_limited, MAX_GROUPS_BYTES};
     if csv.exists() {
-        return Some(read_text_bounded(&csv, MAX_GROUPS_BYTES, "groups.csv"));
+        return Some(csv.read_text_bounded(MAX_GROUPS_BYTES, &CellFolder::GROUPS_CSV.to_string()));
     }
     let gz = cell.groups_csv_gz();
     if !gz.exists() {
@@ -214,13 +219,12 @@ pub fn read_groups(cell: &CellFolder) -> Option<std::io::Result<String>> {
     }
     // Bounded twice (issue 41): the compressed file, and what it unpacks to.
     Some(
-        check_regular(&gz, MAX_GROUPS_BYTES, "groups.csv.gz")
-            .and_then(|_| std::fs::File::open(&gz))
+        gz.open_bounded(MAX_GROUPS_BYTES, &CellFolder::GROUPS_CSV_GZ.to_string())
             .and_then(|f| {
                 read_limited(
                     flate2::read::GzDecoder::new(f),
                     MAX_GROUPS_BYTES,
-                    "groups.csv.gz unpacked",
+                    &format!("{} unpacked", CellFolder::GROUPS_CSV_GZ),
                 )
             })
             .and_then(|b| {
@@ -271,11 +275,11 @@ mod tests {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         let cell = CellFolder::at(dir.path());
-        let plain = cell.groups_csv();
+        let plain = cell.groups_csv().shown();
         assert!(read_groups(&cell).is_none());
         let text = "group,t_s,zero_ms\n0,1.0,3.4\n1,1.04,3.3\n";
         let mut gz = flate2::write::GzEncoder::new(
-            std::fs::File::create(cell.groups_csv_gz()).unwrap(),
+            std::fs::File::create(cell.groups_csv_gz().shown()).unwrap(),
             flate2::Compression::default(),
         );
         gz.write_all(text.as_bytes()).unwrap();

@@ -252,7 +252,9 @@ fn folder_name(dir: &Path) -> String {
 /// The run's phases; none when it kept no events.jsonl (every check
 /// then sees an unchanging host).
 fn read_phases(dir: &Path) -> Phases {
-    std::fs::read_to_string(lazyinit_core::layout::RunFolder::new(dir).events_jsonl())
+    lazyinit_core::layout::RunFolder::new(dir)
+        .events_jsonl()
+        .read_to_string()
         .map(|t| Phases::parse(&t))
         .unwrap_or_default()
 }

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use lazyinit_core::results::{read_rows, ResultsWriter};
+use lazyinit_core::results::read_rows;
 use lazyinit_core::Variant;
 use lazyinit_estimate::synth::{generate, Run};
 use lazyinit_report::input::load;
@@ -17,7 +17,8 @@ use lazyinit_report::replay::replay;
 fn full_runs(dir: &Path) {
     let template =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reported/results.csv");
-    let mut w = ResultsWriter::open(dir.join("results.csv")).unwrap();
+    let run = lazyinit_core::RunWriter::claim(&lazyinit_core::RunFolder::new(dir)).unwrap();
+    let mut w = run.results().unwrap();
     for (i, mut row) in read_rows(template).unwrap().into_iter().enumerate() {
         let hz = row.axes.hz.get();
         let l = match (row.axes.variant, hz) {

@@ -26,7 +26,7 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{ArchitectureValues, Filter, InstanceAttributeName, ShutdownBehavior};
 use aws_sdk_ec2::Client;
 use chrono::{DateTime, Utc};
-use lazyinit_core::{Arch, ByteSize, CellFolder};
+use lazyinit_core::{Arch, ByteSize, CellFolder, RunWriter};
 use lazyinit_qemu::process::QemuProcess;
 use lazyinit_qemu::volume::SparseVolume;
 
@@ -113,6 +113,9 @@ pub struct Controller {
 
 struct Ctx {
     opts: ControllerOptions,
+    /// The writer of `guests/`: each guest's folder holds what a QEMU
+    /// cell's does, under the same names.
+    guests: RunWriter,
     client: Client,
     shared: Arc<Mutex<Shared>>,
 }
@@ -127,12 +130,13 @@ impl Controller {
         let client =
             lazyinit_ec2::client::build(&cfg, Some(crate::dummy_credentials()), Default::default())
                 .await;
-        std::fs::create_dir_all(opts.dir.join("guests"))?;
+        let guests = RunWriter::claim(&lazyinit_core::RunFolder::new(opts.dir.join("guests")))?;
         let shared: Arc<Mutex<Shared>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let endpoints_dir = opts.dir.join("endpoints");
         let ctx = Ctx {
             opts,
+            guests,
             client,
             shared: shared.clone(),
         };
@@ -181,7 +185,7 @@ impl Controller {
     /// The console of an instance's guest, live or gone.
     pub fn console(&self, instance: &str) -> String {
         let dir = self.shared.lock().unwrap().dirs.get(instance).cloned();
-        dir.map(|d| std::fs::read_to_string(CellFolder::at(d).console_log()).unwrap_or_default())
+        dir.map(|d| CellFolder::at(d).console_log().text().unwrap_or_default())
             .unwrap_or_default()
     }
 
@@ -190,7 +194,9 @@ impl Controller {
         let dirs = self.shared.lock().unwrap().dirs.clone();
         dirs.iter()
             .map(|(id, d)| {
-                let text = std::fs::read_to_string(CellFolder::at(d.as_path()).console_log())
+                let text = CellFolder::at(d.as_path())
+                    .console_log()
+                    .text()
                     .unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(40).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
@@ -429,7 +435,7 @@ impl Ctx {
             .ok_or_else(|| anyhow::anyhow!("the twin has no {arch} stand-in AMI"))?;
         // A guest's folder holds what a QEMU cell's does (console, QMP
         // socket, command line), under the same names.
-        let folder = CellFolder::at(self.opts.dir.join("guests").join(id));
+        let folder = self.guests.cell(id);
         folder.create()?;
         let dir = folder.path().to_path_buf();
         self.shared
@@ -473,7 +479,7 @@ impl Ctx {
         }
         let port = free_port()?;
         let cmdline = guest::cmdline(arch, self.opts.tsc_khz, id);
-        let console_log = folder.console_log();
+        let console_log = folder.hand_over(CellFolder::CONSOLE_LOG);
         let qmp = folder.qmp_sock();
         let argv = guest::qemu_args(&guest::GuestArgs {
             arch,
@@ -490,8 +496,7 @@ impl Ctx {
             .chain(argv.iter().map(|a| a.to_string_lossy().into_owned()))
             .collect();
         folder.put(CellFolder::QEMU_CMDLINE, line.join(" ") + "\n")?;
-        let stderr_log = folder.qemu_stderr();
-        let stderr = folder.create_file(&stderr_log)?;
+        let (stderr, stderr_log) = folder.create_file(CellFolder::QEMU_STDERR)?;
         let mut process = QemuProcess::spawn(arch.qemu_binary(), &argv, stderr, &stderr_log)?;
         tokio::time::sleep(Duration::from_millis(300)).await;
         if let Some(st) = process.try_exited() {

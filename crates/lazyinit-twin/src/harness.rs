@@ -109,6 +109,7 @@ pub async fn run(
     let plan = lazyinit_orchestrator::plan(&spec, &*provider, u64::MAX / 2);
     let opts = lazyinit_orchestrator::RunOptions {
         folder: lazyinit_core::RunFolder::new(&h.out_dir),
+        on_claim: None,
         events,
         cancel,
         prioritize_sensitive: false,

@@ -73,7 +73,11 @@ async fn cell_on_twin(arch: Arch, hz: u32, variant: Variant, instance_type: &str
     // The guest: the stand-in booted, then the kernel under test, which
     // carries the expiry; its console is the one the stand-in had.
     let rec: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(RunFolder::new(&out).cell(&row.cell_id).ec2_json()).unwrap(),
+        &RunFolder::new(&out)
+            .cell(&row.cell_id)
+            .ec2_json()
+            .read_to_string()
+            .unwrap(),
     )
     .unwrap();
     let iid = rec["instance_id"].as_str().unwrap();

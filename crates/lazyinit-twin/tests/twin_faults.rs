@@ -390,11 +390,15 @@ async fn a_failed_teardown_exits_3_with_ids_and_the_cleanup_command() {
     let stderr = harness.stderr();
     assert_eq!(st.code(), Some(3), "{stderr}");
     let folder = RunFolder::new(&out);
-    let rows = lazyinit_core::results::read_rows(folder.results_csv()).unwrap();
+    let rows = folder.results_csv().rows().unwrap();
     assert_eq!(rows[0].status, Status::Ok, "the measurement itself worked");
     let (iid, _) = the_instance(&twin).await;
     let rec: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(folder.cell(&rows[0].cell_id).ec2_json()).unwrap(),
+        &folder
+            .cell(&rows[0].cell_id)
+            .ec2_json()
+            .read_to_string()
+            .unwrap(),
     )
     .unwrap();
     let vid = rec["volume_id"].as_str().unwrap();

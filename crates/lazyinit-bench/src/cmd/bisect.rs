@@ -16,7 +16,7 @@ use lazyinit_bisect::drive::{self, Settings};
 use lazyinit_bisect::log::{bisect_log, table, Step};
 use lazyinit_bisect::{git, Verdict};
 use lazyinit_core::exit::{self, bad_input};
-use lazyinit_core::StorageProfile;
+use lazyinit_core::{RunFolder, RunWriter, StorageProfile};
 
 use session::{CellArg, Metric, Session};
 
@@ -132,11 +132,12 @@ fn git_error(e: git::GitError) -> anyhow::Error {
 }
 
 /// Takes `out` for a bisection of `args_line`: refused when it holds one
-/// of other arguments; else locked, the arguments written, and the command
-/// line appended to its `command.txt` (as `run` keeps them).
-fn claim_out(out: &Path, args_line: &str) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
-    let args_file = out.join("bisect.args");
-    if let Ok(old) = std::fs::read_to_string(&args_file) {
+/// of other arguments; else its writer (locked), the arguments written,
+/// and the command line appended to its `command.txt` (as `run` keeps
+/// them).
+fn claim_out(out: &Path, args_line: &str) -> anyhow::Result<RunWriter> {
+    let folder = RunFolder::new(out);
+    if let Ok(old) = folder.file(RunFolder::BISECT_ARGS).read_to_string() {
         if old != args_line {
             return Err(bad_input(format!(
                 "{} holds a bisection of other arguments ({}): give another --out",
@@ -146,16 +147,17 @@ fn claim_out(out: &Path, args_line: &str) -> anyhow::Result<nix::fcntl::Flock<st
             .into());
         }
     }
-    let held = lock(&out.join(".lock"), false)?;
-    std::fs::write(&args_file, args_line)?;
-    use std::io::Write;
+    let writer = RunWriter::claim(&folder).map_err(|e| match e {
+        lazyinit_core::ClaimError::Busy { .. } => anyhow::anyhow!(
+            "{} is held by another bisect: wait for it or give another --out",
+            out.display()
+        ),
+        e => e.into(),
+    })?;
+    writer.put(RunFolder::BISECT_ARGS, args_line)?;
     let line: Vec<String> = std::env::args().collect();
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(out.join("command.txt"))?
-        .write_all(format!("{}\n", line.join(" ")).as_bytes())?;
-    Ok(held)
+    writer.append(RunFolder::COMMAND_TXT, format!("{}\n", line.join(" ")))?;
+    Ok(writer)
 }
 
 fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Opened> {
@@ -191,10 +193,11 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
         &out,
         &reads,
         "a bisection's folder (no bisect.args)",
-        |d| d.join("bisect.args").is_file(),
+        |d| RunFolder::new(d).file(RunFolder::BISECT_ARGS).is_file(),
     )
     .map_err(exit::refused)?;
-    let mut locks = vec![claim_out(&out, &args_line)?];
+    let out = claim_out(&out, &args_line)?;
+    let mut locks = Vec::new();
     let canon = repo.canonicalize().unwrap_or(repo.clone());
     let hash = lazyinit_core::paths::sha256_hex(canon.display().to_string());
     let base = lazyinit_core::paths::cache_dir()
@@ -240,7 +243,7 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
         "bisect: {n} commits ({} steps without skips on a line) on {}, results in {}",
         lazyinit_bisect::search::expected_steps(n),
         a.common.cell,
-        s.out.display()
+        s.out.folder().root().display()
     );
     let (outcome, steps) = drive::bisect(s, &range, &settings(&a.common), a.confirm_revert).await?;
     let total = started.elapsed().as_secs_f64();
@@ -291,19 +294,12 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
         j.step.value.map_or("-".into(), |v| format!("{v:.2}")),
         j.step.reason
     );
-    use std::io::Write;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(s.out.join("bisect-step.log"))?
-        .write_all(line.as_bytes())?;
+    s.out.append(RunFolder::BISECT_STEP_LOG, line)?;
     // The table shows every step of the `git bisect run` so far, not
     // only this call's: earlier calls' steps are kept beside it.
-    let kept = s.out.join("bisect-steps.jsonl");
-    let (judged, dropped) = lazyinit_bisect::log::add_step(
-        &std::fs::read_to_string(&kept).unwrap_or_default(),
-        &j.step,
-    );
+    let kept = s.out.folder().file(RunFolder::BISECT_STEPS_JSONL);
+    let (judged, dropped) =
+        lazyinit_bisect::log::add_step(&kept.text().unwrap_or_default(), &j.step);
     if dropped > 0 {
         eprintln!(
             "warning: {} line(s) of {} did not parse and were dropped",
@@ -311,9 +307,9 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
             kept.display()
         );
     }
-    lazyinit_core::output::write_atomic(
-        &kept,
-        lazyinit_bisect::log::steps_jsonl(&judged).as_bytes(),
+    s.out.put_whole(
+        RunFolder::BISECT_STEPS_JSONL,
+        lazyinit_bisect::log::steps_jsonl(&judged),
     )?;
     steps.extend(judged);
     write_outputs(s, &steps, &format!("step {}: exit {code}", &head[..12]))?;
@@ -323,27 +319,16 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
 /// Rewrite the folder's summary files from the steps so far (each written
 /// whole, then renamed: a reader never sees half a file).
 pub(crate) fn write_outputs(s: &Session, steps: &[Step], answer: &str) -> anyhow::Result<()> {
-    let put = |name: &str, text: &str| -> anyhow::Result<()> {
-        Ok(lazyinit_core::output::write_atomic(
-            &s.out.join(name),
-            text.as_bytes(),
-        )?)
-    };
     let good = steps.first().map_or("", |s| s.commit.as_str());
     let bad = steps.get(1).map_or("", |s| s.commit.as_str());
-    put("bisect.log", &bisect_log(good, bad, steps, answer))?;
-    put(
-        "steps.md",
-        &format!("{}\n{answer}\n", table(steps, s.metric.name())),
+    s.out
+        .put_whole(RunFolder::BISECT_LOG, bisect_log(good, bad, steps, answer))?;
+    s.out.put_whole(
+        RunFolder::STEPS_MD,
+        format!("{}\n{answer}\n", table(steps, s.metric.name())),
     )?;
-    put("summary.txt", &format!("{answer}\n"))?;
-    let csv = s.out.join("results.csv");
-    let tmp = lazyinit_core::output::temp_beside(&csv)?;
-    let mut w = lazyinit_core::results::ResultsWriter::open(tmp.path())?;
-    for r in &s.rows {
-        w.append(r)?;
-    }
-    drop(w);
-    tmp.persist(&csv).map_err(|e| e.error)?;
+    s.out
+        .put_whole(RunFolder::SUMMARY_TXT, format!("{answer}\n"))?;
+    s.out.put_rows(RunFolder::RESULTS_CSV, &s.rows)?;
     Ok(())
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use lazyinit_core::exit::{self, bad_input};
 use lazyinit_core::output::Reads;
+use lazyinit_core::RunFolder;
 use lazyinit_history::changes::AlertState;
 use lazyinit_history::check;
 use lazyinit_history::provenance::HostFacts;
@@ -214,17 +215,14 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
 /// A run folder read and checked, with the cell ids its spec plans.
 pub fn read_run(folder: &Path) -> anyhow::Result<(RunImport, Vec<String>)> {
     let name = folder.display().to_string();
-    let spec_path = folder.join(lazyinit_core::layout::RunFolder::SPEC_TOML);
-    let text = lazyinit_core::input::read_text_bounded(
-        &spec_path,
-        lazyinit_core::input::MAX_SPEC_BYTES,
-        "spec",
-    )
-    .map_err(|e| {
-        bad_input(format!(
+    let text = RunFolder::new(folder)
+        .spec_toml()
+        .read_text_bounded(lazyinit_core::input::MAX_SPEC_BYTES, "spec")
+        .map_err(|e| {
+            bad_input(format!(
             "{name}: cannot read spec.toml ({e}): give a run folder (results.csv beside spec.toml)"
         ))
-    })?;
+        })?;
     // Parsed, not validated: the spec as it ran, whose kernel-config file
     // (say) may be on another host.
     let spec: providers::Spec = toml::from_str(&text).map_err(|e| {
@@ -238,7 +236,9 @@ pub fn read_run(folder: &Path) -> anyhow::Result<(RunImport, Vec<String>)> {
     // only the spec's name can be checked.
     let run_id = match &spec.kernel_config {
         Some(c) if !c.is_file() => {
-            let rows = lazyinit_core::results::read_untorn_rows(folder.join("results.csv"))
+            let rows = RunFolder::new(folder)
+                .results_csv()
+                .untorn_rows()
                 .map_err(lazyinit_core::exit::refused)?;
             let id = rows.first().map(|r| r.run_id.clone()).unwrap_or_default();
             if !id.starts_with(&format!("{}-", spec.name)) {
@@ -275,7 +275,8 @@ fn runs_under(dir: &Path, out: &mut Vec<PathBuf>) {
         .collect();
     dirs.sort();
     for p in dirs {
-        if p.join("spec.toml").is_file() && p.join("results.csv").is_file() {
+        let run = RunFolder::new(&p);
+        if run.spec_toml().is_file() && run.results_csv().is_file() {
             out.push(p.clone());
         }
         runs_under(&p, out);
@@ -284,9 +285,10 @@ fn runs_under(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Why `folder` is not a run folder, in the words of what it holds.
 fn not_a_run(folder: &Path) -> String {
-    if folder.join("bisect.args").is_file() {
+    let run = RunFolder::new(folder);
+    if run.file(RunFolder::BISECT_ARGS).is_file() {
         "a bisect's folder (its results.csv gathers the runs under runs/), no spec.toml".into()
-    } else if folder.join("results.csv").is_file() {
+    } else if run.results_csv().is_file() {
         "results.csv without a spec.toml".into()
     } else {
         "no spec.toml or results.csv".into()
@@ -294,7 +296,7 @@ fn not_a_run(folder: &Path) -> String {
 }
 
 fn classify(folder: &Path) -> Given {
-    if folder.join("spec.toml").is_file() {
+    if RunFolder::new(folder).spec_toml().is_file() {
         return Given::Run(folder.to_path_buf());
     }
     let mut runs = Vec::new();

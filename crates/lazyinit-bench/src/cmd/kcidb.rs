@@ -169,7 +169,7 @@ pub fn run_files(rows: &[LoadedRow]) -> HashMap<RowKey, Vec<Resource>> {
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect();
             // console.log first: it is the test's log.
-            names.sort_by_key(|n| (n != CellFolder::CONSOLE_LOG, n.clone()));
+            names.sort_by_key(|n| (CellFolder::CONSOLE_LOG != *n, n.clone()));
             let files: Vec<Resource> = names.iter().filter_map(|n| resource(&dir, n)).collect();
             (!files.is_empty()).then(|| (row_key(&l.row), files))
         })

@@ -35,9 +35,9 @@ static ROUTE: LogRoute = LogRoute {
 };
 
 /// From now on, log lines also go to the run's `run.log` (appended).
-pub fn log_to_file(folder: &lazyinit_core::RunFolder) -> Result<(), lazyinit_core::WriteError> {
-    let f = folder.open_append(lazyinit_core::RunFolder::RUN_LOG)?;
-    *ROUTE.file.lock().unwrap() = Some((f, folder.run_log()));
+pub fn log_to_file(run: &lazyinit_core::RunWriter) -> Result<(), lazyinit_core::WriteError> {
+    let f = run.open_append(lazyinit_core::RunFolder::RUN_LOG)?;
+    *ROUTE.file.lock().unwrap() = Some((f, run.folder().run_log().shown()));
     Ok(())
 }
 

@@ -141,8 +141,9 @@ impl Links {
             return None;
         }
         let abs = std::path::absolute(folder).ok()?;
-        let target = match abs.join("report.md").is_file() {
-            true => abs.join("report.md"),
+        let report = lazyinit_core::RunFolder::new(&abs).file(lazyinit_core::RunFolder::REPORT_MD);
+        let target = match report.is_file() {
+            true => report.shown(),
             false => abs,
         };
         let mut from = self.site.clone();

@@ -329,7 +329,11 @@ fn check_out(out: &Path, args: &SpecArgs, spec: &Spec) -> anyhow::Result<()> {
         out,
         &reads,
         "a results folder (no results.csv, spec.toml or command.txt)",
-        |d| run_files.iter().any(|f| d.join(f).exists()),
+        |d| {
+            run_files
+                .iter()
+                .any(|f| RunFolder::new(d).file(*f).exists())
+        },
     )
     .map_err(|e| lazyinit_core::exit::refused(e).into())
 }
@@ -405,7 +409,10 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         None => rx,
     };
     let folder = RunFolder::new(&out);
-    let ui = super::ui::spawn(rx, &plan, &folder, show_bars());
+    // The run's writer, once the runner holds the folder: the events, the
+    // log and the report are kept through it.
+    let claimed: super::ui::Claimed = Arc::default();
+    let ui = super::ui::spawn(rx, &plan, claimed.clone(), show_bars());
     eprintln!(
         "run {}: {} cells, {} at once, results in {}",
         plan.run_id,
@@ -413,8 +420,12 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         plan.concurrency,
         out.display()
     );
+    let keep = claimed.clone();
     let opts = lazyinit_orchestrator::RunOptions {
         folder,
+        on_claim: Some(Arc::new(move |w: &lazyinit_core::RunWriter| {
+            *keep.lock().unwrap() = Some(w.clone());
+        })),
         events: lazyinit_core::events::EventSink::new(tx),
         cancel: cancel.clone(),
         prioritize_sensitive: !a.no_isolate,
@@ -447,8 +458,9 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         summary.skipped,
         summary.results_csv.display()
     );
-    if !a.no_report && summary.results_csv.exists() {
-        match report_beside(&RunFolder::of_results_csv(&summary.results_csv)) {
+    let writer = claimed.lock().unwrap().take();
+    if let Some(w) = writer.filter(|w| !a.no_report && w.folder().results_csv().exists()) {
+        match report_beside(&w) {
             Ok(t) => println!("{t}"),
             Err(e) => eprintln!("(no table: {})", crate::fail::text(&e)),
         }
@@ -472,8 +484,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
 /// `lazyinit-bench report --svg` makes it, written beside it through the
 /// folder's writer (`report.md`, `report.svg`, `report-cycles.svg` when a
 /// run has its groups); returns the markdown, the table printed.
-fn report_beside(folder: &RunFolder) -> anyhow::Result<String> {
-    let loaded = lazyinit_report::input::load(&[folder.results_csv()])?;
+fn report_beside(folder: &lazyinit_core::RunWriter) -> anyhow::Result<String> {
+    let loaded = lazyinit_report::input::load_run(folder.folder())?;
     let rows: Vec<_> = loaded.iter().map(|l| l.row.clone()).collect();
     let rep = lazyinit_report::build(&rows, lazyinit_report::Metric::default());
     let text = lazyinit_report::render::markdown::render(&rep);
@@ -515,7 +527,7 @@ mod tests {
             .join("../lazyinit-report/tests/fixtures/qemu-64g");
         let dir = tempfile::tempdir().unwrap();
         let folder = RunFolder::new(dir.path());
-        std::fs::copy(fixture.join("results.csv"), folder.results_csv()).unwrap();
+        std::fs::copy(fixture.join("results.csv"), dir.path().join("results.csv")).unwrap();
         for cell in [
             "qemu-arm64-debian-6.1-hz100-fix-64GiB-r3",
             "qemu-arm64-debian-6.1-hz100-nofix-64GiB-r1",
@@ -524,14 +536,14 @@ mod tests {
             let groups = Path::new(cell).join("groups.csv");
             std::fs::copy(fixture.join(&groups), dir.path().join(&groups)).unwrap();
         }
-        let text = report_beside(&folder).unwrap();
-        let rows = lazyinit_core::results::read_rows(folder.results_csv()).unwrap();
+        let text = report_beside(&lazyinit_core::RunWriter::claim(&folder).unwrap()).unwrap();
+        let rows = folder.results_csv().rows().unwrap();
         let want = lazyinit_report::render::markdown::render(&lazyinit_report::build(
             &rows,
             lazyinit_report::Metric::default(),
         ));
         assert_eq!(text, want, "the table printed is `report`'s");
-        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        let read = |name| folder.file(name).read_to_string().unwrap();
         assert_eq!(read(RunFolder::REPORT_MD), want);
         assert!(read(RunFolder::REPORT_SVG).contains("<svg"));
         assert!(read(RunFolder::REPORT_CYCLES_SVG).contains("<svg"));

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lazyinit_core::events::{Event, Phase};
-use lazyinit_core::{RunFolder, WriteError};
+use lazyinit_core::{RunFolder, RunWriter, WriteError};
 use lazyinit_orchestrator::Plan;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -16,11 +16,11 @@ use tokio::sync::mpsc::UnboundedReceiver;
 pub fn spawn(
     mut rx: UnboundedReceiver<Event>,
     plan: &Plan,
-    folder: &RunFolder,
+    claimed: Claimed,
     bars: bool,
 ) -> tokio::task::JoinHandle<Option<WriteError>> {
     let mut log = EventLog {
-        folder: folder.clone(),
+        claimed,
         file: None,
         opened: false,
         failed: None,
@@ -38,11 +38,14 @@ pub fn spawn(
     })
 }
 
-/// `events.jsonl` (and `run.log`), opened at the first event: the runner
-/// creates the folder only after its checks pass, so bad input leaves
-/// nothing behind.
+/// The run's writer, given by the runner once it holds the folder.
+pub type Claimed = std::sync::Arc<std::sync::Mutex<Option<RunWriter>>>;
+
+/// `events.jsonl` (and `run.log`), opened at the first event after the
+/// runner holds the folder: it creates the folder only after its checks
+/// pass, so bad input leaves nothing behind.
 struct EventLog {
-    folder: RunFolder,
+    claimed: Claimed,
     file: Option<std::fs::File>,
     opened: bool,
     failed: Option<WriteError>,
@@ -50,10 +53,11 @@ struct EventLog {
 
 impl EventLog {
     fn keep(&mut self, e: &Event) {
-        if !self.opened {
+        let writer = self.claimed.lock().unwrap().clone();
+        if let (false, Some(w)) = (self.opened, writer) {
             self.opened = true;
-            let logs = super::log_to_file(&self.folder);
-            self.file = match self.folder.open_append(RunFolder::EVENTS_JSONL) {
+            let logs = super::log_to_file(&w);
+            self.file = match w.open_append(RunFolder::EVENTS_JSONL) {
                 Ok(f) => Some(f),
                 Err(e) => {
                     note_failure(&mut self.failed, e);
@@ -68,8 +72,16 @@ impl EventLog {
             let mut v = serde_json::to_value(e).unwrap_or_default();
             v["at"] = serde_json::Value::String(chrono_now());
             if let Err(err) = writeln!(f, "{v}") {
-                let path = self.folder.events_jsonl();
-                note_failure(&mut self.failed, WriteError::new(path, err));
+                let path = self
+                    .claimed
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .map(|w| w.folder().events_jsonl().shown());
+                note_failure(
+                    &mut self.failed,
+                    WriteError::new(path.unwrap_or_default(), err),
+                );
                 self.file = None;
             }
         }

@@ -49,10 +49,10 @@ pub fn sockets(out: &Path) -> Vec<PathBuf> {
         }
         let cell = run.cell(&e.file_name().to_string_lossy());
         for p in [
-            cell.qmp_sock(),
-            cell.volume_nbd_sock(),
-            cell.warmup_nbd_sock(),
-            cell.kvm_probe_qmp(),
+            cell.qmp_sock().shown(),
+            cell.volume_nbd_sock().shown(),
+            cell.warmup_nbd_sock().shown(),
+            cell.kvm_probe_qmp().shown(),
         ] {
             if std::fs::symlink_metadata(&p).is_ok() && !v.contains(&p) {
                 v.push(p);

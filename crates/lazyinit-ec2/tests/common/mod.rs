@@ -150,16 +150,24 @@ pub fn request(run_id: &str, cell: Cell, log_dir: PathBuf) -> LaunchRequest {
         kernel_image: "/nonexistent/bzImage".into(),
         kernel_release: "6.1.0-test".into(),
         initramfs: "/nonexistent/initramfs.cpio.gz".into(),
-        folder: lazyinit_core::CellFolder::at(log_dir),
+        folder: writer_of(&log_dir),
         extra_cmdline: vec![],
         storage_profile: lazyinit_core::StorageProfile::None,
     }
 }
 
+/// The writer of the cell folder `log_dir` (claimed as a folder of its
+/// own: requests of one test share no lock).
+pub fn writer_of(log_dir: &std::path::Path) -> lazyinit_core::CellWriter {
+    lazyinit_core::RunWriter::claim(&lazyinit_core::RunFolder::new(log_dir))
+        .expect("the folder is free")
+        .cell(".")
+}
+
 /// Reads the launch record the provider wrote into the cell's log folder.
 pub fn record(log_dir: &std::path::Path) -> serde_json::Value {
     let path = lazyinit_core::CellFolder::at(log_dir).ec2_json();
-    let text = std::fs::read_to_string(path).expect("ec2.json written at launch");
+    let text = path.read_to_string().expect("ec2.json written at launch");
     serde_json::from_str(&text).unwrap()
 }
 

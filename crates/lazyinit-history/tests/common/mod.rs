@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use lazyinit_core::layout::RunFolder;
-use lazyinit_core::results::read_rows;
 use lazyinit_history::provenance::{CellFacts, RunFacts};
 use lazyinit_history::{DbUrl, RunImport};
 
@@ -27,7 +26,7 @@ pub fn repo() -> PathBuf {
 /// (the CLI's tests cover that; here the folder's rows are trusted).
 pub fn committed(folder: &Path) -> RunImport {
     let run = RunFolder::new(folder);
-    let rows = read_rows(run.results_csv()).unwrap();
+    let rows = run.results_csv().rows().unwrap();
     let cells = rows
         .iter()
         .map(|r| (r.cell_id.clone(), CellFacts::of(&run.cell(&r.cell_id))))

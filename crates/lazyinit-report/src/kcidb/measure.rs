@@ -237,7 +237,7 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                 ),
                 log_url: files
                     .iter()
-                    .find(|f| f.name == lazyinit_core::CellFolder::CONSOLE_LOG)
+                    .find(|f| lazyinit_core::CellFolder::CONSOLE_LOG == f.name)
                     .map(|f| f.url.clone()),
                 log_excerpt: (!row.error.is_empty()).then(|| clip(&row.error, 16384).to_string()),
                 output_files: files.to_vec(),

@@ -5,7 +5,6 @@
 //! its own under `runs/`, named by commit, role and index, so a rerun of
 //! the same command finds what was measured and redoes only what was not.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +14,8 @@ use lazyinit_bisect::log::Step;
 use lazyinit_bisect::{Lab, Prepared, Sample};
 use lazyinit_core::results::{ResultRow, Status};
 use lazyinit_core::{
-    Arch, ByteSize, Hz, KernelSource, RunFolder, SourceId, StorageProfile, Variant,
+    Arch, ByteSize, Hz, KernelSource, RunFile, RunFolder, RunWriter, SourceId, StorageProfile,
+    Variant,
 };
 use lazyinit_kernel::{KernelError, KernelSpec};
 
@@ -56,7 +56,8 @@ impl std::fmt::Display for CellArg {
 
 /// What stays the same for every commit of one bisection.
 pub struct Session {
-    pub out: PathBuf,
+    /// The bisect folder's writer (its lock held for the bisection).
+    pub out: RunWriter,
     pub cell: CellArg,
     pub metric: Metric,
     pub storage_profile: Option<StorageProfile>,
@@ -80,10 +81,6 @@ impl Session {
         self.cancel.load(Ordering::SeqCst)
     }
 
-    fn skip_file(&self, commit: &str) -> PathBuf {
-        self.out.join("skips").join(commit)
-    }
-
     /// Check out, read what the commit's `ext4_run_li_request` is, build
     /// it as committed (no variant patch, whatever the text). The reading
     /// labels the kernel (an unknown text is labelled `nofix`: not the
@@ -91,7 +88,7 @@ impl Session {
     /// to skip. A build that fails is a skip, remembered in
     /// `skips/<commit>` so a resumed run does not build it again.
     async fn prepare_tree(&mut self, commit: &str) -> anyhow::Result<Prepared> {
-        if let Ok(r) = std::fs::read_to_string(self.skip_file(commit)) {
+        if let Ok(r) = self.out.folder().skip_note(commit).read_to_string() {
             return Ok(Prepared::Skip(r.trim().to_string()));
         }
         self.worktree.checkout(commit)?;
@@ -171,11 +168,10 @@ impl Session {
     }
 
     fn remember_skip(&self, commit: &str, reason: &str) -> Prepared {
-        let p = self.skip_file(commit);
-        if let Some(d) = p.parent() {
-            let _ = std::fs::create_dir_all(d);
+        // Best effort: a skip not remembered is only built again on resume.
+        if let Err(e) = self.out.put_skip_note(commit, &format!("{reason}\n")) {
+            tracing::warn!("{}", lazyinit_core::exit::chain_text(&e));
         }
-        let _ = std::fs::write(&p, format!("{reason}\n"));
         Prepared::Skip(reason.to_string())
     }
 
@@ -206,15 +202,16 @@ impl Session {
             });
         }
         let name = format!("{}-{}-{i}", &commit[..12], role.replace(' ', "-"));
-        let dir = self.out.join("runs").join(name);
-        let csv = RunFolder::new(&dir).results_csv();
+        let run = self.out.folder().sample_run(&name);
+        let csv = run.results_csv();
         // A results file that is not there yet has no row; one that cannot
         // be read says why (never "no row").
-        let done = |csv: &Path| -> anyhow::Result<Option<ResultRow>> {
+        let done = |csv: &RunFile| -> anyhow::Result<Option<ResultRow>> {
             if !csv.exists() {
                 return Ok(None);
             }
-            Ok(lazyinit_core::results::read_whole_rows(csv)?
+            Ok(csv
+                .whole_rows()?
                 .into_iter()
                 .rev()
                 .find(|r| r.status != Status::Interrupted))
@@ -222,12 +219,13 @@ impl Session {
         let row = match done(&csv)? {
             Some(r) => r,
             None => {
-                self.run_one(&dir, variant).await?;
+                self.run_one(&run, variant).await?;
                 if self.cancelled() {
                     return Err(lazyinit_core::exit::ExitError::Interrupted { during: "" }.into());
                 }
-                done(&csv)?
-                    .ok_or_else(|| anyhow::anyhow!("the run into {} left no row", dir.display()))?
+                done(&csv)?.ok_or_else(|| {
+                    anyhow::anyhow!("the run into {} left no row", run.root().display())
+                })?
             }
         };
         let mut kept = row.clone();
@@ -246,7 +244,7 @@ impl Session {
     }
 
     /// The project's runner on one cell of the worktree's source.
-    async fn run_one(&self, dir: &Path, variant: Variant) -> anyhow::Result<()> {
+    async fn run_one(&self, run: &RunFolder, variant: Variant) -> anyhow::Result<()> {
         let c = self.cell;
         let source = self.worktree.dir.display().to_string();
         let profile = self.storage_profile.as_ref().map(|p| p.to_string());
@@ -271,7 +269,8 @@ impl Session {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let opts = lazyinit_orchestrator::RunOptions {
-            folder: RunFolder::new(dir),
+            folder: run.clone(),
+            on_claim: None,
             events: lazyinit_core::events::EventSink::new(tx),
             cancel: self.cancel.clone(),
             prioritize_sensitive: true,
