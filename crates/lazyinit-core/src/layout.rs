@@ -208,8 +208,9 @@ impl RunFolder {
     pub const RUNS_DIR: FileName = FileName("runs");
     pub const SKIPS_DIR: FileName = FileName("skips");
 
-    /// Every name a run's folder holds (the one-writer test looks for
-    /// them written out by hand anywhere else).
+    /// Every file name a run's folder holds (the one-writer test looks
+    /// for them written out by hand anywhere else; its folders' names,
+    /// plain words like `runs`, are not looked for).
     pub const NAMES: &'static [FileName] = &[
         Self::RESULTS_CSV,
         Self::SPEC_TOML,
@@ -225,6 +226,8 @@ impl RunFolder {
         Self::REPORT_CYCLES_SVG,
         Self::BISECT_ARGS,
         Self::BISECT_LOG,
+        Self::STEPS_MD,
+        Self::SUMMARY_TXT,
         Self::BISECT_STEP_LOG,
         Self::BISECT_STEPS_JSONL,
     ];
