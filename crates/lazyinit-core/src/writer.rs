@@ -270,12 +270,6 @@ impl std::fmt::Debug for CellWriter {
     }
 }
 
-impl PartialEq for CellWriter {
-    fn eq(&self, other: &Self) -> bool {
-        self.folder == other.folder
-    }
-}
-
 impl CellWriter {
     /// The folder, for reading.
     pub fn folder(&self) -> &CellFolder {
