@@ -14,9 +14,12 @@ fn a_socket_in_the_temporary_directory_is_found() {
     // A results folder deep enough that a cell's socket path exceeds the
     // 107 bytes of sun_path: the socket goes to the temporary directory.
     let out = base.path().join("r".repeat(60)).join("s".repeat(60));
-    let cell = RunFolder::new(&out).cell("x86_64-hz250-fix-64GiB-r1");
-    std::fs::create_dir_all(cell.path()).unwrap();
-    let sock = cell.qmp_sock().shown();
+    // Through the run's writer, as QEMU gets it: the folder it falls back
+    // to is made private.
+    let run = lazyinit_core::RunWriter::claim(&RunFolder::new(&out)).unwrap();
+    let cell = run.cell("x86_64-hz250-fix-64GiB-r1");
+    cell.create().unwrap();
+    let sock = cell.qmp_sock().unwrap();
     assert!(
         !sock.starts_with(&out),
         "{} is in the folder",

@@ -443,8 +443,10 @@ impl CellFolder {
         self.socket(Self::WARMUP_NBD_SOCK)
     }
     /// A unix socket of this cell: in the folder when its path fits
-    /// `sun_path` (108 bytes with the NUL), else in the temporary directory
-    /// under a name unique to this folder, so any `--out` works.
+    /// `sun_path` (108 bytes with the NUL), else in this user's private
+    /// folder of the temporary directory (`lazyinit-<uid>`, which the
+    /// writer makes 0700 and checks before handing a socket out) under a
+    /// name unique to this folder, so any `--out` works.
     fn socket(&self, name: FileName) -> PathBuf {
         self.socket_under(&std::env::temp_dir(), name)
     }
@@ -456,12 +458,16 @@ impl CellFolder {
             return p;
         }
         let hash = crate::paths::sha256_hex(self.path().as_os_str().as_encoded_bytes());
-        let short = format!("lazyinit-{}-{name}", &hash[..16]);
-        let p = tmp.join(&short);
+        let short = format!("{}-{name}", &hash[..16]);
+        let p = Self::socket_dir_in(tmp).join(&short);
         match p.as_os_str().len() <= 107 {
             true => p,
-            false => Path::new("/tmp").join(short),
+            false => Self::socket_dir_in(Path::new("/tmp")).join(short),
         }
+    }
+    /// This user's folder of sockets under `tmp`.
+    fn socket_dir_in(tmp: &Path) -> PathBuf {
+        tmp.join(format!("lazyinit-{}", nix::unistd::geteuid()))
     }
     /// The request trace kept beside an NBD socket.
     pub fn nbd_trace_csv(socket: &Path) -> PathBuf {
@@ -497,7 +503,8 @@ mod tests {
             .cell("qemu-x86_64-linux-6.1-git-2311b4df-hz250-nofix-64GiB-r1");
         let p = deep.volume_nbd_sock_path();
         assert!(p.as_os_str().len() <= 107, "{}", p.display());
-        assert!(p.starts_with(std::env::temp_dir()));
+        let mine = std::env::temp_dir().join(format!("lazyinit-{}", nix::unistd::geteuid()));
+        assert_eq!(p.parent(), Some(mine.as_path()), "{}", p.display());
         assert!(p.to_string_lossy().ends_with("-volume.nbd.sock"));
         // Unique per folder and per name.
         let other = RunFolder::new("/work/scratch/results/usertree-nofix")

@@ -86,6 +86,30 @@ fn create_dir(path: &Path) -> Result<(), WriteError> {
     std::fs::create_dir_all(path).map_err(at(path))
 }
 
+/// Makes `dir` 0700 if it is not there, and checks that it is a folder of
+/// this user's that no one else can enter: a shared temporary directory's
+/// `lazyinit-<uid>` may have been made by someone else first.
+fn private_dir(dir: &Path) -> Result<(), WriteError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(WriteError::new(dir, e))
+        }
+        _ => {}
+    }
+    let m = std::fs::symlink_metadata(dir).map_err(at(dir))?;
+    let uid = nix::unistd::geteuid().as_raw();
+    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
+        return Err(WriteError::new(
+            dir,
+            std::io::Error::other(format!(
+                "not a private folder of uid {uid} (a link, another user's, or open to others): remove it, or give a shorter --out"
+            )),
+        ));
+    }
+    Ok(())
+}
+
 fn copy_tree(from: &Path, to: &Path) -> Result<(), WriteError> {
     create_dir(to)?;
     for e in std::fs::read_dir(from).map_err(at(from))? {
@@ -305,29 +329,38 @@ impl CellWriter {
         self.folder.path_of(name)
     }
     /// The cell's unix sockets, for the processes that listen on them:
-    /// QMP, the volume's and the warm-up disk's NBD, the KVM probe's QMP
-    /// (in the folder, or under the temporary directory when its path is
-    /// too long for one).
-    pub fn qmp_sock(&self) -> PathBuf {
-        self.folder.qmp_sock_path()
+    /// QMP, the volume's and the warm-up disk's NBD, the KVM probe's QMP.
+    /// In the folder, or, when its path is too long for a socket, in this
+    /// user's folder of the temporary directory, made private (0700) here
+    /// and refused when it is a link, another user's or open to others.
+    pub fn qmp_sock(&self) -> Result<PathBuf, WriteError> {
+        self.ready(self.folder.qmp_sock_path())
     }
-    pub fn volume_nbd_sock(&self) -> PathBuf {
-        self.folder.volume_nbd_sock_path()
+    pub fn volume_nbd_sock(&self) -> Result<PathBuf, WriteError> {
+        self.ready(self.folder.volume_nbd_sock_path())
     }
-    pub fn warmup_nbd_sock(&self) -> PathBuf {
-        self.folder.warmup_nbd_sock_path()
+    pub fn warmup_nbd_sock(&self) -> Result<PathBuf, WriteError> {
+        self.ready(self.folder.warmup_nbd_sock_path())
     }
-    pub fn kvm_probe_qmp(&self) -> PathBuf {
-        self.folder.kvm_probe_qmp_path()
+    pub fn kvm_probe_qmp(&self) -> Result<PathBuf, WriteError> {
+        self.ready(self.folder.kvm_probe_qmp_path())
     }
-    /// Every socket of the cell.
+    /// Where every socket of the cell would be (to remove a killed run's:
+    /// nothing is made).
     pub fn sockets(&self) -> [PathBuf; 4] {
         [
-            self.qmp_sock(),
-            self.volume_nbd_sock(),
-            self.warmup_nbd_sock(),
-            self.kvm_probe_qmp(),
+            self.folder.qmp_sock_path(),
+            self.folder.volume_nbd_sock_path(),
+            self.folder.warmup_nbd_sock_path(),
+            self.folder.kvm_probe_qmp_path(),
         ]
+    }
+    fn ready(&self, socket: PathBuf) -> Result<PathBuf, WriteError> {
+        match socket.parent() {
+            Some(dir) if dir != self.folder.path() => private_dir(dir)?,
+            _ => {}
+        }
+        Ok(socket)
     }
     /// A new empty request trace beside the NBD socket `socket` (one of
     /// this cell's), and its path.
@@ -495,7 +528,7 @@ mod tests {
         let c = from.cell("c");
         c.create().unwrap();
         c.put(CellFolder::TRACE_TXT, "t").unwrap();
-        std::os::unix::net::UnixListener::bind(c.qmp_sock()).unwrap();
+        std::os::unix::net::UnixListener::bind(c.qmp_sock().unwrap()).unwrap();
         let to = RunWriter::claim(&RunFolder::new(dir.path().join("b"))).unwrap();
         to.cell("c").copy_from(&from.folder().cell("c")).unwrap();
         let own = to.shard_files("shard-1-of-2").unwrap();
@@ -514,6 +547,37 @@ mod tests {
         assert_eq!(
             b.results_csv().read_to_string().unwrap(),
             crate::results::COLUMNS.join(",") + "\n"
+        );
+    }
+
+    #[test]
+    fn a_socket_outside_the_folder_goes_in_a_private_folder_or_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let run = RunWriter::claim(&RunFolder::new(base.path().join("r"))).unwrap();
+        let cell = run.cell("c");
+        cell.create().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // In the folder: nothing is made or checked.
+        let sock = cell
+            .ready(cell.folder().path_of(CellFolder::QMP_SOCK))
+            .unwrap();
+        assert_eq!(sock.parent(), Some(cell.path()));
+        // Elsewhere: the folder is made 0700.
+        let dir = base.path().join("lazyinit-x");
+        let sock = cell.ready(dir.join("h-qmp.sock")).unwrap();
+        assert_eq!(sock.parent(), Some(dir.as_path()));
+        assert_eq!(mode(&dir), 0o700);
+        // Open to others, or a link to one: refused, saying which.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = cell.ready(dir.join("h-qmp.sock")).unwrap_err();
+        assert_eq!(e.path, dir);
+        assert!(e.source.to_string().contains("not a private folder"), "{e}");
+        let link = base.path().join("lazyinit-link");
+        std::os::unix::fs::symlink(cell.path(), &link).unwrap();
+        assert!(
+            cell.ready(link.join("h-qmp.sock")).is_err(),
+            "a link is refused"
         );
     }
 }

@@ -61,7 +61,9 @@ pub async fn probe_kvm(
     work.create()
         .map_err(|e| lazyinit_core::exit::chain_text(&e))?;
     let console = work.hand_over(CellFolder::KVM_PROBE_CONSOLE);
-    let qmp = work.kvm_probe_qmp();
+    let qmp = work
+        .kvm_probe_qmp()
+        .map_err(|e| lazyinit_core::exit::chain_text(&e))?;
     let cmdline = args::kernel_cmdline(arch, None, &["rdinit=/nonexistent".into()]);
     let g = args::GuestArgs {
         arch,

@@ -56,7 +56,7 @@ impl QemuMachine {
         let arch = a.req.cell.arch;
         let folder = &a.req.folder;
         let console_log = folder.hand_over(CellFolder::CONSOLE_LOG);
-        let qmp_socket = folder.qmp_sock();
+        let qmp_socket = folder.qmp_sock()?;
         // A stale socket of an interrupted earlier attempt.
         folder.remove_socket(&qmp_socket)?;
         let mut extra = vec!["lazyinit.net=static".to_string()];
@@ -296,9 +296,9 @@ fn latency_servers(a: &StartArgs<'_>) -> Result<Servers, ProviderError> {
     let folder = &a.req.folder;
     // The cell keeps it in storage.txt (its Machine::zero_hold).
     let hold = Hold::new(profile.initial_hold(a.req.cell.arch, a.accel));
-    let vol = nbd_server(folder, a.volume, &folder.volume_nbd_sock(), &hold)?;
+    let vol = nbd_server(folder, a.volume, &folder.volume_nbd_sock()?, &hold)?;
     let warm = match a.warmup {
-        Some(w) => Some(nbd_server(folder, w, &folder.warmup_nbd_sock(), &hold)?),
+        Some(w) => Some(nbd_server(folder, w, &folder.warmup_nbd_sock()?, &hold)?),
         None => None,
     };
     Ok((Some(hold), Some(vol), warm))

@@ -480,7 +480,7 @@ impl Ctx {
         let port = free_port()?;
         let cmdline = guest::cmdline(arch, self.opts.tsc_khz, id);
         let console_log = folder.hand_over(CellFolder::CONSOLE_LOG);
-        let qmp = folder.qmp_sock();
+        let qmp = folder.qmp_sock()?;
         let argv = guest::qemu_args(&guest::GuestArgs {
             arch,
             memory_mib: self.opts.memory_mib,
