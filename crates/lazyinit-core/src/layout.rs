@@ -112,15 +112,9 @@ impl RunFile {
     pub fn is_file(&self) -> bool {
         self.0.is_file()
     }
-    pub fn metadata(&self) -> std::io::Result<std::fs::Metadata> {
-        std::fs::metadata(&self.0)
-    }
     /// Opened read-only.
     pub fn open(&self) -> std::io::Result<std::fs::File> {
         std::fs::File::open(&self.0)
-    }
-    pub fn read(&self) -> std::io::Result<Vec<u8>> {
-        std::fs::read(&self.0)
     }
     pub fn read_to_string(&self) -> std::io::Result<String> {
         std::fs::read_to_string(&self.0)

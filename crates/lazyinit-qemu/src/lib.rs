@@ -340,7 +340,7 @@ impl Provider for QemuProvider {
             };
             let f = run.cell(&id);
             for sock in f.sockets() {
-                if sock.exists() && f.remove_socket(&sock).is_ok() {
+                if sock.symlink_metadata().is_ok() && f.remove_socket(&sock).is_ok() {
                     removed.push(format!("socket {}", sock.display()));
                 }
             }

@@ -85,10 +85,12 @@ struct Opened {
     session: Session,
     range: git::Range,
     head: String,
-    _locks: Vec<nix::fcntl::Flock<std::fs::File>>,
+    /// The private clone's lock, waited for: one bisection of a
+    /// repository at a time moves its worktree.
+    _clone_lock: nix::fcntl::Flock<std::fs::File>,
 }
 
-fn lock(path: &Path, wait: bool) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+fn lock(path: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
@@ -97,17 +99,8 @@ fn lock(path: &Path, wait: bool) -> anyhow::Result<nix::fcntl::Flock<std::fs::Fi
         .truncate(false)
         .write(true)
         .open(path)?;
-    let arg = if wait {
-        nix::fcntl::FlockArg::LockExclusive
-    } else {
-        nix::fcntl::FlockArg::LockExclusiveNonblock
-    };
-    nix::fcntl::Flock::lock(f, arg).map_err(|_| {
-        anyhow::anyhow!(
-            "{} is held by another bisect: wait for it or give another --out",
-            path.display()
-        )
-    })
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
 }
 
 /// The test's settings, from the arguments.
@@ -197,13 +190,12 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
     )
     .map_err(exit::refused)?;
     let out = claim_out(&out, &args_line)?;
-    let mut locks = Vec::new();
     let canon = repo.canonicalize().unwrap_or(repo.clone());
     let hash = lazyinit_core::paths::sha256_hex(canon.display().to_string());
     let base = lazyinit_core::paths::cache_dir()
         .join("bisect")
         .join(&hash[..12]);
-    locks.push(lock(&base.join("clone.lock"), true)?);
+    let clone_lock = lock(&base.join("clone.lock"))?;
     let worktree = git::Worktree::open(&repo, &base.join("linux"), &good)?;
     // A test hook: samples read from a file of the checked-out commit
     // instead of built and booted (see Session::fake).
@@ -223,7 +215,7 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
         },
         range,
         head,
-        _locks: locks,
+        _clone_lock: clone_lock,
     })
 }
 
@@ -234,7 +226,7 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
     let Opened {
         mut session,
         range,
-        _locks,
+        _clone_lock,
         ..
     } = open(&a.source, &a.common, cancel)?;
     let s = &mut session;
@@ -274,7 +266,7 @@ async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
         mut session,
         range,
         head,
-        _locks,
+        _clone_lock,
     } = open(&a.source, &a.common, cancel)?;
     let s = &mut session;
     let commits = &range.commits;

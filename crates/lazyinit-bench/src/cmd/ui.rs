@@ -46,19 +46,23 @@ pub type Claimed = std::sync::Arc<std::sync::Mutex<Option<RunWriter>>>;
 /// pass, so bad input leaves nothing behind.
 struct EventLog {
     claimed: Claimed,
-    file: Option<std::fs::File>,
+    /// `events.jsonl` and its path, once opened.
+    file: Option<(std::fs::File, std::path::PathBuf)>,
     opened: bool,
     failed: Option<WriteError>,
 }
 
 impl EventLog {
     fn keep(&mut self, e: &Event) {
-        let writer = self.claimed.lock().unwrap().clone();
-        if let (false, Some(w)) = (self.opened, writer) {
+        let writer = match self.opened {
+            false => self.claimed.lock().unwrap().clone(),
+            true => None,
+        };
+        if let Some(w) = writer {
             self.opened = true;
             let logs = super::log_to_file(&w);
             self.file = match w.open_append(RunFolder::EVENTS_JSONL) {
-                Ok(f) => Some(f),
+                Ok(f) => Some((f, w.folder().events_jsonl().shown())),
                 Err(e) => {
                     note_failure(&mut self.failed, e);
                     None
@@ -68,20 +72,11 @@ impl EventLog {
                 note_failure(&mut self.failed, e);
             }
         }
-        if let Some(f) = self.file.as_mut() {
+        if let Some((f, path)) = self.file.as_mut() {
             let mut v = serde_json::to_value(e).unwrap_or_default();
             v["at"] = serde_json::Value::String(chrono_now());
             if let Err(err) = writeln!(f, "{v}") {
-                let path = self
-                    .claimed
-                    .lock()
-                    .unwrap()
-                    .as_ref()
-                    .map(|w| w.folder().events_jsonl().shown());
-                note_failure(
-                    &mut self.failed,
-                    WriteError::new(path.unwrap_or_default(), err),
-                );
+                note_failure(&mut self.failed, WriteError::new(path.clone(), err));
                 self.file = None;
             }
         }
