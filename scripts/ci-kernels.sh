@@ -7,7 +7,9 @@
 # arm64 at HZ=100), the two trees side by side; in each, the QEMU profile
 # without the fix, then with it (the released source, so the tree that the
 # bisect test's git-tree slot is seeded from, crates/lazyinit-kernel/src/
-# seed.rs, needs no variant switch). The cloud profile (the EC2 twin's
+# seed.rs, needs no variant switch when this script built it; after a
+# first command, which builds the fix first, it is left at no fix and the
+# seed switches: the tests make no assumption on the order). The cloud profile (the EC2 twin's
 # kernels) is a delta on copies of the same trees that the twin tests build while
 # other guest tests wait on their guests (.config/nextest.toml). A warm
 # cache makes each line a cache hit of a second or less.
@@ -45,6 +47,20 @@ history() {
   fi
   echo "ci-kernels: the bisect test's 17-commit history: $((SECONDS - t0)) s"
 }
+# The QEMU of the virtual clock (lazyinit-bench qemu build: Debian's
+# QEMU 10.0.2 source and the project's patches, two targets), which the
+# virtual-clock tests boot; beside the trees, in the same cache.
+emulator() {
+  local t0=$SECONDS log="$logs/qemu-build.log"
+  if ! nice -n 5 "$bin" qemu build >"$log" 2>&1; then
+    echo "error: building the virtual clock's QEMU failed (log: $log):" >&2
+    tail -n 40 "$log" >&2
+    return 3
+  fi
+  echo "ci-kernels: the virtual clock's QEMU: $((SECONDS - t0)) s"
+}
+emulator &
+q=$!
 tree x86_64 250 &
 x=$!
 tree arm64 100 &
@@ -55,4 +71,5 @@ rc=0
 wait "$x" || rc=$?
 wait "$a" || rc=$?
 wait "$h" || rc=$?
+wait "$q" || rc=$?
 exit "$rc"

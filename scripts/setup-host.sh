@@ -23,7 +23,11 @@ PKGS=(
   dwarves openssl git                    # a user's distro config (--config): pahole for
                                          # DEBUG_INFO_BTF, module signing keys; git trees
   e2fsprogs busybox-static dropbear-bin openssh-client
-  python3-venv                           # EC2 API emulator (moto) for tests
+  python3-venv                           # EC2 API emulator (moto) for tests; the
+                                         # meson of the virtual clock's QEMU build
+  ninja-build libglib2.0-dev libfdt-dev  # the QEMU of the virtual clock, built from
+  libslirp-dev libpixman-1-dev patch     # Debian's source with the project's patches
+                                         # (lazyinit-bench qemu build)
 )
 
 # The host-wide token's directory (crates/lazyinit-orchestrator/src/token.rs):

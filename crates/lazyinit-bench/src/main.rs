@@ -36,6 +36,9 @@ enum Command {
     /// Build or list kernels (with and without the ext4 lazy-init fix).
     #[command(subcommand)]
     Kernel(cmd::kernel::KernelCmd),
+    /// Build the QEMU of the virtual clock (`run --clock virtual`).
+    #[command(subcommand)]
+    Qemu(cmd::qemu::QemuCmd),
     /// Build or list guest images (initramfs with a pinned SSH server).
     #[command(subcommand)]
     Image(cmd::image::ImageCmd),
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Kernel(c) => cmd::kernel::run(c).await,
             Command::Image(c) => cmd::image::run(c).await,
+            Command::Qemu(c) => cmd::qemu::run(c).await,
             Command::Run(a) => cmd::run::run(a).await,
             Command::Plan(a) => cmd::run::plan(a).await,
             Command::Merge(a) => cmd::merge::run(a).await,

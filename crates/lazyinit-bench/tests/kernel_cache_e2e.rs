@@ -51,13 +51,66 @@ fn image_of(o: &Output) -> String {
         .to_string()
 }
 
-/// The cache the other tests use (scripts/test.sh built its kernels).
+/// The cache the other tests use (scripts/test.sh built its kernels):
+/// where the binary looks, `XDG_CACHE_HOME` included.
 fn shared_cache() -> PathBuf {
-    std::env::var_os("LAZYINIT_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/lazyinit-bench")
-        })
+    lazyinit_core::paths::cache_dir()
+}
+
+/// The variant the text of a build tree is at (and so, for a slot whose
+/// make finished, the one it was last built with).
+fn tree_variant(tree: &Path) -> &'static str {
+    let text = std::fs::read_to_string(tree.join("fs/ext4/super.c")).unwrap();
+    match lazyinit_kernel::variant::detect_file(&text) {
+        lazyinit_kernel::Detected::Fix => "fix",
+        lazyinit_kernel::Detected::NoFix => "nofix",
+        lazyinit_kernel::Detected::Unknown => {
+            panic!("{}: neither variant's text", tree.display())
+        }
+    }
+}
+
+fn other(variant: &str) -> &'static str {
+    if variant == "fix" {
+        "nofix"
+    } else {
+        "fix"
+    }
+}
+
+/// Copies the shared cache's x86_64 HZ=250 build slot into `cache` (a
+/// cache of no kernel), under the slot's own lock so that no build (the
+/// twin's cloud kernel) changes it meanwhile. The shared slot is a cache
+/// hit of the suite's own kernels first.
+fn copy_shared_slot(cache: &Path) -> PathBuf {
+    let o = build(None, "fix").output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let work = shared_cache().join("kernel/work/debian-6.1-x86_64-hz250");
+    assert!(work.join("linux").is_dir(), "{}", work.display());
+    let slot = cache.join("kernel/work/debian-6.1-x86_64-hz250");
+    std::fs::create_dir_all(slot.parent().unwrap()).unwrap();
+    {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(work.join("slot.lock"))
+            .unwrap();
+        let _held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(&work)
+            .arg(&slot)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    assert!(
+        !slot.join("make.unfinished").exists(),
+        "the shared slot holds a cut make"
+    );
+    assert!(!cache.join("kernel/builds").exists(), "no kernel built yet");
+    slot
 }
 
 /// Waits for a line of `child`'s stderr containing `what`; the lines so
@@ -90,44 +143,56 @@ fn wait_for_line(child: &mut Child, what: &str, deadline: Duration) -> String {
 
 #[test]
 fn two_builders_build_once_and_a_killed_one_leaves_nothing_trusted() {
-    // The slot of the tests' cache, built by scripts/test.sh (a cache hit).
-    let o = build(None, "fix").output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let work = shared_cache().join("kernel/work/debian-6.1-x86_64-hz250");
-    assert!(work.join("linux").is_dir(), "{}", work.display());
-
-    // Copied under the slot's own lock, so that no build (the twin's
-    // cloud kernel) changes it meanwhile.
+    // The slot as the suite's cache has it (scripts/ci-kernels.sh leaves
+    // it at the fix; a first command before it, at no fix).
     let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let slot = copy_shared_slot(&cache);
+    race_and_kill(&cache, &slot);
+}
+
+/// The README's two commands in order (issue 54): the first command
+/// (`run quick`) builds each tree with the fix, then without, so the
+/// slot's last make is the no-fix kernel's; the cache test then still
+/// sees a variant switch compile, whichever variant it finds. The slot is
+/// brought there in a cache of its own (both builds, in the first
+/// command's order), then moved to a fresh cache, as a cache moved to
+/// another path.
+#[test]
+fn after_the_first_commands_order_the_cache_test_still_switches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = tmp.path().join("first");
+    copy_shared_slot(&first);
+    for v in ["fix", "nofix"] {
+        let o = build(Some(&first), v).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+    }
     let cache = tmp.path().join("cache");
     let slot = cache.join("kernel/work/debian-6.1-x86_64-hz250");
     std::fs::create_dir_all(slot.parent().unwrap()).unwrap();
-    {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(work.join("slot.lock"))
-            .unwrap();
-        let _held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
-        let st = Command::new("cp")
-            .arg("-a")
-            .arg(&work)
-            .arg(&slot)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    assert!(!cache.join("kernel/builds").exists(), "no kernel built yet");
+    std::fs::rename(first.join("kernel/work/debian-6.1-x86_64-hz250"), &slot).unwrap();
+    assert_eq!(
+        tree_variant(&slot.join("linux")),
+        "nofix",
+        "as the first command leaves it"
+    );
+    race_and_kill(&cache, &slot);
+}
 
+/// Two builders of the variant the slot is not at, at once (one makes it,
+/// the other waits and takes it), then a builder of the variant it was at,
+/// killed while make runs, and the one after it.
+fn race_and_kill(cache: &Path, slot: &Path) {
+    let back = tree_variant(&slot.join("linux"));
+    let switch_to = other(back);
     // Two builders of one kernel at once: one makes it, the other waits
     // on the slot and takes it.
-    let a = build(Some(&cache), "nofix")
+    let a = build(Some(cache), switch_to)
         .stderr(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let b = build(Some(&cache), "nofix")
+    let b = build(Some(cache), switch_to)
         .stderr(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -169,7 +234,7 @@ fn two_builders_build_once_and_a_killed_one_leaves_nothing_trusted() {
     // up): nothing is published, and the next builder waits for the make
     // it left (which holds the slot's lock), removes what that make wrote
     // and makes it again.
-    let mut c = build(Some(&cache), "fix")
+    let mut c = build(Some(cache), back)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -187,19 +252,19 @@ fn two_builders_build_once_and_a_killed_one_leaves_nothing_trusted() {
                 n.contains(&format!("-{v}-")) && !n.starts_with('.')
             })
     };
-    assert!(!published("fix"), "a killed build published");
+    assert!(!published(back), "a killed build published");
     assert!(
         slot.join("make.unfinished").exists(),
         "the mark of the cut make"
     );
-    let d = build(Some(&cache), "fix").output().unwrap();
+    let d = build(Some(cache), back).output().unwrap();
     let said = text(&d);
     assert!(d.status.success(), "{said}");
     assert!(
         said.contains("a make was cut short in this slot: ") && said.contains("make bzImage"),
         "{said}"
     );
-    assert!(published("fix") && !slot.join("make.unfinished").exists());
+    assert!(published(back) && !slot.join("make.unfinished").exists());
     // What kconfig wrote whole was kept: the recovery compiled what the
     // variant switch needs, not the tree (without include/config/auto.conf
     // kconfig takes every symbol as changed: about 1,200 files).
@@ -210,7 +275,7 @@ fn two_builders_build_once_and_a_killed_one_leaves_nothing_trusted() {
         "{compiled} files compiled after a cut make:\n{said}\n{log}"
     );
     // Now a cache hit, checked against its manifest: no make.
-    let e = build(Some(&cache), "fix").output().unwrap();
+    let e = build(Some(cache), back).output().unwrap();
     assert!(e.status.success(), "{}", text(&e));
     assert!(!text(&e).contains("make bzImage"), "{}", text(&e));
     assert_eq!(image_of(&d), image_of(&e));

@@ -286,6 +286,13 @@ pub trait Provider: Send + Sync {
         storage: &StorageProfile,
     ) -> Result<(), ProviderError>;
 
+    /// Makes what this provider's machines need beyond the kernels and
+    /// images (the QEMU of the virtual clock), beside the kernel builds.
+    /// Nothing by default.
+    async fn prepare(&self, _cells: &[Cell]) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
     /// Starts a machine for one cell and returns once it is booting. The
     /// returned machine owns every resource it made; dropping it without
     /// `teardown` must still not leak a process.

@@ -99,7 +99,7 @@ enum Attempt {
     Again(String),
 }
 
-fn client(opts: &FetchOptions) -> Result<reqwest::Client, KernelError> {
+pub(crate) fn client(opts: &FetchOptions) -> Result<reqwest::Client, KernelError> {
     reqwest::Client::builder()
         .connect_timeout(opts.stall.min(Duration::from_secs(20)))
         // A backstop: the stall checks in `send` and `next_chunk` end an
@@ -252,7 +252,7 @@ async fn next_chunk(
 }
 
 /// Download `url` into `partial`, resuming from what is already there.
-async fn download(
+pub(crate) async fn download(
     client: &reqwest::Client,
     url: &str,
     partial: &Path,

@@ -27,6 +27,7 @@ mod build;
 pub mod cache;
 pub mod debian;
 mod decide;
+pub mod emulator;
 pub mod error;
 pub mod fetch;
 pub mod fragments;

@@ -217,9 +217,15 @@ async fn protocol(
     ev: &mut Evidence,
 ) -> Result<Measurement, CellError> {
     let cell = &req.cell;
-    let (volume, warmup_device, hold) = {
+    let (volume, warmup_device, hold, guest_paced) = {
         let m = machine.lock().await;
-        (m.endpoint().volume_device, m.warmup_device(), m.zero_hold())
+        let virtual_clock = m.info().accel.is_virtual_clock();
+        (
+            m.endpoint().volume_device,
+            m.warmup_device(),
+            m.zero_hold(),
+            virtual_clock,
+        )
     };
     let exp = Expectation {
         arch: cell.arch,
@@ -247,6 +253,7 @@ async fn protocol(
             .storage_profile
             .z1_target(cell.hz, cell.wait_mult),
         estimate_after: sh.settings.estimate_after,
+        guest_paced,
     };
     let mut kept = std::mem::take(ev);
     let (measured, kept) = blocking("guest protocol", move || {

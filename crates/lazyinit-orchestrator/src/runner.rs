@@ -181,7 +181,7 @@ pub async fn run<C: ProviderConfigs>(
     if prepared.todo.is_empty() {
         return Ok(summary);
     }
-    let Some(built) = build_artifacts(&prepared.todo, plan, &opts).await? else {
+    let Some(built) = build_artifacts(&prepared.todo, plan, &*provider, &opts).await? else {
         summary.not_started = prepared.todo.len();
         return Ok(summary);
     };
@@ -485,6 +485,7 @@ fn lock_folder(folder: &RunFolder) -> Result<RunWriter, RunError> {
 async fn build_artifacts(
     todo: &[Cell],
     plan: &Plan,
+    provider: &dyn Provider,
     opts: &RunOptions,
 ) -> Result<Option<Built>, RunError> {
     let connect = opts.artifacts.connect().await.map_err(RunError::Connect)?;
@@ -506,9 +507,19 @@ async fn build_artifacts(
                     .map_err(|e| RunError::Image(arch, e))
             }),
     );
+    // And what the provider needs of its own (the virtual clock's QEMU).
+    let prepared = async {
+        provider
+            .prepare(todo)
+            .await
+            .map_err(|source| RunError::Refused {
+                provider: provider.name().to_string(),
+                source,
+            })
+    };
     let (kernels, initramfs): (BTreeMap<KernelNeed, Kernel>, BTreeMap<Arch, PathBuf>) = tokio::select! {
-        r = futures::future::try_join(builds, images) => {
-            let (k, i) = r?;
+        r = futures::future::try_join3(builds, images, prepared) => {
+            let (k, i, ()) = r?;
             (k.into_iter().flatten().collect(), i.into_iter().collect())
         }
         _ = cancelled(&opts.cancel) => return Ok(None),

@@ -79,6 +79,7 @@ pub async fn probe_kvm(
         volume: None,
         storage: args::Storage::default(),
         warmup: None,
+        icount: Vec::new(),
     };
     let (stderr, stderr_log) = work
         .create_file(CellFolder::KVM_PROBE_STDERR)

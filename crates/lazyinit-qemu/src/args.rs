@@ -160,31 +160,74 @@ impl Default for Storage {
     }
 }
 
-/// Where QEMU reads the volume from: the file itself, or the NBD socket of
-/// the NBD server of a latency profile.
+/// Where QEMU reads the volume from: the file itself, the NBD socket of
+/// the NBD server of a latency profile (real clock), or the file through
+/// the zero-hold filter (virtual clock: each zero request held on QEMU's
+/// virtual clock, the hold named `/objects/<hold_id>` for QMP).
 #[derive(Debug, Clone, Copy)]
 pub enum VolumeSource<'a> {
     File(&'a Path),
     NbdUnix(&'a Path),
+    ZeroHold {
+        file: &'a Path,
+        hold_ns: u64,
+        hold_id: &'a str,
+    },
 }
+
+impl VolumeSource<'_> {
+    /// The `-drive` text up to its own options.
+    fn drive(&self, file_opts: &str) -> OsString {
+        match *self {
+            VolumeSource::File(p) => {
+                let mut d = OsString::from("file=");
+                d.push(p);
+                d.push(format!(",format=raw{file_opts}"));
+                d
+            }
+            VolumeSource::NbdUnix(sock) => {
+                let mut d = OsString::from("driver=nbd,server.type=unix,server.path=");
+                d.push(sock);
+                d
+            }
+            VolumeSource::ZeroHold {
+                file,
+                hold_ns,
+                hold_id,
+            } => {
+                let mut d = OsString::from(format!(
+                    "driver=zero-hold,hold-id={hold_id},hold-ns={hold_ns},file.driver=file,file.filename="
+                ));
+                d.push(file);
+                d.push(file_opts.replace(",aio=", ",file.aio="));
+                d
+            }
+        }
+    }
+}
+
+/// The virtual clock: icount at a fixed shift with no sleeping (an idle
+/// guest's clock jumps to its next timer), and the firmware folders of
+/// the project's QEMU build, which installs none.
+pub fn icount_args(shift: u8, data_dirs: &[std::path::PathBuf]) -> Vec<OsString> {
+    let mut a = os(&["-icount", &format!("shift={shift},sleep=off")]);
+    for d in data_dirs {
+        a.push("-L".into());
+        a.push(d.into());
+    }
+    a
+}
+
+/// The TSC rate an x86_64 guest is told on the virtual clock: under
+/// icount the TSC counts QEMU's virtual nanoseconds, 1 GHz whatever the
+/// shift.
+pub const ICOUNT_TSC_KHZ: u64 = 1_000_000;
 
 /// The blank volume: raw sparse file on virtio-blk. Discard and write-zeroes
 /// are passed through and `detect-zeroes=unmap` turns zero writes into holes,
 /// so a 2 TiB volume stays sparse while ext4 zeroes its inode tables.
 pub fn volume_args(volume: VolumeSource<'_>, storage: Storage) -> Vec<OsString> {
-    let mut drive = match volume {
-        VolumeSource::File(p) => {
-            let mut d = OsString::from("file=");
-            d.push(p);
-            d.push(",format=raw,aio=threads");
-            d
-        }
-        VolumeSource::NbdUnix(sock) => {
-            let mut d = OsString::from("driver=nbd,server.type=unix,server.path=");
-            d.push(sock);
-            d
-        }
-    };
+    let mut drive = volume.drive(",aio=threads");
     drive.push(format!(
         ",if=none,id=vol0,cache={},discard=unmap,detect-zeroes=unmap",
         storage.cache
@@ -209,19 +252,7 @@ pub fn volume_args(volume: VolumeSource<'_>, storage: Storage) -> Vec<OsString> 
 /// as the volume (over NBD, with the same hold, under a latency profile:
 /// the calibration's zeroings must cost what the measured one will).
 pub fn warmup_args(disk: VolumeSource<'_>) -> Vec<OsString> {
-    let mut drive = match disk {
-        VolumeSource::File(p) => {
-            let mut d = OsString::from("file=");
-            d.push(p);
-            d.push(",format=raw");
-            d
-        }
-        VolumeSource::NbdUnix(sock) => {
-            let mut d = OsString::from("driver=nbd,server.type=unix,server.path=");
-            d.push(sock);
-            d
-        }
-    };
+    let mut drive = disk.drive("");
     drive.push(",if=none,id=warm0,cache=unsafe,discard=unmap,detect-zeroes=unmap");
     vec![
         "-drive".into(),
@@ -267,11 +298,14 @@ pub struct GuestArgs<'a> {
     pub volume: Option<VolumeSource<'a>>,
     pub storage: Storage,
     pub warmup: Option<VolumeSource<'a>>,
+    /// The virtual clock's arguments ([`icount_args`]), or none.
+    pub icount: Vec<OsString>,
 }
 
 pub fn guest_args(g: &GuestArgs<'_>) -> Vec<OsString> {
     let mut a = base_args(g.memory_mib, g.cpus);
     a.extend(machine_args(g.arch, g.accel));
+    a.extend(g.icount.iter().cloned());
     a.extend(boot_args(g.kernel, g.initrd, g.cmdline));
     a.extend(console_args(g.console_log));
     a.extend(qmp_args(g.qmp_socket));
@@ -354,6 +388,27 @@ mod tests {
     }
 
     #[test]
+    fn the_virtual_clock_holds_zeroes_in_qemu() {
+        let s = joined(&volume_args(
+            VolumeSource::ZeroHold {
+                file: Path::new("/v/vol.raw"),
+                hold_ns: 3_370_000,
+                hold_id: "zero-hold",
+            },
+            Storage {
+                cache: "unsafe",
+                ..Default::default()
+            },
+        ));
+        assert_eq!(
+            s,
+            "-drive driver=zero-hold,hold-id=zero-hold,hold-ns=3370000,file.driver=file,file.filename=/v/vol.raw,file.aio=threads,if=none,id=vol0,cache=unsafe,discard=unmap,detect-zeroes=unmap -device virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile="
+        );
+        let i = joined(&icount_args(0, &["/usr/share/qemu".into()]));
+        assert_eq!(i, "-icount shift=0,sleep=off -L /usr/share/qemu");
+    }
+
+    #[test]
     fn nvme_volume_carries_the_serial() {
         let s = joined(&nvme_volume_args(
             "vol1",
@@ -388,6 +443,7 @@ mod tests {
             volume: None,
             storage: Storage::default(),
             warmup: None,
+            icount: Vec::new(),
         };
         let s = joined(&guest_args(&g));
         assert!(s.starts_with("-nodefaults -no-reboot -display none"));

@@ -5,15 +5,17 @@
 
 pub mod accel;
 pub mod args;
+pub mod clock;
 mod machine;
 pub mod nbd;
 pub mod process;
-mod qmp;
+pub mod qmp;
 pub mod tsc;
 pub mod volume;
 
 pub use accel::AccelChoice;
 pub use args::Accel;
+pub use clock::Clock;
 pub use machine::QemuMachine;
 
 use std::collections::{HashMap, HashSet};
@@ -45,6 +47,11 @@ pub struct QemuConfig {
     /// Warm-up lazy-init on a 1 GiB scratch disk before the measured one
     /// (see `Machine::warmup_device`).
     pub warmup: bool,
+    /// `real` (default) or `virtual` / `virtual:N`: TCG on QEMU's virtual
+    /// clock at icount shift N (docs/virtual-clock.md). Left out of the
+    /// spec's text when real, so older specs keep their hash.
+    #[serde(skip_serializing_if = "Clock::is_real")]
+    pub clock: Clock,
 }
 
 impl Default for QemuConfig {
@@ -57,6 +64,7 @@ impl Default for QemuConfig {
             kvm_probe_timeout: Duration::from_secs(20),
             tsc_khz: None,
             warmup: true,
+            clock: Clock::Real,
         }
     }
 }
@@ -121,6 +129,8 @@ pub struct QemuProvider {
     live: machine::Registry,
     /// Set once a raise failed (not root), so the warning is said once.
     raise_warned: Arc<std::sync::atomic::AtomicBool>,
+    /// The QEMU of the virtual clock, once built or found (`prepare`).
+    vclock_qemu: tokio::sync::OnceCell<lazyinit_kernel::emulator::VirtualQemu>,
 }
 
 impl QemuProvider {
@@ -137,6 +147,7 @@ impl QemuProvider {
             ports: Default::default(),
             live: Default::default(),
             raise_warned: Default::default(),
+            vclock_qemu: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -166,6 +177,8 @@ impl QemuProvider {
             return Ok(*a);
         }
         let chosen = match self.config.accel {
+            // icount is TCG's: the virtual clock never probes KVM.
+            _ if !self.config.clock.is_real() => Accel::Tcg,
             AccelChoice::Tcg => Accel::Tcg,
             AccelChoice::Kvm => {
                 accel::probe_kvm(arch, kernel, work, self.config.kvm_probe_timeout)
@@ -201,6 +214,71 @@ impl QemuProvider {
             }
         }
         Err(ProviderError::infra("no free loopback port"))
+    }
+}
+
+/// A failed build of the virtual clock's QEMU: a missing tool is the
+/// tool's exit (4, with the install command), anything else the host's.
+fn emulator_error(e: lazyinit_kernel::KernelError) -> ProviderError {
+    match e {
+        lazyinit_kernel::KernelError::MissingTool { tool, install } => {
+            ProviderError::MissingTool { tool, install }
+        }
+        e => ProviderError::infra(format!(
+            "building the QEMU of the virtual clock: {}",
+            lazyinit_core::exit::chain_text(&e)
+        )),
+    }
+}
+
+impl QemuProvider {
+    /// What the virtual clock needs before anything builds: TCG (KVM has
+    /// no icount), the QEMU build's tools when it is not cached, the
+    /// firmware the x86_64 guest boots through, and ebs targets off the
+    /// steps of L.
+    fn preflight_virtual(
+        &self,
+        cells: &[Cell],
+        storage: &StorageProfile,
+    ) -> Result<(), ProviderError> {
+        if self.config.accel == AccelChoice::Kvm {
+            return Err(ProviderError::BadInput(
+                "accel = kvm with clock = virtual: the virtual clock is TCG's (icount); use accel auto or tcg, or clock real for KVM".into(),
+            ));
+        }
+        let cache = lazyinit_core::paths::cache_dir();
+        if lazyinit_kernel::emulator::cached(&cache)
+            .map_err(emulator_error)?
+            .is_none()
+        {
+            lazyinit_kernel::emulator::check_tools().map_err(emulator_error)?;
+        }
+        if cells.iter().any(|c| c.arch == Arch::X86_64)
+            && !std::path::Path::new("/usr/share/seabios/bios-256k.bin").is_file()
+        {
+            return Err(ProviderError::MissingTool {
+                tool: "SeaBIOS (/usr/share/seabios/bios-256k.bin)".into(),
+                install: "apt-get install seabios qemu-system-data (or run scripts/setup-host.sh)"
+                    .into(),
+            });
+        }
+        for c in cells {
+            let Some(target) = storage.z1_target(c.hz, c.wait_mult) else {
+                continue;
+            };
+            if let Some(step) = clock::near_step(target, c.hz.get(), c.wait_mult) {
+                return Err(ProviderError::BadInput(format!(
+                    "storage profile `{storage}` aims z1 at {:.3} ms, within {} us of a step of L at HZ={} ({:.3} ms); the virtual clock lands there every run: aim at least {} us away (e.g. ebs:{:.1}ms)",
+                    target.as_secs_f64() * 1e3,
+                    clock::BOUNDARY_MARGIN.as_micros(),
+                    c.hz.get(),
+                    step * 1e3,
+                    clock::BOUNDARY_MARGIN.as_micros(),
+                    (step + 0.5 / (f64::from(c.wait_mult) * f64::from(c.hz.get()))) * 1e3,
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -244,12 +322,37 @@ impl Provider for QemuProvider {
         })
     }
 
-    fn check_storage(&self, _: &StorageProfile) -> Result<(), ProviderError> {
-        Ok(()) // every profile is served here
+    /// Every profile is served on the real clock; on the virtual one,
+    /// throttling (which counts in host time) is not.
+    fn check_storage(&self, p: &StorageProfile) -> Result<(), ProviderError> {
+        match (p, self.config.clock) {
+            (StorageProfile::Iops(_), Clock::Virtual { .. }) => Err(ProviderError::BadInput(format!(
+                "storage profile `{p}` throttles in host time, which the virtual clock does not see: use ebs, ebs:D, latency:D, none or unsafe with clock = virtual"
+            ))),
+            _ => Ok(()),
+        }
     }
 
+    /// Local guests on the real clock share the host's CPU; on the
+    /// virtual clock no guest can move another's figures, so none waits
+    /// for the host-wide token or is raised to real-time priority.
     fn shares_host(&self) -> bool {
-        true
+        self.config.clock.is_real()
+    }
+
+    /// The QEMU of the virtual clock, built beside the kernels (or found).
+    async fn prepare(&self, _cells: &[Cell]) -> Result<(), ProviderError> {
+        if self.config.clock.is_real() {
+            return Ok(());
+        }
+        self.vclock_qemu
+            .get_or_try_init(|| async {
+                lazyinit_kernel::emulator::ensure(&lazyinit_core::paths::cache_dir(), None)
+                    .await
+                    .map_err(emulator_error)
+            })
+            .await?;
+        Ok(())
     }
 
     async fn preflight(
@@ -258,7 +361,10 @@ impl Provider for QemuProvider {
         storage: &StorageProfile,
     ) -> Result<(), ProviderError> {
         for arch in Arch::ALL {
-            if cells.iter().any(|c| c.arch == arch) && !which(arch.qemu_binary()) {
+            if self.config.clock.is_real()
+                && cells.iter().any(|c| c.arch == arch)
+                && !which(arch.qemu_binary())
+            {
                 let pkg = match arch {
                     Arch::X86_64 => "qemu-system-x86",
                     Arch::Arm64 => "qemu-system-arm",
@@ -268,6 +374,9 @@ impl Provider for QemuProvider {
                     install: format!("run scripts/setup-host.sh (or: apt-get install -t bookworm-backports {pkg})"),
                 });
             }
+        }
+        if let Clock::Virtual { .. } = self.config.clock {
+            self.preflight_virtual(cells, storage)?;
         }
         std::fs::create_dir_all(&self.volume_dir).map_err(|e| {
             ProviderError::BadInput(format!(
@@ -463,6 +572,15 @@ impl Provider for QemuProvider {
                 volume: vol.path(),
                 warmup: warm.as_ref().map(|w| w.path()),
                 storage,
+                vclock: match self.config.clock {
+                    Clock::Real => None,
+                    Clock::Virtual { shift } => Some(machine::Vclock {
+                        qemu: self.vclock_qemu.get().cloned().ok_or_else(|| {
+                            ProviderError::infra("the virtual clock's QEMU was not prepared")
+                        })?,
+                        shift,
+                    }),
+                },
             })
             .await
             {

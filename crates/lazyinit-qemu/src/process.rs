@@ -22,7 +22,7 @@ impl QemuProcess {
     /// Starts `binary` with its stderr going to `stderr`, a new file at
     /// `stderr_log` (made by the cell folder's writer), read back for tails.
     pub fn spawn(
-        binary: &str,
+        binary: impl AsRef<std::ffi::OsStr>,
         args: &[OsString],
         stderr: std::fs::File,
         stderr_log: &Path,

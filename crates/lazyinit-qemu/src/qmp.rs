@@ -40,3 +40,75 @@ pub async fn execute(socket: &Path, command: &str, deadline: Duration) -> std::i
 pub async fn quit(socket: &Path, deadline: Duration) -> std::io::Result<()> {
     execute(socket, "quit", deadline).await
 }
+
+/// The zero-hold filter's hold on the virtual clock, read and set over
+/// QMP (`qom-set /objects/<id> hold-ns`): the `ebs` calibration sets it
+/// while the guest runs, as it sets the NBD server's on the real clock.
+/// The value is also kept here, so `get` needs no round trip.
+pub struct QmpHold {
+    socket: std::path::PathBuf,
+    id: String,
+    ns: std::sync::atomic::AtomicU64,
+}
+
+impl QmpHold {
+    pub fn new(socket: &Path, id: &str, initial: Duration) -> Self {
+        QmpHold {
+            socket: socket.to_path_buf(),
+            id: id.to_string(),
+            ns: std::sync::atomic::AtomicU64::new(initial.as_nanos() as u64),
+        }
+    }
+
+    /// One `qom-set`, on a blocking socket (the calibration is synchronous
+    /// guest-protocol code): the reply is read before returning, so the
+    /// next zero request sees the new hold.
+    fn qom_set(&self, ns: u64) -> std::io::Result<()> {
+        use std::io::{BufRead, Write};
+        let s = std::os::unix::net::UnixStream::connect(&self.socket)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        let mut w = s.try_clone()?;
+        let mut lines = std::io::BufReader::new(s).lines();
+        let mut next = || {
+            lines.next().unwrap_or_else(|| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "QMP closed",
+                ))
+            })
+        };
+        next()?; // greeting
+        w.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")?;
+        next()?;
+        let cmd = serde_json::json!({
+            "execute": "qom-set",
+            "arguments": {"path": format!("/objects/{}", self.id), "property": "hold-ns", "value": ns},
+        });
+        w.write_all(format!("{cmd}\n").as_bytes())?;
+        loop {
+            let l = next()?;
+            if l.contains("\"return\"") {
+                return Ok(());
+            }
+            if l.contains("\"error\"") {
+                return Err(std::io::Error::other(format!("qom-set: {l}")));
+            }
+        }
+    }
+}
+
+impl lazyinit_core::provider::ZeroHold for QmpHold {
+    fn get(&self) -> Duration {
+        Duration::from_nanos(self.ns.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    fn set(&self, hold: Duration) {
+        let ns = hold.as_nanos() as u64;
+        self.ns.store(ns, std::sync::atomic::Ordering::SeqCst);
+        if let Err(e) = self.qom_set(ns) {
+            // The row's z1 and its window say what came of it.
+            tracing::warn!("cannot set the zero hold to {hold:?} over QMP: {e}");
+        }
+    }
+}

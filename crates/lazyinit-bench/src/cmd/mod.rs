@@ -10,6 +10,7 @@ pub mod kernel;
 pub mod merge;
 pub mod providers;
 pub mod publish;
+pub mod qemu;
 pub mod replay;
 pub mod report;
 pub mod run;

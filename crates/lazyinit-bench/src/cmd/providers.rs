@@ -81,6 +81,12 @@ pub struct ProviderFlags {
     /// QEMU accelerator: auto (KVM if it works, else TCG), kvm, tcg.
     #[arg(long)]
     pub accel: Option<lazyinit_qemu::AccelChoice>,
+    /// QEMU's clock: real (default), or virtual / virtual:N (TCG on QEMU's
+    /// virtual clock at icount shift N: exact to the microsecond under any
+    /// host load; docs/virtual-clock.md). A spec's `clock` under
+    /// `[provider-config.qemu]`.
+    #[arg(long)]
+    pub clock: Option<lazyinit_qemu::Clock>,
 }
 
 impl ProviderFlags {
@@ -90,6 +96,12 @@ impl ProviderFlags {
                 .qemu
                 .get_or_insert_with(Default::default)
                 .accel = accel;
+        }
+        if let Some(clock) = self.clock {
+            spec.provider_config
+                .qemu
+                .get_or_insert_with(Default::default)
+                .clock = clock;
         }
     }
 }

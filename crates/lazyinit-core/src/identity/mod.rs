@@ -144,6 +144,10 @@ pub enum Accel {
     Kvm,
     /// QEMU's emulator.
     Tcg,
+    /// QEMU's emulator on its virtual clock (`-icount shift=N,sleep=off`,
+    /// the project's QEMU; docs/virtual-clock.md), written
+    /// `tcg-icount<N>`: never pooled with the real clock's rows.
+    Icount(u8),
     /// An EC2 instance on Nitro.
     Nitro,
     /// A local twin of a cloud machine (the cloud provider's code path
@@ -161,6 +165,27 @@ impl Accel {
     pub fn is_twin(&self) -> bool {
         matches!(self, Accel::Twin(_))
     }
+
+    /// How the text marks the virtual clock: `tcg-icount<shift>`.
+    pub const ICOUNT_PREFIX: &'static str = "tcg-icount";
+
+    /// Whether the guest ran on QEMU's virtual clock (a twin's too).
+    pub fn is_virtual_clock(&self) -> bool {
+        match self {
+            Accel::Icount(_) => true,
+            Accel::Twin(a) => a.is_virtual_clock(),
+            _ => false,
+        }
+    }
+
+    /// `real` or `virtual` (the clock the row's figures are in).
+    pub fn clock(&self) -> &'static str {
+        if self.is_virtual_clock() {
+            "virtual"
+        } else {
+            "real"
+        }
+    }
 }
 
 impl fmt::Display for Accel {
@@ -168,6 +193,7 @@ impl fmt::Display for Accel {
         match self {
             Accel::Kvm => f.write_str("kvm"),
             Accel::Tcg => f.write_str("tcg"),
+            Accel::Icount(shift) => write!(f, "{}{shift}", Accel::ICOUNT_PREFIX),
             Accel::Nitro => f.write_str("nitro"),
             Accel::Twin(a) => write!(f, "{}{a}", Accel::TWIN_PREFIX),
             Accel::Other(s) => f.write_str(s),
@@ -183,7 +209,15 @@ impl From<&str> for Accel {
             "nitro" => Accel::Nitro,
             _ => match s.strip_prefix(Accel::TWIN_PREFIX) {
                 Some(inner) => Accel::Twin(Box::new(Accel::from(inner))),
-                None => Accel::Other(s.to_string()),
+                None => match s
+                    .strip_prefix(Accel::ICOUNT_PREFIX)
+                    .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|n| n.parse::<u8>().ok())
+                    .filter(|n| n.to_string().len() == s.len() - Accel::ICOUNT_PREFIX.len())
+                {
+                    Some(shift) => Accel::Icount(shift),
+                    None => Accel::Other(s.to_string()),
+                },
             },
         }
     }
@@ -483,6 +517,36 @@ impl std::str::FromStr for Metric {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The virtual clock's accel reads back as itself and is never the
+    /// real clock's; near misses stay other text.
+    #[test]
+    fn the_virtual_clock_is_its_own_accel() {
+        for (text, want) in [
+            ("tcg-icount0", Some(Accel::Icount(0))),
+            ("tcg-icount10", Some(Accel::Icount(10))),
+            (
+                "twin-tcg-icount3",
+                Some(Accel::Twin(Box::new(Accel::Icount(3)))),
+            ),
+            ("tcg-icount", None),
+            ("tcg-icount01", None),
+            ("tcg-icount+1", None),
+            ("tcg-icount300", None),
+        ] {
+            let a = Accel::from(text);
+            match want {
+                Some(w) => {
+                    assert_eq!(a, w, "{text}");
+                    assert_eq!(a.to_string(), text);
+                    assert!(a.is_virtual_clock() && a.clock() == "virtual");
+                }
+                None => assert_eq!(a, Accel::Other(text.into()), "{text}"),
+            }
+        }
+        assert_eq!(Accel::Tcg.clock(), "real");
+        assert_ne!(Accel::from("tcg-icount0"), Accel::Tcg);
+    }
 
     /// Every text reads and writes back unchanged; known ones are typed.
     #[test]

@@ -152,6 +152,7 @@ fn opts(after: Option<u64>) -> ProtocolOptions {
         hold: None,
         z1_target: None,
         estimate_after: after,
+        guest_paced: false,
     }
 }
 

@@ -45,6 +45,8 @@ pub(crate) const MKFS_SH: &str = include_str!("../../scripts/mkfs.sh");
 pub(crate) const TRACE_SETUP_SH: &str = include_str!("../../scripts/trace-setup.sh");
 pub(crate) const MOUNT_SH: &str = include_str!("../../scripts/mount.sh");
 pub(crate) const POLL_SH: &str = include_str!("../../scripts/poll.sh");
+/// The virtual clock's wait: inside the guest, on its own clock.
+pub(crate) const WAIT_SH: &str = include_str!("../../scripts/wait.sh");
 pub(crate) const WARMUP_MKFS_SH: &str = include_str!("../../scripts/warmup-mkfs.sh");
 pub(crate) const CALIBRATE_SH: &str = include_str!("../../scripts/calibrate.sh");
 pub(crate) const WAIT_GROUPS_SH: &str = include_str!("../../scripts/wait-groups.sh");
@@ -134,6 +136,10 @@ pub struct ProtocolOptions {
     /// Stop early once the cycle has locked, checking from this many
     /// groups on (`estimate-after`; see [`crate::estimate`]).
     pub estimate_after: Option<u64>,
+    /// Wait for the thread inside the guest, not by polling from the host
+    /// (the virtual clock: a host-timed poll would land in the measured
+    /// span at a moment the host chose).
+    pub guest_paced: bool,
 }
 
 /// Runs the protocol on a guest that answers SSH. What it keeps beside the

@@ -214,6 +214,24 @@ pub(super) fn poll_until_done(
         z_s: model::DEFAULT_ZEROING_S,
     })
     .per_group_s;
+    if opts.guest_paced {
+        // The model's time for the groups left, a quarter more and a
+        // second: the thread has exited by then unless the model is far off.
+        let first = (to_init as f64 * per_group * 1.25 + 1.0).ceil() as u64;
+        let script = format!(
+            "{}\n{POLL_SH}",
+            script_with_args(super::WAIT_SH, &[first.to_string()])
+        );
+        let poll = key_values(&check(
+            remote.exec(&script, opts.lazyinit_deadline)?,
+            "wait",
+        )?);
+        m.lazyinit_poll_s = Some(mounted_at.elapsed().as_secs_f64());
+        if poll.get("pid").is_none_or(|p| p.is_empty()) {
+            return Ok(());
+        }
+        return Err(lazyinit_timeout(opts, &poll, 0, to_init));
+    }
     loop {
         let poll = key_values(&check(remote.exec(POLL_SH, short)?, "poll")?);
         let done = poll

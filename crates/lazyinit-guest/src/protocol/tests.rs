@@ -105,6 +105,7 @@ fn opts() -> ProtocolOptions {
         hold: None,
         z1_target: None,
         estimate_after: None,
+        guest_paced: false,
     }
 }
 

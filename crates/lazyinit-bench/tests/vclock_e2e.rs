@@ -1,0 +1,173 @@
+//! The virtual clock end to end (docs/virtual-clock.md): the project's
+//! QEMU (built into the cache by scripts/ci-kernels.sh, or here by `run`
+//! itself), kernels built from Debian's source, the guest over SSH, mkfs,
+//! mount and the tracepoint, with `--clock virtual`. What the real clock's
+//! tests can only bound, these assert exactly: the sleep L, the first
+//! zeroing z1 to the microsecond, the same on a second run, whatever else
+//! the host runs meanwhile (the suite runs them beside the other tests).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use lazyinit_core::results::{read_rows, ResultRow, Status};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_lazyinit-bench"))
+}
+
+use lazyinit_core::testing::output_text as text;
+
+/// One cell on the virtual clock into `out`.
+fn run(out: &Path, cell: &[&str], extra: &[&str]) -> Output {
+    Command::new(bin())
+        .args([
+            "run",
+            "--clock",
+            "virtual",
+            "--size",
+            "64GiB",
+            "--no-report",
+        ])
+        .args(cell)
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+fn row(out: &Path) -> ResultRow {
+    let rows = read_rows(out.join("results.csv")).unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let r = rows.into_iter().next().unwrap();
+    assert_eq!(r.status, Status::Ok, "{}", r.error);
+    r
+}
+
+/// Every cycle (a group to the next, after the first) of a cell, in
+/// microseconds, from its per-group data.
+fn cycles_us(out: &Path, r: &ResultRow) -> Vec<i64> {
+    let folder = lazyinit_core::RunFolder::new(out).cell(&r.cell_id);
+    let g = lazyinit_report::input::cell_groups(&folder)
+        .unwrap()
+        .expect("the cell's per-group data");
+    g.t_s
+        .windows(2)
+        .skip(1)
+        .map(|w| ((w[1] - w[0]) * 1e6).round() as i64)
+        .collect()
+}
+
+/// No QEMU of this run left, no volume (leftovers of a run are its
+/// folder's name in a QEMU command line).
+fn nothing_left(out: &Path) {
+    let needle = out.to_string_lossy().into_owned();
+    let left = lazyinit_qemu::process::qemu_pids_with(&needle);
+    assert!(left.is_empty(), "QEMU left running: {left:?}");
+}
+
+/// x86_64 at HZ=250 with the fix, `ebs` (z1 aimed at 3.4 ms: L=8), twice:
+/// L is 8 both times, z1 is the target within a few microseconds and the
+/// same within one, every cycle (L+1) ticks = 36 ms within a few
+/// microseconds, and the two runs' figures agree to the microsecond. The
+/// row says its clock.
+#[test]
+fn the_same_cell_twice_gives_the_same_microseconds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cell = ["--arch", "x86_64", "--hz", "250", "--variant", "fix"];
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for out in [&a, &b] {
+        let o = run(out, &cell, &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        nothing_left(out);
+    }
+    let (ra, rb) = (row(&a), row(&b));
+    for r in [&ra, &rb] {
+        assert_eq!(r.testbed.accel.to_string(), "tcg-icount0");
+        assert!(r.testbed.accel.is_virtual_clock());
+        assert_eq!(r.measured.sleep_ticks, Some(8), "L");
+        let z1 = r.measured.z1_ms.unwrap();
+        assert!((z1 - 3.4).abs() < 0.005, "z1 {z1} ms for a target of 3.4");
+        assert_eq!(r.measured.profile_held, Some(true));
+    }
+    let (za, zb) = (ra.measured.z1_ms.unwrap(), rb.measured.z1_ms.unwrap());
+    assert!((za - zb).abs() <= 0.0015, "z1 {za} and {zb} ms");
+    let (ca, cb) = (cycles_us(&a, &ra), cycles_us(&b, &rb));
+    assert_eq!(ca.len(), cb.len());
+    for c in [&ca, &cb] {
+        let off: Vec<_> = c.iter().filter(|x| (**x - 36_000).abs() > 20).collect();
+        assert!(
+            off.is_empty(),
+            "cycles off 36 ms by more than 20 us: {off:?}"
+        );
+    }
+    let (ma, mb) = (
+        ra.measured.ms_per_group.unwrap(),
+        rb.measured.ms_per_group.unwrap(),
+    );
+    assert!((ma - mb).abs() < 0.005, "ms/group {ma} and {mb}");
+    let (la, lb) = (
+        ra.measured.lazyinit_s.unwrap(),
+        rb.measured.lazyinit_s.unwrap(),
+    );
+    assert!((la - lb).abs() < 0.005, "lazyinit_s {la} and {lb}");
+}
+
+/// L steps exactly where floor(10 * z1 * HZ) does: arm64 at HZ=100 with
+/// the fix sleeps 2 ticks for z1 = 2.5 ms and 4 for 4.5 ms; without the
+/// fix, a sub-tick zeroing sleeps 10 ticks.
+#[test]
+fn the_sleep_steps_where_the_model_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arm = ["--arch", "arm64", "--hz", "100"];
+    for (variant, profile, want) in [
+        ("fix", "ebs:2.5ms", 2),
+        ("fix", "ebs:4.5ms", 4),
+        ("nofix", "ebs:3.5ms", 10),
+    ] {
+        let out = tmp.path().join(format!("{variant}-{profile}"));
+        let cell = [&arm[..], &["--variant", variant]].concat();
+        let o = run(&out, &cell, &["--storage-profile", profile]);
+        assert!(o.status.success(), "{}", text(&o));
+        let r = row(&out);
+        assert_eq!(r.measured.sleep_ticks, Some(want), "{variant} {profile}");
+        let cycle = (want + 1) as f64 * 10.0;
+        let c = cycles_us(&out, &r);
+        let off: Vec<_> = c
+            .iter()
+            .filter(|x| (**x as f64 - cycle * 1000.0).abs() > 20.0)
+            .collect();
+        assert!(
+            off.is_empty(),
+            "{variant} {profile}: cycles off {cycle} ms: {off:?}"
+        );
+        nothing_left(&out);
+    }
+}
+
+/// A target on a step of L is refused before anything starts: exit 2,
+/// one line naming the step, no results folder.
+#[test]
+fn a_target_on_a_step_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("r");
+    let cell = ["--arch", "x86_64", "--hz", "250", "--variant", "fix"];
+    let o = run(&out, &cell, &["--storage-profile", "ebs:3.6ms"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("within 20 us of a step of L at HZ=250 (3.600 ms)"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+    // And a clock that is no clock.
+    let o = Command::new(bin())
+        .args(["run", "--clock", "virtual:99", "--size", "64GiB"])
+        .args(cell)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("use real, virtual or virtual:N"));
+}

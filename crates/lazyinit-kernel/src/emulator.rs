@@ -1,0 +1,539 @@
+//! The QEMU of the virtual clock (docs/virtual-clock.md): Debian's QEMU
+//! 10.0.2 source (the orig tarball, sha256-pinned), the project's two
+//! patches (`qemu-patches/`: the zero-hold filter and the warp held while
+//! a block request is pending), built for the two guest targets only and
+//! kept in the content-keyed cache like kernels:
+//! `<cache>/qemu/<version>-<key>/qemu-system-{x86_64,aarch64}`, the key
+//! the sha256 of the tarball's hash, the patches, the configure line, the
+//! compiler and the recipe. One builder at a time (a lock); a build is
+//! made in a folder of its own and renamed into place whole, so a killed
+//! build leaves nothing a later one trusts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use lazyinit_core::Arch;
+use serde::{Deserialize, Serialize};
+
+use crate::error::KernelError;
+use crate::fetch::FetchOptions;
+use crate::{BuildEvent, ProgressFn};
+
+pub const QEMU_VERSION: &str = "10.0.2";
+const TARBALL: &str = "qemu_10.0.2+ds.orig.tar.xz";
+/// From bookworm-backports' Sources (qemu 1:10.0.2+ds-2+deb13u1~bpo12+1).
+const TARBALL_SHA256: &str = "0901da33844a331bf8b3602b9c1fbd178e60b737c8e3ade678255bd090c9b9f1";
+const POOL_PATH: &str = "pool/main/q/qemu";
+/// Debian's archive; `LAZYINIT_DEBIAN_MIRROR` names another.
+pub const DEFAULT_DEBIAN_MIRROR: &str = "http://deb.debian.org/debian";
+/// The meson QEMU 10 asks for (its wheels are stripped from the +ds
+/// tarball), and the TAP module of its test runner, from PyPI.
+const PY_PACKAGES: [&str; 2] = ["meson==1.5.0", "pycotap==1.3.1"];
+/// Bumped when the recipe changes what is built.
+const RECIPE: &str = "1";
+
+/// The patches, in order: (file name, text).
+pub const PATCHES: [(&str, &str); 2] = [
+    (
+        "0001-build-from-the-orig-tarball.patch",
+        include_str!("../qemu-patches/0001-build-from-the-orig-tarball.patch"),
+    ),
+    (
+        "0002-zero-hold-on-the-virtual-clock.patch",
+        include_str!("../qemu-patches/0002-zero-hold-on-the-virtual-clock.patch"),
+    ),
+];
+
+/// What is configured: the two guest targets, TCG, user networking and
+/// the device tree, nothing else the guests do not use.
+pub const CONFIGURE: [&str; 11] = [
+    "--target-list=x86_64-softmmu,aarch64-softmmu",
+    "--without-default-features",
+    "--enable-tcg",
+    "--enable-slirp",
+    "--enable-fdt=system",
+    "--disable-docs",
+    "--disable-tools",
+    "--disable-guest-agent",
+    "--disable-user",
+    "--disable-install-blobs",
+    "--disable-werror",
+];
+
+const BINARIES: [&str; 2] = ["qemu-system-x86_64", "qemu-system-aarch64"];
+
+/// Host packages the build needs (Debian's names), for the message of a
+/// missing one.
+pub const INSTALL: &str = "apt-get install ninja-build libglib2.0-dev libfdt-dev libslirp-dev libpixman-1-dev flex bison python3-venv patch xz-utils";
+
+/// A built QEMU of the virtual clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VirtualQemu {
+    pub dir: PathBuf,
+    pub key: String,
+}
+
+impl VirtualQemu {
+    pub fn binary(&self, arch: Arch) -> PathBuf {
+        self.dir.join(match arch {
+            Arch::X86_64 => BINARIES[0],
+            Arch::Arm64 => BINARIES[1],
+        })
+    }
+
+    /// Firmware folders for `-L` (the build installs no blobs): Debian's
+    /// qemu-system-data and SeaBIOS, which the x86_64 guest's direct
+    /// kernel boot needs.
+    pub fn data_dirs() -> Vec<PathBuf> {
+        vec!["/usr/share/qemu".into(), "/usr/share/seabios".into()]
+    }
+}
+
+/// What a build recorded beside its binaries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QemuManifest {
+    pub version: String,
+    pub key: String,
+    pub tarball_sha256: String,
+    pub patches: Vec<String>,
+    pub configure: Vec<String>,
+    pub compiler: String,
+    pub build_seconds: f64,
+    pub built_at: String,
+}
+
+fn root(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("qemu")
+}
+
+/// The text the key is the hash of.
+pub fn key_material(compiler: &str) -> String {
+    let mut m = format!("recipe {RECIPE}\nqemu {QEMU_VERSION} {TARBALL_SHA256}\n");
+    for (name, text) in PATCHES {
+        m.push_str(&format!(
+            "patch {name} {}\n",
+            lazyinit_core::paths::sha256_hex(text)
+        ));
+    }
+    m.push_str(&format!("configure {}\n", CONFIGURE.join(" ")));
+    m.push_str(&format!("compiler {compiler}\n"));
+    m
+}
+
+fn key_of(material: &str) -> String {
+    lazyinit_core::paths::sha256_hex(material)[..16].to_string()
+}
+
+fn compiler() -> Result<String, KernelError> {
+    let out = lazyinit_core::command::run_text(Command::new("cc").arg("--version"))
+        .map_err(|e| missing_or(e, "cc"))?;
+    Ok(out.lines().next().unwrap_or_default().trim().to_string())
+}
+
+fn missing_or(e: lazyinit_core::command::CommandError, tool: &str) -> KernelError {
+    if e.not_found() {
+        KernelError::MissingTool {
+            tool: tool.into(),
+            install: INSTALL.into(),
+        }
+    } else {
+        KernelError::Step(format!("{tool}: {}", e.tail(5)))
+    }
+}
+
+/// The build's host tools and libraries: the first one missing is exit 4
+/// with the install command.
+pub fn check_tools() -> Result<(), KernelError> {
+    for tool in [
+        "cc",
+        "ninja",
+        "pkg-config",
+        "flex",
+        "bison",
+        "python3",
+        "patch",
+        "tar",
+        "xz",
+    ] {
+        if crate::tools::find_in_path(tool).is_none() {
+            return Err(KernelError::MissingTool {
+                tool: tool.into(),
+                install: INSTALL.into(),
+            });
+        }
+    }
+    for lib in ["glib-2.0", "pixman-1", "slirp"] {
+        let ok = Command::new("pkg-config")
+            .args(["--exists", lib])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            return Err(KernelError::MissingTool {
+                tool: format!("{lib} (pkg-config)"),
+                install: INSTALL.into(),
+            });
+        }
+    }
+    // Debian's libfdt-dev has no pkg-config file: its header.
+    if !Path::new("/usr/include/libfdt.h").is_file() {
+        return Err(KernelError::MissingTool {
+            tool: "libfdt (/usr/include/libfdt.h)".into(),
+            install: INSTALL.into(),
+        });
+    }
+    let venv = Command::new("python3")
+        .args(["-c", "import venv, ensurepip"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !venv {
+        return Err(KernelError::MissingTool {
+            tool: "python3-venv".into(),
+            install: INSTALL.into(),
+        });
+    }
+    Ok(())
+}
+
+/// The built QEMU for this host's compiler, when the cache has it.
+pub fn cached(cache_dir: &Path) -> Result<Option<VirtualQemu>, KernelError> {
+    let key = key_of(&key_material(&compiler()?));
+    Ok(find(cache_dir, &key))
+}
+
+fn find(cache_dir: &Path, key: &str) -> Option<VirtualQemu> {
+    let dir = root(cache_dir).join(format!("{QEMU_VERSION}-{key}"));
+    let whole =
+        dir.join("manifest.json").is_file() && BINARIES.iter().all(|b| dir.join(b).is_file());
+    whole.then(|| VirtualQemu {
+        dir,
+        key: key.to_string(),
+    })
+}
+
+fn say(progress: &Option<ProgressFn>, what: String) {
+    tracing::info!("{what}");
+    if let Some(p) = progress {
+        p(BuildEvent::Step(what));
+    }
+}
+
+/// The QEMU of the virtual clock, built into the cache when it is not
+/// there (about 6 minutes and 700 CPU-seconds on 2 cores).
+pub async fn ensure(
+    cache_dir: &Path,
+    progress: Option<ProgressFn>,
+) -> Result<VirtualQemu, KernelError> {
+    let compiler = compiler()?;
+    let material = key_material(&compiler);
+    let key = key_of(&material);
+    if let Some(q) = find(cache_dir, &key) {
+        return Ok(q);
+    }
+    check_tools()?;
+    let root = root(cache_dir);
+    std::fs::create_dir_all(&root).map_err(|e| KernelError::io(&root, e))?;
+    // One builder: the others wait here and find it built.
+    let lock_path = root.join("build.lock");
+    let lock = {
+        let p = lock_path.clone();
+        tokio::task::spawn_blocking(move || lock_file(&p))
+            .await
+            .map_err(|e| KernelError::Step(format!("the QEMU build lock: {e}")))??
+    };
+    if let Some(q) = find(cache_dir, &key) {
+        return Ok(q);
+    }
+    let tarball = fetch_tarball(&root, &progress).await?;
+    let (root2, key2, progress2) = (root.clone(), key.clone(), progress.clone());
+    let built = tokio::task::spawn_blocking(move || {
+        build_blocking(&root2, &tarball, &key2, &compiler, &progress2)
+    })
+    .await
+    .map_err(|e| KernelError::Step(format!("the QEMU build: {e}")))?;
+    drop(lock);
+    built?;
+    find(cache_dir, &key)
+        .ok_or_else(|| KernelError::Step("the QEMU build published nothing".into()))
+}
+
+fn lock_file(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, KernelError> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| KernelError::io(path, e))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| KernelError::Step(format!("locking {}: {e}", path.display())))
+}
+
+/// The orig tarball, verified, in `<cache>/qemu/src/`.
+async fn fetch_tarball(root: &Path, progress: &Option<ProgressFn>) -> Result<PathBuf, KernelError> {
+    let dir = root.join("src");
+    let dest = dir.join(TARBALL);
+    if dest.is_file() {
+        return Ok(dest);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| KernelError::io(&dir, e))?;
+    let mirror =
+        std::env::var("LAZYINIT_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_DEBIAN_MIRROR.into());
+    let url = format!("{}/{POOL_PATH}/{TARBALL}", mirror.trim_end_matches('/'));
+    say(progress, format!("fetch {url}"));
+    let opts = FetchOptions {
+        mirror: mirror.clone(),
+        progress: progress.clone(),
+        ..FetchOptions::default()
+    };
+    let partial = dir.join(format!(".partial-{TARBALL}"));
+    let client = crate::fetch::client(&opts)?;
+    crate::fetch::download(&client, &url, &partial, &opts)
+        .await
+        .map_err(|e| match e {
+            KernelError::Download { url, detail, .. } => KernelError::Download {
+                url,
+                mirror: format!("{mirror} (LAZYINIT_DEBIAN_MIRROR)"),
+                detail,
+            },
+            e => e,
+        })?;
+    let p = partial.clone();
+    let got = tokio::task::spawn_blocking(move || {
+        std::fs::read(&p).map(lazyinit_core::paths::sha256_hex)
+    })
+    .await
+    .map_err(|e| KernelError::Step(format!("hashing {TARBALL}: {e}")))?
+    .map_err(|e| KernelError::io(&partial, e))?;
+    if got != TARBALL_SHA256 {
+        let _ = std::fs::remove_file(&partial);
+        return Err(KernelError::Checksum {
+            file: url,
+            expected: TARBALL_SHA256.into(),
+            got,
+        });
+    }
+    std::fs::rename(&partial, &dest).map_err(|e| KernelError::io(&dest, e))?;
+    Ok(dest)
+}
+
+/// Runs `cmd` with its output appended to `log`; a failure names the
+/// step and ends with the log's tail.
+fn step(cmd: &mut Command, log: &Path, what: &str) -> Result<(), KernelError> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| KernelError::io(log, e))?;
+    let err = out.try_clone().map_err(|e| KernelError::io(log, e))?;
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .status()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                KernelError::MissingTool {
+                    tool: program.clone(),
+                    install: INSTALL.into(),
+                }
+            } else {
+                KernelError::Step(format!("{what}: cannot run {program}: {e}"))
+            }
+        })?;
+    if status.success() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+    Err(KernelError::Step(format!(
+        "{what} failed ({status}; log {}):\n{tail}",
+        log.display()
+    )))
+}
+
+/// meson and pycotap in a virtual environment of the cache, which
+/// configure's own (non-isolated) one then sees.
+fn python(root: &Path, log: &Path, progress: &Option<ProgressFn>) -> Result<PathBuf, KernelError> {
+    let name = format!(
+        "pyvenv-{}",
+        &lazyinit_core::paths::sha256_hex(PY_PACKAGES.join(" "))[..12]
+    );
+    let venv = root.join(&name);
+    let py = venv.join("bin/python3");
+    if venv.join(".complete").is_file() {
+        return Ok(py);
+    }
+    say(
+        progress,
+        format!("python packages for configure: {}", PY_PACKAGES.join(", ")),
+    );
+    let tmp = tempfile::Builder::new()
+        .prefix(".pyvenv-")
+        .tempdir_in(root)
+        .map_err(|e| KernelError::io(root, e))?;
+    step(
+        Command::new("python3").args(["-m", "venv"]).arg(tmp.path()),
+        log,
+        "python3 -m venv",
+    )?;
+    step(
+        Command::new(tmp.path().join("bin/pip"))
+            .args(["install", "-q", "--disable-pip-version-check"])
+            .args(PY_PACKAGES),
+        log,
+        "pip install meson",
+    )?;
+    // Its python finds its packages from where it is (pyvenv.cfg beside
+    // it), so the folder moves into place whole; pip's own scripts, which
+    // name the old path, are not used again.
+    std::fs::write(tmp.path().join(".complete"), "").map_err(|e| KernelError::io(tmp.path(), e))?;
+    let _ = std::fs::remove_dir_all(&venv);
+    std::fs::rename(tmp.keep(), &venv).map_err(|e| KernelError::io(&venv, e))?;
+    Ok(py)
+}
+
+fn build_blocking(
+    root: &Path,
+    tarball: &Path,
+    key: &str,
+    compiler: &str,
+    progress: &Option<ProgressFn>,
+) -> Result<(), KernelError> {
+    let t0 = std::time::Instant::now();
+    // Stale work of a builder killed before us (we hold the lock).
+    for e in std::fs::read_dir(root)
+        .map_err(|e| KernelError::io(root, e))?
+        .flatten()
+    {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with(".build-") || n.starts_with(".pyvenv-") || n.starts_with(".new-") {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    let work = tempfile::Builder::new()
+        .prefix(".build-")
+        .tempdir_in(root)
+        .map_err(|e| KernelError::io(root, e))?;
+    let log = work.path().join("build.log");
+    let py = python(root, &log, progress)?;
+    say(progress, format!("unpack {TARBALL}"));
+    step(
+        Command::new("tar")
+            .arg("-xf")
+            .arg(tarball)
+            .arg("-C")
+            .arg(work.path()),
+        &log,
+        "unpacking the QEMU source",
+    )?;
+    let src = work.path().join(format!("qemu-{QEMU_VERSION}"));
+    for (name, text) in PATCHES {
+        say(progress, format!("apply {name}"));
+        let patch = work.path().join(name);
+        std::fs::write(&patch, text).map_err(|e| KernelError::io(&patch, e))?;
+        step(
+            Command::new("patch")
+                .args(["-p1", "--batch", "--forward", "-i"])
+                .arg(&patch)
+                .current_dir(&src),
+            &log,
+            &format!("applying {name}"),
+        )?;
+    }
+    let build = src.join("build");
+    std::fs::create_dir_all(&build).map_err(|e| KernelError::io(&build, e))?;
+    say(progress, "configure QEMU".into());
+    step(
+        Command::new("../configure")
+            .arg(format!("--python={}", py.display()))
+            .args(CONFIGURE)
+            .current_dir(&build),
+        &log,
+        "configuring QEMU",
+    )?;
+    let jobs = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    say(progress, format!("ninja {} (-j{jobs})", BINARIES.join(" ")));
+    step(
+        Command::new("ninja")
+            .arg(format!("-j{jobs}"))
+            .args(BINARIES)
+            .current_dir(&build),
+        &log,
+        "building QEMU",
+    )?;
+    let new = root.join(format!(".new-{key}"));
+    std::fs::create_dir_all(&new).map_err(|e| KernelError::io(&new, e))?;
+    for b in BINARIES {
+        std::fs::copy(build.join(b), new.join(b)).map_err(|e| KernelError::io(&new.join(b), e))?;
+    }
+    std::fs::copy(&log, new.join("build.log")).map_err(|e| KernelError::io(&new, e))?;
+    let manifest = QemuManifest {
+        version: QEMU_VERSION.into(),
+        key: key.into(),
+        tarball_sha256: TARBALL_SHA256.into(),
+        patches: PATCHES.iter().map(|(n, _)| n.to_string()).collect(),
+        configure: CONFIGURE.iter().map(|s| s.to_string()).collect(),
+        compiler: compiler.into(),
+        build_seconds: t0.elapsed().as_secs_f64(),
+        built_at: chrono::Utc::now().to_rfc3339(),
+    };
+    let text = serde_json::to_string_pretty(&manifest)
+        .map_err(|e| KernelError::Step(format!("the QEMU manifest: {e}")))?;
+    std::fs::write(new.join("manifest.json"), text).map_err(|e| KernelError::io(&new, e))?;
+    let dest = root.join(format!("{QEMU_VERSION}-{key}"));
+    std::fs::rename(&new, &dest).map_err(|e| KernelError::io(&dest, e))?;
+    say(
+        progress,
+        format!(
+            "QEMU {QEMU_VERSION} ({key}) built in {:.0} s: {}",
+            t0.elapsed().as_secs_f64(),
+            dest.display()
+        ),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_follows_patches_configure_and_compiler() {
+        let a = key_of(&key_material("gcc 12.2.0"));
+        assert_eq!(a.len(), 16);
+        assert_eq!(a, key_of(&key_material("gcc 12.2.0")));
+        assert_ne!(a, key_of(&key_material("gcc 13.1.0")));
+        let m = key_material("gcc");
+        assert!(m.contains(TARBALL_SHA256));
+        assert!(m.contains("0002-zero-hold-on-the-virtual-clock.patch"));
+        assert!(m.contains("--target-list=x86_64-softmmu,aarch64-softmmu"));
+    }
+
+    #[test]
+    fn the_patches_touch_what_the_design_says() {
+        let (_, zero) = PATCHES[1];
+        assert!(zero.contains("+++ b/block/zero-hold.c"));
+        assert!(zero.contains("qemu_virtual_clock_held()"));
+        assert!(zero.contains("qemu_co_sleep_ns(QEMU_CLOCK_VIRTUAL"));
+    }
+
+    #[test]
+    fn a_cache_without_the_binaries_is_not_a_hit() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = root(d.path()).join(format!("{QEMU_VERSION}-k"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("manifest.json"), "{}").unwrap();
+        std::fs::write(dir.join(BINARIES[0]), "").unwrap();
+        assert!(find(d.path(), "k").is_none(), "half a build");
+        std::fs::write(dir.join(BINARIES[1]), "").unwrap();
+        let q = find(d.path(), "k").unwrap();
+        assert_eq!(q.binary(Arch::Arm64), dir.join("qemu-system-aarch64"));
+    }
+}

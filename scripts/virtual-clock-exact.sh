@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# What the virtual clock holds to, measured (docs/virtual-clock.md):
+#   scripts/virtual-clock-exact.sh OUT [BIN]
+# 1. The same cell four times, twice on a quiet host and twice beside a
+#    CPU hog per core and an fsync'd disk writer: z1, L, the cycle and the
+#    thread's time, each run's per-group data kept.
+# 2. A sweep of ebs:D across the steps of L = floor(10 * z1 * HZ), at
+#    HZ=250 (x86_64) and HZ=100 (arm64), with the fix; without it, a
+#    sub-tick zeroing (L=10) and one that crosses a tick (L=20).
+# 3. A target on a step, refused (exit 2) with its one line.
+# OUT gets one results folder per run, table.md (the figures) and
+# commands.txt (every command run). BIN: a lazyinit-bench binary
+# (default: cargo's debug build).
+set -euo pipefail
+out=${1:?usage: scripts/virtual-clock-exact.sh OUT [BIN]}
+cd "$(dirname "$0")/.."
+bin=${2:-target/debug/lazyinit-bench}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+: >"$out/commands.txt"
+load_pids=()
+stop_load() {
+  for p in "${load_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  load_pids=()
+  rm -f "$out/.writer"
+}
+trap stop_load EXIT
+start_load() {
+  for _ in $(seq "$(nproc)"); do
+    (while :; do :; done) &
+    load_pids+=($!)
+  done
+  (while :; do dd if=/dev/zero of="$out/.writer" bs=1M count=64 oflag=dsync status=none; done) &
+  load_pids+=($!)
+}
+# run NAME ARGS...: one run into $out/NAME, its command kept.
+run() {
+  local name=$1
+  shift
+  echo "$bin run --clock virtual $* --out $out/$name" >>"$out/commands.txt"
+  local t0=$SECONDS
+  "$bin" run --clock virtual "$@" --out "$out/$name" --no-report >"$out/$name.log" 2>&1 || {
+    echo "error: $name failed (log: $out/$name.log)" >&2
+    tail -n 20 "$out/$name.log" >&2
+    return 1
+  }
+  echo "$name: $((SECONDS - t0)) s" >&2
+}
+x86="--arch x86_64 --hz 250 --size 64GiB"
+arm="--arch arm64 --hz 100 --size 64GiB"
+for arch in x86 arm; do
+  run "$arch-quiet-1" ${!arch} --variant fix
+  run "$arch-quiet-2" ${!arch} --variant fix
+  start_load
+  run "$arch-loaded-1" ${!arch} --variant fix
+  run "$arch-loaded-2" ${!arch} --variant fix
+  stop_load
+done
+for d in 3.1 3.3 3.5 3.7 3.9; do
+  run "sweep-x86-fix-ebs-${d}ms" $x86 --variant fix --storage-profile "ebs:${d}ms"
+done
+for d in 2.5 3.5 4.5; do
+  run "sweep-arm-fix-ebs-${d}ms" $arm --variant fix --storage-profile "ebs:${d}ms"
+done
+run "x86-nofix-subtick-ebs-3.4ms" $x86 --variant nofix --storage-profile "ebs:3.4ms"
+run "x86-nofix-crossing-ebs-5ms" $x86 --variant nofix --storage-profile "ebs:5ms"
+run "arm-nofix-subtick-ebs-3.5ms" $arm --variant nofix --storage-profile "ebs:3.5ms"
+run "arm-nofix-crossing-ebs-12.5ms" $arm --variant nofix --storage-profile "ebs:12.5ms"
+# A target on a step: refused before anything boots.
+set +e
+echo "$bin run --clock virtual $x86 --variant fix --storage-profile ebs:3.6ms --out $out/refused" >>"$out/commands.txt"
+"$bin" run --clock virtual $x86 --variant fix --storage-profile ebs:3.6ms --out "$out/refused" >"$out/refused.log" 2>&1
+rc=$?
+set -e
+echo "refused: exit $rc" >&2
+python3 - "$out" "$rc" <<'PY'
+import csv, glob, os, sys
+from collections import Counter
+out, rc = sys.argv[1], sys.argv[2]
+lines = ["| run | accel | z1 ms | target ms | L | ms/group | cycles (most common, us spread of the rest) | lazyinit s |",
+         "|---|---|---:|---:|---:|---:|---|---:|"]
+for d in sorted(glob.glob(os.path.join(out, "*/results.csv"))):
+    name = os.path.basename(os.path.dirname(d))
+    for r in csv.DictReader(open(d)):
+        g = glob.glob(os.path.join(os.path.dirname(d), r["cell_id"], "groups.csv*"))
+        cyc = ""
+        if g:
+            rows = list(csv.DictReader(open(g[0])))
+            t = [float(x["t_s"]) for x in rows]
+            # The first group's interval starts at the mount, not a wake.
+            c = [round((b - a) * 1000, 3) for a, b in zip(t[1:], t[2:])]
+            top, n = Counter(c).most_common(1)[0]
+            far = max(abs(x - top) for x in c) * 1000
+            cyc = f"{top:.3f} ({n} of {len(c)}; all within {far:.0f} us)"
+        lines.append(f"| {name} | {r['accel']} | {r['z1_ms'][:6]} | {r['z1_target_ms']} | {r['sleep_ticks']} | {float(r['ms_per_group']):.4f} | {cyc} | {float(r['lazyinit_s']):.4f} |")
+ref = open(os.path.join(out, "refused.log")).read().strip().splitlines()
+lines.append("")
+lines.append(f"A target on a step (ebs:3.6ms at HZ=250): exit {rc}: `{ref[-1] if ref else ''}`")
+open(os.path.join(out, "table.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
