@@ -421,6 +421,22 @@ mod tests {
         }
     }
 
+    /// The virtual clock's rows are a series of their own, and their
+    /// label says so: never pooled with the real clock's.
+    #[test]
+    fn the_virtual_clock_is_its_own_series() {
+        let real = key(StorageProfile::Ebs { z1: None }, 10, false);
+        let mut virt = real.clone();
+        virt.testbed.accel = Accel::from("tcg-icount0");
+        assert_eq!(
+            virt.series_id(),
+            "qemu/qemu-x86_64/tcg-icount0/x86_64/debian-6.1/hz250/fix/64GiB/w10/ebs/measured"
+        );
+        assert_ne!(virt.series_id(), real.series_id());
+        assert!(virt.label().starts_with("qemu tcg-icount0 "), "{}", virt.label());
+        assert_ne!(virt, real);
+    }
+
     /// The texts every stored series, alert id, report and CSV was
     /// written with: a change of the table that moves one fails here.
     /// The first table's columns and values come first; only knobs, at
