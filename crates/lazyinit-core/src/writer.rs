@@ -149,13 +149,40 @@ impl RunWriter {
         use std::io::{Read, Seek};
         create_dir(folder.root())?;
         let path = folder.path_of(RunFolder::LOCK);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(at(&path))?;
+        // Never through a link (its target would be truncated and given
+        // our pid), and only a plain file: a folder or FIFO there is not
+        // a lock this harness made.
+        let not_a_lock = |what: &str| {
+            WriteError::new(
+                &path,
+                std::io::Error::other(format!(
+                    "the lock is {what}, not a file this harness made: remove it (nothing holds a folder through it), then run again"
+                )),
+            )
+        };
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                .open(&path)
+        };
+        let file = match file {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+                return Err(not_a_lock("a symbolic link").into())
+            }
+            Err(e) if e.raw_os_error() == Some(nix::libc::EISDIR) => {
+                return Err(not_a_lock("a folder").into())
+            }
+            Err(e) => return Err(at(&path)(e).into()),
+        };
+        if !file.metadata().map_err(at(&path))?.is_file() {
+            return Err(not_a_lock("not a regular file (a FIFO, socket or device)").into());
+        }
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
             Ok(mut lock) => {
                 // The pid is how a second run says who holds the folder.
@@ -415,6 +442,41 @@ static_assertions::assert_not_impl_any!(CellWriter: Default, AsRef<Path>);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `.lock` that is a link, a folder or a FIFO is refused with what
+    /// to do, and a link's target is left as it was (issue 52).
+    #[test]
+    fn a_lock_that_is_not_a_file_is_refused_untouched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("precious.txt");
+        std::fs::write(&target, "keep me").unwrap();
+        for (name, make) in [
+            (
+                "link",
+                Box::new(|p: &Path| std::os::unix::fs::symlink(&target, p).unwrap())
+                    as Box<dyn Fn(&Path)>,
+            ),
+            (
+                "folder",
+                Box::new(|p: &Path| std::fs::create_dir(p).unwrap()),
+            ),
+            (
+                "fifo",
+                Box::new(|p: &Path| nix::unistd::mkfifo(p, nix::sys::stat::Mode::S_IRWXU).unwrap()),
+            ),
+        ] {
+            let folder = RunFolder::new(tmp.path().join(name));
+            std::fs::create_dir_all(folder.root()).unwrap();
+            make(&folder.path_of(RunFolder::LOCK));
+            let e = RunWriter::claim(&folder).err().unwrap();
+            let text = crate::exit::chain_text(&e);
+            assert!(
+                text.contains("not a file this harness made: remove it"),
+                "{name}: {text}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+    }
 
     /// A run claimed in a new folder, and its cell `c` whose `name` is a
     /// link to /dev/full: every write to it fails with ENOSPC, as on a

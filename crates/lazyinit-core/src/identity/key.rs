@@ -433,7 +433,11 @@ mod tests {
             "qemu/qemu-x86_64/tcg-icount0/x86_64/debian-6.1/hz250/fix/64GiB/w10/ebs/measured"
         );
         assert_ne!(virt.series_id(), real.series_id());
-        assert!(virt.label().starts_with("qemu tcg-icount0 "), "{}", virt.label());
+        assert!(
+            virt.label().starts_with("qemu tcg-icount0 "),
+            "{}",
+            virt.label()
+        );
         assert_ne!(virt, real);
     }
 
