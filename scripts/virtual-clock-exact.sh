@@ -5,8 +5,11 @@
 #    CPU hog per core and an fsync'd disk writer: z1, L, the cycle and the
 #    thread's time, each run's per-group data kept.
 # 2. A sweep of ebs:D across the steps of L = floor(10 * z1 * HZ), at
-#    HZ=250 (x86_64) and HZ=100 (arm64), with the fix; without it, a
-#    sub-tick zeroing (L=10) and one that crosses a tick (L=20).
+#    HZ=250 (x86_64) and HZ=100 (arm64), with the fix; without it, the
+#    kernel's L is 10 x the tick boundaries its first zeroing spans (a
+#    sub-tick zeroing is timed again until one spans a boundary): L=10
+#    for a sub-tick zeroing or one spanning one boundary, L=20 for one
+#    spanning two.
 # 3. A target on a step, refused (exit 2) with its one line.
 # OUT gets one results folder per run, table.md (the figures) and
 # commands.txt (every command run). BIN: a lazyinit-bench binary
@@ -63,9 +66,11 @@ for d in 2.5 3.5 4.5; do
   run "sweep-arm-fix-ebs-${d}ms" $arm --variant fix --storage-profile "ebs:${d}ms"
 done
 run "x86-nofix-subtick-ebs-3.4ms" $x86 --variant nofix --storage-profile "ebs:3.4ms"
-run "x86-nofix-crossing-ebs-5ms" $x86 --variant nofix --storage-profile "ebs:5ms"
+run "x86-nofix-one-boundary-ebs-5ms" $x86 --variant nofix --storage-profile "ebs:5ms"
+run "x86-nofix-two-boundaries-ebs-7ms" $x86 --variant nofix --storage-profile "ebs:7ms"
 run "arm-nofix-subtick-ebs-3.5ms" $arm --variant nofix --storage-profile "ebs:3.5ms"
-run "arm-nofix-crossing-ebs-12.5ms" $arm --variant nofix --storage-profile "ebs:12.5ms"
+run "arm-nofix-one-boundary-ebs-12.5ms" $arm --variant nofix --storage-profile "ebs:12.5ms"
+run "arm-nofix-two-boundaries-ebs-19.5ms" $arm --variant nofix --storage-profile "ebs:19.5ms"
 # A target on a step: refused before anything boots.
 set +e
 echo "$bin run --clock virtual $x86 --variant fix --storage-profile ebs:3.6ms --out $out/refused" >>"$out/commands.txt"

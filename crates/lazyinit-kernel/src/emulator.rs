@@ -521,7 +521,7 @@ mod tests {
         let (_, zero) = PATCHES[1];
         assert!(zero.contains("+++ b/block/zero-hold.c"));
         assert!(zero.contains("qemu_virtual_clock_held()"));
-        assert!(zero.contains("qemu_co_sleep_ns(QEMU_CLOCK_VIRTUAL"));
+        assert!(zero.contains("timer_init_ns(&t, QEMU_CLOCK_VIRTUAL, zero_hold_wake"));
     }
 
     #[test]

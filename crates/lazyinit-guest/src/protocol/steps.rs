@@ -107,6 +107,68 @@ pub(super) fn arm_trace(remote: &mut dyn Remote, kb: &str) -> Result<(), GuestEr
     Ok(())
 }
 
+/// The model's seconds a group, for the wait's first sleep and the ETA.
+fn per_group_s(exp: &Expectation, opts: &ProtocolOptions, to_init: u64) -> f64 {
+    model::predict(model::ModelInputs {
+        hz: exp.hz,
+        variant: exp.variant,
+        wait_mult: opts.wait_mult,
+        groups: to_init,
+        z1_s: model::DEFAULT_ZEROING_S,
+        z_s: model::DEFAULT_ZEROING_S,
+    })
+    .per_group_s
+}
+
+/// The line between the mount's output and the wait's, in one command.
+const WAIT_MARK: &str = "lazyinit-wait";
+
+/// The virtual clock's mount: the mount and the wait for the thread in
+/// one command, so that nothing the host times (a command's shell, a
+/// poll) runs in the guest between the mount and the thread's exit. The
+/// wait sleeps on the guest's own clock: first the model's time for
+/// every group, a quarter more and a second, then 10 s at a time.
+/// Returns when it was mounted (the command's start: the host's clock is
+/// not the measure here) and sets `lazyinit_poll_s`.
+pub(super) fn mount_and_wait(
+    remote: &mut dyn Remote,
+    exp: &Expectation,
+    opts: &ProtocolOptions,
+    mount_opts: &str,
+    to_init: u64,
+    m: &mut Measurement,
+) -> Result<Instant, GuestError> {
+    let first = (to_init as f64 * per_group_s(exp, opts, to_init) * 1.25 + 1.0).ceil() as u64;
+    let script = format!(
+        "{}\necho {WAIT_MARK}\n{}\n{POLL_SH}",
+        script_with_args(MOUNT_SH, &[opts.device.clone(), mount_opts.to_string()]),
+        script_with_args(super::WAIT_SH, &[first.to_string()]),
+    );
+    let started = Instant::now();
+    let out = check(
+        remote.exec(&script, opts.lazyinit_deadline)?,
+        "mount and wait",
+    )?;
+    let (mounted, waited) =
+        out.split_once(&format!("{WAIT_MARK}\n"))
+            .ok_or_else(|| GuestError::Parse {
+                step: "mount",
+                what: "the mount did not finish".into(),
+            })?;
+    if key_values(mounted).get("pid").is_none_or(|p| p.is_empty()) {
+        return Err(GuestError::Parse {
+            step: "mount",
+            what: "no ext4lazyinit thread after mount".into(),
+        });
+    }
+    let poll = key_values(waited);
+    m.lazyinit_poll_s = Some(started.elapsed().as_secs_f64());
+    if poll.get("pid").is_some_and(|p| !p.is_empty()) {
+        return Err(lazyinit_timeout(opts, &poll, 0, to_init));
+    }
+    Ok(started)
+}
+
 /// Mounts the volume (trace markers around it); returns when it was mounted.
 pub(super) fn mount(
     remote: &mut dyn Remote,
@@ -205,33 +267,17 @@ pub(super) fn poll_until_done(
     m: &mut Measurement,
 ) -> Result<(), GuestError> {
     let short = Duration::from_secs(120);
-    let per_group = model::predict(model::ModelInputs {
-        hz: exp.hz,
-        variant: exp.variant,
-        wait_mult: opts.wait_mult,
-        groups: to_init,
-        z1_s: model::DEFAULT_ZEROING_S,
-        z_s: model::DEFAULT_ZEROING_S,
-    })
-    .per_group_s;
     if opts.guest_paced {
-        // The model's time for the groups left, a quarter more and a
-        // second: the thread has exited by then unless the model is far off.
-        let first = (to_init as f64 * per_group * 1.25 + 1.0).ceil() as u64;
-        let script = format!(
-            "{}\n{POLL_SH}",
-            script_with_args(super::WAIT_SH, &[first.to_string()])
-        );
-        let poll = key_values(&check(
-            remote.exec(&script, opts.lazyinit_deadline)?,
-            "wait",
-        )?);
-        m.lazyinit_poll_s = Some(mounted_at.elapsed().as_secs_f64());
-        if poll.get("pid").is_none_or(|p| p.is_empty()) {
-            return Ok(());
-        }
-        return Err(lazyinit_timeout(opts, &poll, 0, to_init));
+        // Waited for by the mount's own command (mount_and_wait).
+        return match m.lazyinit_poll_s {
+            Some(_) => Ok(()),
+            None => Err(GuestError::Parse {
+                step: "wait",
+                what: "the mount's command did not wait for the thread".into(),
+            }),
+        };
     }
+    let per_group = per_group_s(exp, opts, to_init);
     loop {
         let poll = key_values(&check(remote.exec(POLL_SH, short)?, "poll")?);
         let done = poll
