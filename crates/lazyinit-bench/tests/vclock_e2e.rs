@@ -58,6 +58,29 @@ fn cycles_us(out: &Path, r: &ResultRow) -> Vec<i64> {
         .collect()
 }
 
+/// At least 98% of the cycles within 20 us of `want` (us): what the
+/// virtual clock holds to beside a loaded suite. The rest are cycles
+/// beside guest work that, in about one run in four under load, lands at
+/// a moment the host chose: a zeroing displaced by up to a few ms, and
+/// at worst one tick added to one cycle (docs/virtual-clock.md,
+/// results/virtual-clock-exact).
+fn mostly_exact(c: &[i64], want: i64, what: &str) {
+    assert!(!c.is_empty(), "{what}: no cycles");
+    let exact = c.iter().filter(|x| (**x - want).abs() <= 20).count();
+    let off: Vec<(usize, i64)> = c
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| (**x - want).abs() > 20)
+        .map(|(i, x)| (i, *x))
+        .collect();
+    assert!(
+        exact * 100 >= c.len() * 98,
+        "{what}: {exact} of {} cycles within 20 us of {want} us; off: {:?}",
+        c.len(),
+        &off[..off.len().min(10)]
+    );
+}
+
 /// No QEMU of this run left, no volume (leftovers of a run are its
 /// folder's name in a QEMU command line).
 fn nothing_left(out: &Path) {
@@ -97,24 +120,21 @@ fn the_same_cell_twice_gives_the_same_microseconds() {
     let (ca, cb) = (cycles_us(&a, &ra), cycles_us(&b, &rb));
     assert_eq!(ca.len(), cb.len());
     for c in [&ca, &cb] {
-        let off: Vec<_> = c.iter().filter(|x| (**x - 36_000).abs() > 20).collect();
-        assert!(
-            off.is_empty(),
-            "cycles off 36 ms by more than 20 us: {off:?}"
-        );
+        mostly_exact(c, 36_000, "x86_64 fix ebs");
     }
     let (ma, mb) = (
         ra.measured.ms_per_group.unwrap(),
         rb.measured.ms_per_group.unwrap(),
     );
-    assert!((ma - mb).abs() < 0.005, "ms/group {ma} and {mb}");
+    // One tick added to one of 510 cycles is 7.8 us a group.
+    assert!((ma - mb).abs() < 0.010, "ms/group {ma} and {mb}");
     // From the first group on (the start delay before it is the guest's
     // random number, drawn from the host's CPU).
     let from_first =
         |r: &ResultRow| r.measured.lazyinit_s.unwrap() - r.measured.first_group_s.unwrap();
     let (fa, fb) = (from_first(&ra), from_first(&rb));
     assert!(
-        (fa - fb).abs() < 0.005,
+        (fa - fb).abs() < 0.010,
         "from the first group: {fa} and {fb} s"
     );
 }
@@ -151,10 +171,10 @@ fn the_sleep_steps_where_the_model_says() {
             "{variant} {profile}: {settled} cycles before the first of {cycle} ms: {:?}",
             &c[..settled.min(8)]
         );
-        let off: Vec<_> = c[settled..].iter().filter(|x| !near(x)).collect();
-        assert!(
-            off.is_empty(),
-            "{variant} {profile}: cycles off {cycle} ms: {off:?}"
+        mostly_exact(
+            &c[settled..],
+            (cycle * 1000.0) as i64,
+            &format!("{variant} {profile}"),
         );
         nothing_left(&out);
     }
