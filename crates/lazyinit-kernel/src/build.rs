@@ -339,13 +339,18 @@ fn clear_unfinished_make(slot: &Path) -> Result<Option<Vec<PathBuf>>, KernelErro
 /// Hold an exclusive lock on a slot for the life of the value.
 fn lock_slot(slot: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, KernelError> {
     std::fs::create_dir_all(slot).map_err(|e| KernelError::io(slot, e))?;
-    let path = slot.join("slot.lock");
+    lock_file(&slot.join("slot.lock"))
+}
+
+/// An exclusive lock on `path` (made if missing, never truncated) for the
+/// life of the value: a slot's, or the QEMU build's (`emulator`).
+pub(crate) fn lock_file(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, KernelError> {
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
-        .map_err(|e| KernelError::io(&path, e))?;
+        .open(path)
+        .map_err(|e| KernelError::io(path, e))?;
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| KernelError::Step(format!("locking {}: {e}", path.display())))
 }

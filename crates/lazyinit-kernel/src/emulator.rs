@@ -240,7 +240,7 @@ pub async fn ensure(
     let lock_path = root.join("build.lock");
     let lock = {
         let p = lock_path.clone();
-        tokio::task::spawn_blocking(move || lock_file(&p))
+        tokio::task::spawn_blocking(move || crate::build::lock_file(&p))
             .await
             .map_err(|e| KernelError::Step(format!("the QEMU build lock: {e}")))??
     };
@@ -258,17 +258,6 @@ pub async fn ensure(
     built?;
     find(cache_dir, &key)
         .ok_or_else(|| KernelError::Step("the QEMU build published nothing".into()))
-}
-
-fn lock_file(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, KernelError> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| KernelError::io(path, e))?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| KernelError::Step(format!("locking {}: {e}", path.display())))
 }
 
 /// The orig tarball, verified, in `<cache>/qemu/src/`.
@@ -397,6 +386,40 @@ fn python(root: &Path, log: &Path, progress: &Option<ProgressFn>) -> Result<Path
     Ok(py)
 }
 
+/// The two binaries, the build's log and its manifest, moved into the
+/// cache whole (`.new-<key>` renamed to `<version>-<key>`).
+fn publish(
+    root: &Path,
+    build: &Path,
+    log: &Path,
+    key: &str,
+    compiler: &str,
+    t0: std::time::Instant,
+) -> Result<PathBuf, KernelError> {
+    let new = root.join(format!(".new-{key}"));
+    std::fs::create_dir_all(&new).map_err(|e| KernelError::io(&new, e))?;
+    for b in BINARIES {
+        std::fs::copy(build.join(b), new.join(b)).map_err(|e| KernelError::io(&new.join(b), e))?;
+    }
+    std::fs::copy(log, new.join("build.log")).map_err(|e| KernelError::io(&new, e))?;
+    let manifest = QemuManifest {
+        version: QEMU_VERSION.into(),
+        key: key.into(),
+        tarball_sha256: TARBALL_SHA256.into(),
+        patches: PATCHES.iter().map(|(n, _)| n.to_string()).collect(),
+        configure: CONFIGURE.iter().map(|s| s.to_string()).collect(),
+        compiler: compiler.into(),
+        build_seconds: t0.elapsed().as_secs_f64(),
+        built_at: chrono::Utc::now().to_rfc3339(),
+    };
+    let text = serde_json::to_string_pretty(&manifest)
+        .map_err(|e| KernelError::Step(format!("the QEMU manifest: {e}")))?;
+    std::fs::write(new.join("manifest.json"), text).map_err(|e| KernelError::io(&new, e))?;
+    let dest = root.join(format!("{QEMU_VERSION}-{key}"));
+    std::fs::rename(&new, &dest).map_err(|e| KernelError::io(&dest, e))?;
+    Ok(dest)
+}
+
 fn build_blocking(
     root: &Path,
     tarball: &Path,
@@ -468,27 +491,7 @@ fn build_blocking(
         &log,
         "building QEMU",
     )?;
-    let new = root.join(format!(".new-{key}"));
-    std::fs::create_dir_all(&new).map_err(|e| KernelError::io(&new, e))?;
-    for b in BINARIES {
-        std::fs::copy(build.join(b), new.join(b)).map_err(|e| KernelError::io(&new.join(b), e))?;
-    }
-    std::fs::copy(&log, new.join("build.log")).map_err(|e| KernelError::io(&new, e))?;
-    let manifest = QemuManifest {
-        version: QEMU_VERSION.into(),
-        key: key.into(),
-        tarball_sha256: TARBALL_SHA256.into(),
-        patches: PATCHES.iter().map(|(n, _)| n.to_string()).collect(),
-        configure: CONFIGURE.iter().map(|s| s.to_string()).collect(),
-        compiler: compiler.into(),
-        build_seconds: t0.elapsed().as_secs_f64(),
-        built_at: chrono::Utc::now().to_rfc3339(),
-    };
-    let text = serde_json::to_string_pretty(&manifest)
-        .map_err(|e| KernelError::Step(format!("the QEMU manifest: {e}")))?;
-    std::fs::write(new.join("manifest.json"), text).map_err(|e| KernelError::io(&new, e))?;
-    let dest = root.join(format!("{QEMU_VERSION}-{key}"));
-    std::fs::rename(&new, &dest).map_err(|e| KernelError::io(&dest, e))?;
+    let dest = publish(root, &build, &log, key, compiler, t0)?;
     say(
         progress,
         format!(

@@ -33,13 +33,10 @@ impl Clock {
     pub fn accel_text(&self, real: crate::Accel) -> String {
         match self {
             Clock::Real => real.as_str().to_string(),
-            Clock::Virtual { shift } => format!("{ICOUNT_ACCEL_PREFIX}{shift}"),
+            Clock::Virtual { shift } => lazyinit_core::Accel::Icount(*shift).to_string(),
         }
     }
 }
-
-/// How a row's accel names the virtual clock: `tcg-icount<shift>`.
-pub const ICOUNT_ACCEL_PREFIX: &str = "tcg-icount";
 
 impl std::fmt::Display for Clock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

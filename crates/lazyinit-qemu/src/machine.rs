@@ -82,29 +82,16 @@ impl QemuMachine {
         let mut extra = vec!["lazyinit.net=static".to_string()];
         extra.extend(a.req.extra_cmdline.iter().cloned());
         extra.extend(test_append(&a.req.cell.id()));
-        let tsc_khz = match a.vclock {
-            Some(_) => Some(args::ICOUNT_TSC_KHZ),
-            None => a.tsc_khz,
-        };
-        let cmdline = args::kernel_cmdline(arch, tsc_khz, &extra);
+        let c = clocked(&a);
+        let cmdline = args::kernel_cmdline(arch, c.tsc_khz, &extra);
         let (hold, nbd, warm_nbd) = match a.vclock {
             Some(_) => (None, None, None),
             None => latency_servers(&a)?,
         };
-        // On the virtual clock QEMU itself holds the zeroes.
-        let vhold_ns = match (&a.vclock, a.storage.latency) {
-            (Some(_), Some(crate::nbd::LatencyProfile::Fixed(d))) => Some(d),
-            (Some(_), Some(crate::nbd::LatencyProfile::Z1Target(t))) => {
-                Some(lazyinit_core::storage::hold_for(
-                    t,
-                    Duration::from_micros(VIRTUAL_GUEST_PART_PRIOR_US),
-                ))
-            }
-            _ => None,
-        };
-        let vhold = vhold_ns
+        let vhold = c
+            .vhold
             .map(|d| std::sync::Arc::new(crate::qmp::QmpHold::new(&qmp_socket, HOLD_ID, d)));
-        let source = |file| match vhold_ns {
+        let source = |file| match c.vhold {
             Some(d) => args::VolumeSource::ZeroHold {
                 file,
                 hold_ns: d.as_nanos() as u64,
@@ -121,30 +108,7 @@ impl QemuMachine {
             (None, Some(w)) => Some(source(w)),
             (None, None) => None,
         };
-        // The virtual clock's volume is scratch whose flushes would only
-        // cost host time: dropped.
-        let storage = match a.vclock {
-            Some(_) => Storage {
-                cache: "unsafe",
-                ..a.storage
-            },
-            None => a.storage,
-        };
-        let binary = match &a.vclock {
-            Some(v) => v.qemu.binary(arch),
-            None => PathBuf::from(arch.qemu_binary()),
-        };
-        let icount = match &a.vclock {
-            Some(v) => args::icount_args(
-                v.shift,
-                &lazyinit_kernel::emulator::VirtualQemu::data_dirs(),
-            ),
-            None => Vec::new(),
-        };
-        let accel_text = match &a.vclock {
-            Some(v) => crate::Clock::Virtual { shift: v.shift }.accel_text(a.accel),
-            None => a.accel.as_str().to_string(),
-        };
+        let (binary, icount, accel_text, storage) = (c.binary, c.icount, c.accel_text, c.storage);
         let argv = args::guest_args(&args::GuestArgs {
             arch,
             accel: a.accel,
@@ -379,6 +343,56 @@ fn latency_servers(a: &StartArgs<'_>) -> Result<Servers, ProviderError> {
         None => None,
     };
     Ok((Some(hold), Some(vol), warm))
+}
+
+/// What the clock decides of a guest: the TSC rate it is told, the
+/// zero hold QEMU itself keeps (virtual clock, latency profiles), the
+/// volume's cache, the binary, the icount arguments and the row's accel.
+struct Clocked {
+    tsc_khz: Option<u64>,
+    vhold: Option<Duration>,
+    storage: Storage,
+    binary: PathBuf,
+    icount: Vec<std::ffi::OsString>,
+    accel_text: String,
+}
+
+fn clocked(a: &StartArgs<'_>) -> Clocked {
+    let arch = a.req.cell.arch;
+    let Some(v) = &a.vclock else {
+        return Clocked {
+            tsc_khz: a.tsc_khz,
+            vhold: None,
+            storage: a.storage,
+            binary: PathBuf::from(arch.qemu_binary()),
+            icount: Vec::new(),
+            accel_text: a.accel.as_str().to_string(),
+        };
+    };
+    let vhold = match a.storage.latency {
+        Some(crate::nbd::LatencyProfile::Fixed(d)) => Some(d),
+        Some(crate::nbd::LatencyProfile::Z1Target(t)) => Some(lazyinit_core::storage::hold_for(
+            t,
+            Duration::from_micros(VIRTUAL_GUEST_PART_PRIOR_US),
+        )),
+        None => None,
+    };
+    Clocked {
+        tsc_khz: Some(args::ICOUNT_TSC_KHZ),
+        vhold,
+        // The virtual clock's volume is scratch whose flushes would only
+        // cost host time: dropped.
+        storage: Storage {
+            cache: "unsafe",
+            ..a.storage
+        },
+        binary: v.qemu.binary(arch),
+        icount: args::icount_args(
+            v.shift,
+            &lazyinit_kernel::emulator::VirtualQemu::data_dirs(),
+        ),
+        accel_text: crate::Clock::Virtual { shift: v.shift }.accel_text(a.accel),
+    }
 }
 
 /// Starts QEMU with its stderr in the cell's folder.
