@@ -1316,3 +1316,72 @@ fn the_nightly_script_imports_gates_finds_changes_and_publishes() {
     let index = std::fs::read_to_string(site.join("index.html")).unwrap();
     assert!(index.contains(id), "alert {id} not on the site");
 }
+
+/// Every RFC 3339 date of a results.csv rewritten by `f` (parsed, so the
+/// same instant can be written with another offset).
+fn redate(csv: &str, f: impl Fn(chrono::DateTime<chrono::FixedOffset>) -> String) -> String {
+    csv.lines()
+        .map(|l| {
+            l.split(',')
+                .map(|field| match chrono::DateTime::parse_from_rfc3339(field) {
+                    Ok(d) => f(d),
+                    Err(_) => field.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// Issue 52: a run dated after now (beyond an hour of clock skew) is
+/// refused as 1970 is, by `import` and `check`, nothing written; the same
+/// instant written `+14:00` is the run already there, not a second one.
+#[test]
+fn a_future_date_is_refused_and_one_instant_is_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let nights = nights();
+    let future = edited_night(8, d, "future", |csv| {
+        csv.replace("2026-11-30T", "2100-11-30T")
+    });
+    let east = edited_night(8, d, "east", |csv| {
+        redate(&csv, |t| {
+            t.with_timezone(&chrono::FixedOffset::east_opt(14 * 3600).unwrap())
+                .to_rfc3339()
+        })
+    });
+    assert!(std::fs::read_to_string(Path::new(&east).join("results.csv"))
+        .unwrap()
+        .contains("+14:00"));
+    for db in [
+        format!("sqlite:{}", d.join("h.sqlite").display()),
+        fresh_postgres("future"),
+    ] {
+        for n in &nights[..8] {
+            assert!(history(&["import", "--db", &db, n]).status.success());
+        }
+        let before = history(&["show", "--db", &db, "--format", "csv"]).stdout;
+        for cmd in ["import", "check"] {
+            let o = history(&[cmd, "--db", &db, &future]);
+            let msg = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{db} {cmd}: {msg}");
+            assert!(
+                msg.contains("started_at 2100-11-30T") && msg.contains("clock was set ahead"),
+                "{db} {cmd}: {msg}"
+            );
+            assert_eq!(msg.lines().count(), 1, "{db} {cmd}: {msg}");
+            let after = history(&["show", "--db", &db, "--format", "csv"]).stdout;
+            assert_eq!(after, before, "{db} {cmd}: nothing written");
+        }
+        let o = history(&["import", "--db", &db, &nights[8]]);
+        assert!(text(&o).contains("new run"), "{db}: {}", text(&o));
+        let o = history(&["import", "--db", &db, &east]);
+        assert!(
+            o.status.success() && text(&o).contains("known run (0 rows added"),
+            "{db}: the same instant is the same run: {}",
+            text(&o)
+        );
+    }
+}

@@ -58,7 +58,7 @@ impl RunImport {
         let run = RunFolder::new(folder);
         // A torn last line is refused, not read as a row (as a resume
         // does not count it).
-        let rows = run
+        let mut rows = run
             .results_csv()
             .untorn_rows()
             .map_err(|e| refuse(e.to_string()))?;
@@ -67,6 +67,11 @@ impl RunImport {
         }
         check_rows(&rows, planned, run_id).map_err(refuse)?;
         check_dates(&rows).map_err(refuse)?;
+        // One instant is one run: `21:00:00+14:00` and `07:00:00Z` of the
+        // day before are the same start, so the same key.
+        for r in &mut rows {
+            r.started_at = normal_instant(&r.started_at).unwrap_or_else(|| r.started_at.clone());
+        }
         let cells = rows
             .iter()
             .map(|r| (r.cell_id.clone(), CellFacts::of(&run.cell(&r.cell_id))))
@@ -83,14 +88,40 @@ impl RunImport {
 /// Dates before this are a clock that was not set (1970 is the epoch).
 pub const EARLIEST_RUN: &str = "2000-01-01T00:00:00Z";
 
-/// Every row's `started_at` is a date (RFC 3339) from [`EARLIEST_RUN`] on:
-/// a run of a host whose clock was not set cannot be placed in time.
+/// How far after this host's clock a row may have started: the clock
+/// skew between the hosts of one history (a run imported on another host
+/// than the one that ran it). Later is a clock set ahead.
+pub const CLOCK_SKEW_S: i64 = 3600;
+
+/// `started_at` as one text per instant: UTC, `Z`, the sub-second digits
+/// it has (none, or 3, 6 or 9), so that the same instant written with
+/// another offset (`+14:00`, `+00:00`, `z`) is the same run and row.
+/// `None` for a text that is not an RFC 3339 date.
+pub fn normal_instant(rfc3339: &str) -> Option<String> {
+    let d = chrono::DateTime::parse_from_rfc3339(rfc3339).ok()?;
+    Some(
+        d.with_timezone(&chrono::Utc)
+            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+    )
+}
+
+/// Every row's `started_at` is a date (RFC 3339) from [`EARLIEST_RUN`] to
+/// [`CLOCK_SKEW_S`] after now: a run of a host whose clock was not set,
+/// or was set ahead, cannot be placed in time.
 pub fn check_dates(rows: &[ResultRow]) -> Result<(), String> {
+    check_dates_at(rows, chrono::Utc::now())
+}
+
+/// [`check_dates`] with `now` given.
+pub fn check_dates_at(
+    rows: &[ResultRow],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), String> {
     let earliest = chrono::DateTime::parse_from_rfc3339(EARLIEST_RUN).expect("a date");
+    let latest = now + chrono::Duration::seconds(CLOCK_SKEW_S);
     for (i, r) in rows.iter().enumerate() {
         match chrono::DateTime::parse_from_rfc3339(&r.started_at) {
-            Ok(d) if d >= earliest => {}
-            Ok(_) => {
+            Ok(d) if d < earliest => {
                 return Err(format!(
                     "results.csv line {}: started_at {} is before {EARLIEST_RUN}: the host's clock was not set; \
                      a run of an unknown date cannot be placed in the history",
@@ -98,6 +129,18 @@ pub fn check_dates(rows: &[ResultRow]) -> Result<(), String> {
                     r.started_at
                 ))
             }
+            Ok(d) if d > latest => {
+                return Err(format!(
+                    "results.csv line {}: started_at {} is after now ({}) by more than the {} h of clock skew allowed: \
+                     the host's clock was set ahead; a run of an unknown date cannot be placed in the history \
+                     (fix the host's clock; the row's date cannot be trusted)",
+                    i + 2,
+                    r.started_at,
+                    now.format("%Y-%m-%dT%H:%M:%SZ"),
+                    CLOCK_SKEW_S / 3600
+                ))
+            }
+            Ok(_) => {}
             Err(_) => {
                 return Err(format!(
                     "results.csv line {}: started_at `{}` is not a date (RFC 3339)",
