@@ -1385,3 +1385,48 @@ fn a_future_date_is_refused_and_one_instant_is_one_run() {
         );
     }
 }
+
+/// Issue 52: a `--baseline` that chooses no run (a run that is not
+/// there, a reversed date range, a kernel no row has, a label no run
+/// has) is exit 2 with one line naming it and what the history holds,
+/// the candidate not imported; before, every cell was UNKNOWN, exit 0.
+#[test]
+fn a_baseline_that_chooses_no_run_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let nights = nights();
+    for db in [
+        format!("sqlite:{}", dir.path().join("h.sqlite").display()),
+        fresh_postgres("nobaseline"),
+    ] {
+        let mut args = vec!["import", "--db", db.as_str()];
+        args.extend(nights[..6].iter().map(String::as_str));
+        assert!(history(&args).status.success());
+        let before = history(&["show", "--db", &db, "--format", "csv"]).stdout;
+        for (sel, says) in [
+            ("run:nosuch@2026-11-30T00:00:00Z", "the history's run ids: quick-"),
+            ("date:2026-12-01..2026-11-01", "the range ends before it starts"),
+            ("date:2027-01-01..", "the history's runs started on 2026-11-30"),
+            ("kernel:9.99", "the history's kernels (releases and sources): "),
+            ("label:6.1.999", "no run of the history is labelled"),
+        ] {
+            let o = history(&["check", "--db", &db, &nights[13], "--baseline", sel]);
+            let msg = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{db} {sel}: {msg}");
+            assert!(
+                msg.contains(&format!("--baseline {sel}: chooses no run")) && msg.contains(says),
+                "{db} {sel}: {msg}"
+            );
+            assert_eq!(msg.lines().count(), 1, "{db} {sel}: {msg}");
+            let after = history(&["show", "--db", &db, "--format", "csv"]).stdout;
+            assert_eq!(after, before, "{db} {sel}: the candidate not imported");
+        }
+        // One selector that matches is not enough when another does not.
+        let o = history(&[
+            "check", "--db", &db, &nights[13], "--baseline", "date:2026-11-30..", "--baseline",
+            "kernel:9.99",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{db}: {}", text(&o));
+        let o = history(&["check", "--db", &db, &nights[13], "--baseline", "date:2026-11-30.."]);
+        assert_eq!(o.status.code(), Some(0), "{db}: {}", text(&o));
+    }
+}

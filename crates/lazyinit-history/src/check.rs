@@ -863,6 +863,93 @@ impl Baseline {
     }
 }
 
+/// Refuses (reading only, before the candidate is imported) a
+/// `--baseline` selector that chooses no run but the candidate
+/// (`candidate`, its key): one line naming the selector and what the
+/// history holds of its kind (run ids, days, kernels, labels). Before,
+/// such a baseline judged every cell UNKNOWN and exited 0.
+pub fn refuse_empty_baseline(
+    h: &mut crate::History,
+    candidate: &str,
+    baseline: &[Baseline],
+) -> Result<(), HistoryError> {
+    if baseline.is_empty() {
+        return Ok(());
+    }
+    let stored = h.stored_rows()?;
+    let others: Vec<&StoredRow> = stored.iter().filter(|r| r.run_key != candidate).collect();
+    for b in baseline {
+        let labelled = match b {
+            Baseline::Label(l) => h.runs_labelled(l)?,
+            _ => Vec::new(),
+        };
+        if others.iter().any(|r| b.matches(r, &labelled)) {
+            continue;
+        }
+        let mut runs = std::collections::BTreeSet::new();
+        let mut days = std::collections::BTreeSet::new();
+        let mut kernels = std::collections::BTreeSet::new();
+        let sources: Vec<String> = others.iter().map(|r| r.row.axes.source.to_string()).collect();
+        for s in &sources {
+            kernels.insert(s.as_str());
+        }
+        for r in &others {
+            runs.insert(r.row.run_id.as_str());
+            days.insert(r.run_started_at.get(..10).unwrap_or(&r.run_started_at));
+            kernels.insert(r.row.kernel_release.as_str());
+        }
+        let few = |set: &std::collections::BTreeSet<&str>| {
+            let mut v: Vec<&str> = set.iter().copied().filter(|s| !s.is_empty()).collect();
+            let more = v.len().saturating_sub(6);
+            v.truncate(6);
+            let mut t = v.join(", ");
+            if more > 0 {
+                t.push_str(&format!(" and {more} more"));
+            }
+            t
+        };
+        let holds = if others.is_empty() {
+            "the history holds no other run".to_string()
+        } else {
+            match b {
+                Baseline::Run(_) => format!("the history's run ids: {}", few(&runs)),
+                Baseline::Dates(from, to) if !from.is_empty() && !to.is_empty() && from > to => {
+                    format!(
+                        "the range ends before it starts (write date:{to}..{from}); the history's runs started on {}",
+                        few(&days)
+                    )
+                }
+                Baseline::Dates(..) => format!(
+                    "the history's runs started on {}",
+                    few(&days)
+                ),
+                Baseline::Kernel(_) => format!(
+                    "the history's kernels (releases and sources): {}",
+                    few(&kernels)
+                ),
+                Baseline::Label(_) => {
+                    let labels = h.labels()?;
+                    match labels.is_empty() {
+                        true => "no run of the history is labelled (history import --label L)"
+                            .to_string(),
+                        false => format!(
+                            "the history's labels: {}",
+                            few(&labels.iter().map(String::as_str).collect())
+                        ),
+                    }
+                }
+            }
+        };
+        return Err(HistoryError::Refused {
+            folder: format!("--baseline {b}"),
+            message: format!(
+                "chooses no run to judge against ({holds}); give a selector that matches, or check without --baseline"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The candidate's point judged against every other point of `series`
 /// (the baseline runs): no change points, the level is theirs.
 pub fn judge_against(

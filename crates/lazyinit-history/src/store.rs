@@ -544,6 +544,19 @@ impl History {
         Ok(())
     }
 
+    /// Every label of the history's runs, sorted.
+    pub fn labels(&mut self) -> Result<Vec<String>, HistoryError> {
+        Ok(self
+            .db
+            .query(
+                "SELECT DISTINCT label FROM runs WHERE label IS NOT NULL ORDER BY label",
+                &[],
+            )?
+            .iter()
+            .map(|r| r.str(0))
+            .collect())
+    }
+
     /// The keys of the runs labelled `label`.
     pub fn runs_labelled(&mut self, label: &str) -> Result<Vec<String>, HistoryError> {
         Ok(self

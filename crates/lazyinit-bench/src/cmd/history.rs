@@ -443,6 +443,11 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
     // rows that differ from the stored run's, a date before the history,
     // a run of another spec than its series' (unless runs are chosen).
     h.refuse_unjudgeable(&run, a.baseline.is_empty())?;
+    // A baseline that chooses no run is refused, naming what there is
+    // (before: every cell UNKNOWN, exit 0).
+    if let Some(key) = lazyinit_history::import::run_key(&run.rows) {
+        check::refuse_empty_baseline(&mut h, &key, &a.baseline)?;
+    }
     let outcome = h.import(&run)?;
     let mut report = if a.baseline.is_empty() {
         check::check(&mut h, &outcome.run_key, &planned, a.metric, &opts)?
