@@ -1430,3 +1430,41 @@ fn a_baseline_that_chooses_no_run_is_refused() {
         assert_eq!(o.status.code(), Some(0), "{db}: {}", text(&o));
     }
 }
+
+/// Issue 52: every threshold of `changes` and `check` is range-checked
+/// (finite, a percentage from 0 to 10000, a level between 0 and 1): one
+/// line naming the flag and its bounds, exit 2, nothing imported.
+#[test]
+fn thresholds_out_of_range_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let nights = nights();
+    assert!(history(&["import", "--db", &db, &nights[0]]).status.success());
+    let before = history(&["show", "--db", &db, "--format", "csv"]).stdout;
+    for (flag, value, says) in [
+        ("--run-min-change-pct", "inf", "percentage from 0 to 10000"),
+        ("--run-min-change-pct", "1e308", "percentage from 0 to 10000"),
+        ("--run-min-change-pct", "10000.5", "percentage from 0 to 10000"),
+        ("--run-min-change-pct", "NaN", "percentage from 0 to 10000"),
+        ("--run-min-change-pct", "-1", "percentage from 0 to 10000"),
+        ("--min-change-pct", "inf", "percentage from 0 to 10000"),
+        ("--max-p", "1e308", "between 0 and 1"),
+        ("--run-p", "NaN", "between 0 and 1"),
+    ] {
+        let arg = format!("{flag}={value}");
+        for cmd in [
+            vec!["changes", "--db", &db, &arg],
+            vec!["check", "--db", &db, &nights[1], &arg],
+        ] {
+            let o = history(&cmd);
+            let msg = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{cmd:?}: {msg}");
+            assert!(msg.contains(flag) && msg.contains(says), "{cmd:?}: {msg}");
+            assert_eq!(msg.lines().count(), 1, "{cmd:?}: {msg}");
+        }
+        let after = history(&["show", "--db", &db, "--format", "csv"]).stdout;
+        assert_eq!(after, before, "{flag} {value}: nothing imported");
+    }
+    let help = text(&history(&["check", "--help"]));
+    assert!(help.contains("0 to 10000"), "{help}");
+}

@@ -88,18 +88,20 @@ pub struct ShowArgs {
 
 #[derive(Args)]
 pub struct TestArgs {
-    /// Significance level of a change.
+    /// Significance level of a change (between 0 and 1, both excluded).
     #[arg(long, default_value_t = 0.001)]
     pub max_p: f64,
-    /// Smallest change kept, in percent.
+    /// Smallest change kept, in percent (0 to 10000).
     #[arg(long, default_value_t = 0.0)]
     pub min_change_pct: f64,
     /// `check`: level at which the new run alone, off the level of the
-    /// runs since the latest change, fails.
+    /// runs since the latest change, fails (between 0 and 1, both
+    /// excluded).
     #[arg(long, default_value_t = 0.01)]
     pub run_p: f64,
     /// `check`: the smallest step of the new run alone off its level that
-    /// fails on time, in percent of the level (an L change fails at any).
+    /// fails on time, in percent of the level, 0 to 10000 (an L change
+    /// fails at any).
     #[arg(long, default_value_t = 1.5)]
     pub run_min_change_pct: f64,
 }
@@ -125,8 +127,16 @@ impl TestArgs {
         if !(self.run_p > 0.0 && self.run_p < 1.0) {
             return Err(bad_input("--run-p: use a level between 0 and 1, e.g. 0.01").into());
         }
-        if self.run_min_change_pct.is_nan() || self.run_min_change_pct < 0.0 {
-            return Err(bad_input("--run-min-change-pct: use a percentage >= 0").into());
+        // The same bounds (issue 52: inf and 1e308 were taken, and no
+        // run could fail on time).
+        if !(self.run_min_change_pct.is_finite()
+            && (0.0..=MAX_CHANGE_PCT).contains(&self.run_min_change_pct))
+        {
+            return Err(bad_input(format!(
+                "--run-min-change-pct: {} is not a threshold; use a percentage from 0 to {MAX_CHANGE_PCT}",
+                self.run_min_change_pct
+            ))
+            .into());
         }
         let mut o = ChangeOptions {
             run_p: self.run_p,
