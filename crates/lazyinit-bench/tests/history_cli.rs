@@ -1468,3 +1468,41 @@ fn thresholds_out_of_range_are_refused() {
     let help = text(&history(&["check", "--help"]));
     assert!(help.contains("0 to 10000"), "{help}");
 }
+
+/// Issue 52: `changes` at thresholds of one look (`--min-change-pct 50`)
+/// raises and closes no stored alert: the real -11% L change's alert
+/// stays open and `check` keeps failing on it. Only `--update-alerts`
+/// records another threshold's answer.
+#[test]
+fn a_look_at_other_thresholds_leaves_the_alerts_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    let nights = nights_with_an_l_change(dir.path());
+    let mut args = vec!["import", "--db", db.as_str()];
+    args.extend(nights.iter().map(String::as_str));
+    assert!(history(&args).status.success());
+    let o = history(&["changes", "--db", &db]);
+    let out = text(&o);
+    assert!(o.status.success() && out.contains("1 change(s)") && out.contains("(new)"), "{out}");
+    let last = nights.last().unwrap();
+    assert_eq!(history(&["check", "--db", &db, last]).status.code(), Some(1));
+    let o = history(&["changes", "--db", &db, "--min-change-pct", "50"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(!out.contains("closed ["), "a look closed an alert: {out}");
+    assert!(out.contains("no alert raised or closed, 1 open alert(s)"), "{out}");
+    let o = history(&["changes", "--db", &db]);
+    assert!(text(&o).contains("(new)"), "the alert is open: {}", text(&o));
+    let o = history(&["check", "--db", &db, last]);
+    assert_eq!(o.status.code(), Some(1), "the gate still fails: {}", text(&o));
+    // A look with a looser level raises nothing either.
+    let o = history(&["changes", "--db", &db, "--max-p", "0.2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = history(&["changes", "--db", &db]);
+    assert!(text(&o).contains("1 change(s)"), "{}", text(&o));
+    // Asked for, the look's answer is recorded.
+    let o = history(&["changes", "--db", &db, "--min-change-pct", "50", "--update-alerts"]);
+    assert!(text(&o).contains("closed ["), "{}", text(&o));
+    let o = history(&["check", "--db", &db, last]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}

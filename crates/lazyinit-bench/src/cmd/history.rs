@@ -89,7 +89,7 @@ pub struct ShowArgs {
 #[derive(Args)]
 pub struct TestArgs {
     /// Significance level of a change (between 0 and 1, both excluded).
-    #[arg(long, default_value_t = 0.001)]
+    #[arg(long, default_value_t = DEFAULT_MAX_P)]
     pub max_p: f64,
     /// Smallest change kept, in percent (0 to 10000).
     #[arg(long, default_value_t = 0.0)]
@@ -106,10 +106,20 @@ pub struct TestArgs {
     pub run_min_change_pct: f64,
 }
 
+/// `--max-p`'s default: with `--min-change-pct 0`, the thresholds the
+/// stored alerts are raised and closed at.
+const DEFAULT_MAX_P: f64 = 0.001;
+
 /// The largest `--min-change-pct`: a change of 100 times the level.
 const MAX_CHANGE_PCT: f64 = 10_000.0;
 
 impl TestArgs {
+    /// Whether the change points are sought at the default thresholds
+    /// (`--run-p` and `--run-min-change-pct` are the gate's, not theirs).
+    fn default_change_thresholds(&self) -> bool {
+        self.max_p == DEFAULT_MAX_P && self.min_change_pct == 0.0
+    }
+
     fn options(&self) -> anyhow::Result<ChangeOptions> {
         if !(self.max_p > 0.0 && self.max_p < 1.0) {
             return Err(bad_input("--max-p: use a level between 0 and 1, e.g. 0.001").into());
@@ -158,6 +168,12 @@ pub struct ChangesArgs {
     /// text or json.
     #[arg(long, default_value = "text", value_parser = clap::value_parser!(Format))]
     pub format: Format,
+    /// Raise and close the stored alerts at these --max-p and
+    /// --min-change-pct. Without it, thresholds other than the defaults
+    /// (the ones `check` and the nightly keep the alerts at) are a look:
+    /// the changes are printed, no alert is raised or closed.
+    #[arg(long)]
+    pub update_alerts: bool,
 }
 
 #[derive(Args)]
@@ -418,15 +434,39 @@ fn changes(a: ChangesArgs) -> anyhow::Result<u8> {
     let s = &a.series;
     let series = h.series(s.metric, s.cell.as_ref())?;
     let mut found = lazyinit_history::changes::find(&series, &opts);
-    // Each change gets an alert (state new) a person can triage.
-    let alerts = h.raise(&found)?;
-    for c in &mut found {
-        c.attach(&alerts);
-    }
-    // An open alert no change point supports any longer is closed, with
-    // the reason (docs/history.md, "Closing alerts").
-    let closed = h.close_unsupported(&series, &found, &opts)?;
-    let closed_text = lazyinit_history::changes::closings_text(&closed);
+    // The stored alerts are kept at the default thresholds (those `check`
+    // and the nightly use): a look at other thresholds changes none of
+    // them unless --update-alerts says so (issue 52: `--min-change-pct 50`
+    // closed a real -11% change's alert for good).
+    let record = a.update_alerts || a.test.default_change_thresholds();
+    let closed_text = if record {
+        // Each change gets an alert (state new) a person can triage.
+        let alerts = h.raise(&found)?;
+        for c in &mut found {
+            c.attach(&alerts);
+        }
+        // An open alert no change point supports any longer is closed,
+        // with the reason (docs/history.md, "Closing alerts").
+        let closed = h.close_unsupported(&series, &found, &opts)?;
+        lazyinit_history::changes::closings_text(&closed)
+    } else {
+        let alerts = h.alerts()?;
+        for c in &mut found {
+            c.attach(&alerts);
+        }
+        let would = lazyinit_history::changes::unsupported(&series, &found, &alerts, &opts);
+        format!(
+            "note: --max-p {} --min-change-pct {} are not the thresholds the alerts are kept at \
+             (--max-p {DEFAULT_MAX_P} --min-change-pct 0): no alert raised or closed{}; \
+             pass --update-alerts to record these thresholds' answer\n",
+            a.test.max_p,
+            a.test.min_change_pct,
+            match would.len() {
+                0 => String::new(),
+                n => format!(", {n} open alert(s) these thresholds do not support left open"),
+            }
+        )
+    };
     let n = series.len();
     match a.format {
         Format::Json => {
