@@ -1506,3 +1506,59 @@ fn a_look_at_other_thresholds_leaves_the_alerts_alone() {
     let o = history(&["check", "--db", &db, last]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
+
+/// The number of runs a SQLite history holds (0 when it has no runs table).
+fn runs_in(path: &Path) -> i64 {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    c.query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+        .unwrap_or(0)
+}
+
+/// Issue 52: `history generate` bounds its count (u64::MAX panicked on
+/// capacity overflow and left an empty database; 10,000,000 ran on),
+/// writes all of its runs or none (killed half-way, the history holds
+/// none), and refuses a history that holds real runs.
+#[test]
+fn generate_is_bounded_whole_and_never_mixes_with_real_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for runs in ["18446744073709551615", "10000000", "0", "-1"] {
+        let path = d.join(format!("g{runs}.sqlite"));
+        let db = format!("sqlite:{}", path.display());
+        let o = history(&["generate", "--db", &db, &format!("--runs={runs}")]);
+        let msg = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{runs}: {msg}");
+        assert!(msg.contains("--runs") && !msg.contains("panicked"), "{runs}: {msg}");
+        assert!(!path.exists(), "{runs}: no database made");
+    }
+    // Killed half-way: nothing of it is kept.
+    let path = d.join("killed.sqlite");
+    let db = format!("sqlite:{}", path.display());
+    let mut child = Command::new(bin())
+        .args(["history", "generate", "--db", &db, "--runs", "100000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert!(child.try_wait().unwrap().is_none(), "100,000 runs take longer than 4 s");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(runs_in(&path), 0, "a killed generate left runs behind");
+    // A whole one, then the same into a history of real runs.
+    let o = history(&["generate", "--db", &db, "--runs", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(runs_in(&path), 3);
+    let real = d.join("real.sqlite");
+    let real_db = format!("sqlite:{}", real.display());
+    assert!(history(&["import", "--db", &real_db, &nights()[0]]).status.success());
+    let before = std::fs::read(&real).unwrap();
+    let o = history(&["generate", "--db", &real_db, "--runs", "3"]);
+    let msg = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{msg}");
+    assert!(msg.contains("holds real runs"), "{msg}");
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    assert_eq!(runs_in(&real), 1);
+    assert_eq!(std::fs::read(&real).unwrap(), before, "the real history as it was");
+}

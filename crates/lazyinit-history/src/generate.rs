@@ -146,22 +146,30 @@ pub fn history(runs: usize, seed: u64) -> Vec<RunImport> {
     history_with(runs, seed, Noise::Uniform)
 }
 
+/// The most runs `history generate` makes: 10 times the benchmarks'
+/// 10,000 (80,000 rows a run's worth of seconds each on a 2-core host).
+pub const MAX_RUNS: usize = 100_000;
+
 /// Every run of a generated history with `noise`, oldest first. The
 /// uniform history is the one [`history`] gives for the seed.
 pub fn history_with(runs: usize, seed: u64, noise: Noise) -> Vec<RunImport> {
+    runs_with(runs, seed, noise).collect()
+}
+
+/// The runs of [`history_with`], made one at a time (a long history is
+/// never all in memory).
+pub fn runs_with(runs: usize, seed: u64, noise: Noise) -> impl Iterator<Item = RunImport> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut load = rand::rngs::StdRng::seed_from_u64(seed ^ 0x10ad);
     let mut stretch = 0usize;
-    (0..runs)
-        .map(|i| {
-            if noise == Noise::HeavyTailed && stretch == 0 && load.gen_bool(0.01) {
-                stretch = load.gen_range(1..=5);
-            }
-            let loaded = stretch > 0;
-            stretch = stretch.saturating_sub(1);
-            run_loaded(i, runs, &mut rng, loaded)
-        })
-        .collect()
+    (0..runs).map(move |i| {
+        if noise == Noise::HeavyTailed && stretch == 0 && load.gen_bool(0.01) {
+            stretch = load.gen_range(1..=5);
+        }
+        let loaded = stretch > 0;
+        stretch = stretch.saturating_sub(1);
+        run_loaded(i, runs, &mut rng, loaded)
+    })
 }
 
 /// The runs (0-based) of a generated history that are loaded.

@@ -225,6 +225,44 @@ impl History {
         })
     }
 
+    /// `history generate`: every generated run in one transaction (all of
+    /// them or, on any error or a kill, none). A history that holds a run
+    /// not generated (a folder other than `generated/...`) is refused
+    /// before anything is written: synthetic runs never mix with real
+    /// ones. Returns the runs imported.
+    pub fn import_generated(
+        &mut self,
+        runs: impl Iterator<Item = RunImport>,
+    ) -> Result<usize, HistoryError> {
+        let url = self.url.to_string();
+        in_transaction(self.db.as_mut(), |db| {
+            let real = db.query(
+                "SELECT folder FROM runs WHERE folder NOT LIKE 'generated/%' ORDER BY first_started_at LIMIT 1",
+                &[],
+            )?;
+            if let Some(r) = real.first() {
+                return Err(HistoryError::NotAHistory {
+                    db: format!("--db {url}"),
+                    why: format!(
+                        "holds real runs (imported from {} and others): generate writes synthetic runs only \
+                         into a new history or a generated one; give a new file's path (--db sqlite:PATH)",
+                        r.str(0)
+                    ),
+                });
+            }
+            let mut n = 0;
+            for run in runs {
+                let key = run_key(&run.rows).ok_or_else(|| HistoryError::Refused {
+                    folder: run.folder.clone(),
+                    message: "no rows".into(),
+                })?;
+                insert_run(db, &key, &run)?;
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
     /// Refuses (reading only) a run whose key the history holds with
     /// other rows; [`History::import`] refuses it too, inside its
     /// transaction. For a caller that checks several runs before it

@@ -221,8 +221,10 @@ pub struct AckArgs {
 pub struct GenerateArgs {
     #[command(flatten)]
     pub db: DbArg,
-    #[arg(long, default_value_t = 1000)]
-    pub runs: usize,
+    /// Nightly runs to make, 1 to 100000 (8 rows each).
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=lazyinit_history::generate::MAX_RUNS as u64))]
+    pub runs: u64,
     #[arg(long, default_value_t = 28)]
     pub seed: u64,
 }
@@ -540,14 +542,17 @@ fn ack(a: AckArgs) -> anyhow::Result<u8> {
 }
 
 fn generate(a: GenerateArgs) -> anyhow::Result<u8> {
+    // Bounded by clap (1..=MAX_RUNS), so the count fits a usize.
+    let runs = a.runs as usize;
     let mut h = open(&a.db, Access::Create)?;
     let t = std::time::Instant::now();
-    for r in lazyinit_history::generate::history(a.runs, a.seed) {
-        h.import(&r)?;
-    }
+    // One transaction: a generate stopped half-way (an error, a kill)
+    // leaves the history as it was; a history of real runs is refused.
+    use lazyinit_history::generate::{runs_with, Noise};
+    let n = h.import_generated(runs_with(runs, a.seed, Noise::Uniform))?;
     eprintln!(
         "{} generated runs in {} ({:.2} s)",
-        a.runs,
+        n,
         h.url(),
         t.elapsed().as_secs_f64()
     );
