@@ -6,7 +6,9 @@
 //! `bisect-step` must name the same commit. Real builds (the history sits
 //! at a fixed path under the cache, so a warm cache reuses every kernel),
 //! real arm64 guests at HZ=100 on 8 GiB (64 groups: ~40 ms a group with
-//! the fix, ~110 without; L = 3 against 10).
+//! the fix, ~110 without; L = 3 against 10). On an x86_64 host the arm64
+//! guests run under TCG, so `--clock auto` (the default) samples on the
+//! virtual clock: one exact sample a commit.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -159,6 +161,24 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
     assert!(rows
         .iter()
         .all(|r| matches!(r.axes.source, lazyinit_core::SourceId::Commit(_))));
+    // On the virtual clock (arm64 on this x86_64 host): exact samples,
+    // one of each commit in each role, never a second.
+    let virtual_clock = lazyinit_core::Arch::host() != Some(lazyinit_core::Arch::Arm64);
+    if virtual_clock {
+        assert!(
+            rows.iter().all(|r| r.testbed.accel.is_virtual_clock()),
+            "{:?}",
+            rows.iter().map(|r| r.testbed.accel.to_string()).collect::<Vec<_>>()
+        );
+        let runs: Vec<String> = std::fs::read_dir(folder.join("runs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!runs.is_empty());
+        for r in &runs {
+            assert!(r.ends_with("-0"), "a second sample on the virtual clock: {runs:?}");
+        }
+    }
     // The user's tree: same HEAD, same files, index not even refreshed.
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]), *bad);
     assert_eq!(

@@ -80,6 +80,9 @@ fn bisect(home: &Path, repo: &Path, good: &str, bad: &str, extra: &[&str]) -> Ou
         .args(["bisect", "--source"])
         .arg(repo)
         .args(["--good", good, "--bad", bad, "--cell", "arm64:100:8GiB"])
+        // The real clock's statistics over noisy samples (on an x86_64
+        // host the default, auto, would sample arm64 on the virtual clock).
+        .args(["--clock", "real"])
         .args(["--end-samples", "2", "--out"])
         .arg(home.join(format!("out-{}-{}", &good[..8], &bad[..8])))
         .args(extra)
@@ -255,4 +258,48 @@ fn ends_apart_in_l_need_two_samples_and_ends_that_share_one_more() {
         "{text}"
     );
     assert!(summary(home, &c[0], &c[3]).starts_with("no answer: the ends do not differ"));
+}
+
+/// On the virtual clock a sample is exact: each end and each step is
+/// sampled once (a commit's second line, which would read as the other
+/// end, is never asked for), the culprit is named and confirmed, and the
+/// folder says its clock.
+#[test]
+fn on_the_virtual_clock_each_commit_is_sampled_once() {
+    let d = tempfile::tempdir().unwrap();
+    let (home, repo) = (d.path(), d.path().join("repo"));
+    std::fs::create_dir(&repo).unwrap();
+    ok(&repo, &["init", "-q", "-b", "main"]);
+    let mut c = Vec::new();
+    for i in 0..8 {
+        let v = if i < 5 { "40 3\n110 10" } else { "110 10\n40 3" };
+        c.push(commit(&repo, &format!("c{i}"), v));
+    }
+    let out = home.join("virtual");
+    let o = Command::new(env!("CARGO_BIN_EXE_lazyinit-bench"))
+        .args(["bisect", "--source"])
+        .arg(&repo)
+        .args(["--good", &c[0], "--bad", &c[7], "--cell", "arm64:100:8GiB"])
+        .args(["--clock", "virtual", "--out"])
+        .arg(&out)
+        .env("LAZYINIT_BISECT_FAKE_MEASURE", "metric")
+        .env("LAZYINIT_CACHE_DIR", home.join("cache"))
+        .env("LAZYINIT_STATE_DIR", home.join("state"))
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let said = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(
+        said.starts_with(&format!("first bad commit: [{}] c5; confirmed: ", c[5])),
+        "{said}\n{text}"
+    );
+    let samples: Vec<&str> = text.lines().filter(|l| l.contains(" samples, ")).collect();
+    assert!(samples.len() >= 4, "{text}");
+    for l in &samples {
+        assert!(l.contains(": 1 samples, "), "{l}\n{text}");
+    }
+    let args = std::fs::read_to_string(out.join("bisect.args")).unwrap();
+    assert!(args.contains("clock virtual\n"), "{args}");
 }

@@ -108,7 +108,8 @@ fn the_nightly_runs_as_a_slurm_array_and_its_merge_then_the_gate_and_the_site() 
     let vols = dir.join("volumes");
     std::fs::create_dir_all(&vols).unwrap();
     // Two cells (x86_64 HZ=250 with and without the fix, 8 GiB), one per
-    // task of a 2-task array.
+    // task of a 2-task array, on the virtual clock as the nightly
+    // (specs/nightly.toml): measured, exact.
     let spec = dir.join("small.toml");
     std::fs::write(
         &spec,
@@ -116,7 +117,7 @@ fn the_nightly_runs_as_a_slurm_array_and_its_merge_then_the_gate_and_the_site() 
             "name = \"slurm-small\"\nprovider = \"qemu\"\narches = [\"x86_64\"]\n\
              sources = [\"debian-6.1\"]\nhz = [250]\nvariants = [\"nofix\", \"fix\"]\n\
              sizes = [\"8GiB\"]\nrepetitions = 1\nstorage-profile = \"ebs\"\n\
-             [provider-config.qemu]\nvolume-dir = \"{}\"\n",
+             [provider-config.qemu]\nclock = \"virtual\"\nvolume-dir = \"{}\"\n",
             vols.display()
         ),
     )
@@ -183,6 +184,15 @@ fn the_nightly_runs_as_a_slurm_array_and_its_merge_then_the_gate_and_the_site() 
             r.error
         );
         assert!(r.measured.lazyinit_s.is_some_and(|s| s > 0.0), "{r:?}");
+        assert!(r.testbed.accel.is_virtual_clock(), "{}", r.testbed.accel);
+        assert!(!r.measured.estimated, "the nightly measures: {r:?}");
+        lazyinit_core::testing::check_virtual_exact(
+            &r.measured,
+            250,
+            u64::from(r.axes.wait_mult),
+            r.axes.variant == lazyinit_core::Variant::Fix,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}\n{all_logs}", r.cell_id));
     }
     let mut cells: Vec<_> = rows.iter().map(|r| r.cell_id.clone()).collect();
     cells.sort();
@@ -235,4 +245,22 @@ fn the_nightly_runs_as_a_slurm_array_and_its_merge_then_the_gate_and_the_site() 
     );
     let index = std::fs::read_to_string(site.join("index.html")).unwrap();
     assert!(index.contains("slurm-small"), "the site shows the run");
+    // Its series are the virtual clock's, named so, and measured.
+    let mut pages = String::new();
+    let mut dirs = vec![site.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if let Ok(t) = std::fs::read_to_string(&p) {
+                pages.push_str(&t);
+            }
+        }
+    }
+    assert!(pages.contains("tcg-icount0"), "no series of the virtual clock on the site");
+    assert!(
+        !pages.contains("\"estimated\":true"),
+        "the nightly's points are measurements"
+    );
 }

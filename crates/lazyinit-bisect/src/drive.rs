@@ -18,6 +18,7 @@ use crate::git::Range;
 use crate::log::Step;
 use crate::outcome::Named;
 use crate::test::Level;
+use crate::test::{Exact, Judge};
 use crate::{next, Decision, Ends, Next, Outcome, Sample, Sprt, Verdict};
 
 /// A commit made ready to measure, or why it cannot be.
@@ -73,6 +74,10 @@ pub struct Settings {
     pub per_tick: f64,
     /// The metric's name, for the lines said and the table.
     pub metric: &'static str,
+    /// Every sample is exact (QEMU's virtual clock): one sample of each
+    /// end and of each step ([`crate::test::Exact`]), the counts and the
+    /// error rate unused.
+    pub exact: bool,
 }
 
 impl Settings {
@@ -84,7 +89,7 @@ impl Settings {
                 "--error-rate must be between 0 and 0.5, e.g. 0.01",
             ));
         }
-        if self.end_samples < 2 || self.max_samples < 1 {
+        if !self.exact && (self.end_samples < 2 || self.max_samples < 1) {
             return Err(bad_input(
                 "--end-samples must be at least 2 and --max-samples at least 1",
             ));
@@ -110,7 +115,7 @@ impl Judged {
 }
 
 // Long: one step as it happens (prepare the tree, sample until the test decides, the level, the line), each outcome a few lines.
-/// Judge `commit`: `fixed` samples (an end) or samples until `sprt`
+/// Judge `commit`: `fixed` samples (an end) or samples until the test
 /// decides or its cap is reached.
 pub async fn judge<L: Lab>(
     lab: &mut L,
@@ -118,7 +123,7 @@ pub async fn judge<L: Lab>(
     commit: &str,
     role: &str,
     fixed: Option<usize>,
-    sprt: Option<&Sprt>,
+    sprt: Option<&Judge>,
 ) -> anyhow::Result<Judged> {
     let mut step = Step {
         role: role.to_string(),
@@ -149,7 +154,7 @@ pub async fn judge<L: Lab>(
             });
         }
     }
-    let cap = fixed.or(sprt.map(|s| s.max_samples)).unwrap_or(1);
+    let cap = fixed.or(sprt.map(Judge::max_samples)).unwrap_or(1);
     let mut samples = Vec::new();
     let t = Instant::now();
     for i in 0..cap {
@@ -172,11 +177,7 @@ pub async fn judge<L: Lab>(
                 }
                 Decision::Unknown => {
                     step.verdict = "unknown".into();
-                    step.reason = format!(
-                        "undecided after {} samples (neither end at error rate {})",
-                        samples.len(),
-                        t.error_rate
-                    );
+                    step.reason = t.undecided(samples.len());
                 }
                 Decision::More => {}
             }
@@ -229,7 +230,10 @@ pub async fn ends<L: Lab>(
     s: &Settings,
     good: &str,
     bad: &str,
-) -> anyhow::Result<(Sprt, Vec<Step>)> {
+) -> anyhow::Result<(Judge, Vec<Step>)> {
+    if s.exact {
+        return exact_ends(lab, s, good, bad).await;
+    }
     let cap = s.max_samples.max(s.end_samples);
     let mut k = s.end_samples;
     let (ends, steps) = loop {
@@ -269,7 +273,38 @@ pub async fn ends<L: Lab>(
         error_rate: s.error_rate,
         max_samples: s.max_samples,
     };
-    Ok((sprt, steps))
+    Ok((Judge::Sprt(sprt), steps))
+}
+
+/// The ends on a clock of exact samples: one each, refused (bad input,
+/// both recorded) when an end gives none or they do not differ.
+async fn exact_ends<L: Lab>(
+    lab: &mut L,
+    s: &Settings,
+    good: &str,
+    bad: &str,
+) -> anyhow::Result<(Judge, Vec<Step>)> {
+    let g = judge(lab, s.metric, good, "good end", Some(1), None).await?;
+    let b = judge(lab, s.metric, bad, "bad end", Some(1), None).await?;
+    let steps = vec![g.step.clone(), b.step.clone()];
+    for (j, which) in [(&g, "--good"), (&b, "--bad")] {
+        if j.samples.is_empty() {
+            lab.record(&steps, &Outcome::Refused("an end gave no sample".into()).line())?;
+            return Err(bad_input(format!(
+                "{which} {} gives no sample ({}): pick an end that builds and boots",
+                j.step.commit.get(..12).unwrap_or(&j.step.commit),
+                j.step.reason
+            ))
+            .into());
+        }
+    }
+    match Exact::new(g.samples[0], b.samples[0]) {
+        Ok(e) => Ok((Judge::Exact(e), steps)),
+        Err(e) => {
+            lab.record(&steps, &Outcome::Refused(e.clone()).line())?;
+            Err(bad_input(format!("{e}: nothing to bisect on this cell and metric")).into())
+        }
+    }
 }
 
 /// The whole bisection of `range`: the ends, the steps the search asks
@@ -455,7 +490,46 @@ mod tests {
             error_rate: 0.01,
             per_tick: 1.0,
             metric: "ms_per_group",
+            exact: false,
         }
+    }
+
+    /// On a clock of exact samples: one sample a commit, ends included,
+    /// and the same culprit named and confirmed.
+    #[test]
+    fn exact_samples_take_one_sample_a_commit() {
+        let mut values: Vec<Option<f64>> = (0..16)
+            .map(|i| Some(if i < 11 { 40.0 } else { 44.0 }))
+            .collect();
+        values[8] = None;
+        let mut lab = Table {
+            values,
+            recorded: vec![],
+            prepared: vec![],
+            said: vec![],
+            noise: 7,
+        };
+        let s = Settings {
+            exact: true,
+            ..settings()
+        };
+        let (outcome, steps) = block_on(bisect(&mut lab, &line(16), &s, true)).unwrap();
+        match &outcome {
+            Outcome::Named {
+                commit, confirmed, ..
+            } => {
+                assert_eq!(commit.commit, "c11");
+                assert!(confirmed, "{}", outcome.line());
+            }
+            o => panic!("{o:?}"),
+        }
+        for st in &steps {
+            let want = usize::from(st.verdict != "skip");
+            assert_eq!(st.samples, want, "{} {}: {:?}", st.role, st.commit, st.verdict);
+        }
+        // The same ends without exactness take their three samples each.
+        let (_, steps) = block_on(bisect(&mut lab, &line(16), &settings(), true)).unwrap();
+        assert_eq!(steps[0].samples, 3);
     }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {

@@ -27,4 +27,4 @@ pub mod test;
 pub use drive::{Lab, Prepared, Settings};
 pub use outcome::Outcome;
 pub use search::{next, Graph, Next, Verdict};
-pub use test::{Decision, Ends, Sample, Sprt};
+pub use test::{Decision, Ends, Exact, Judge, Sample, Sprt};

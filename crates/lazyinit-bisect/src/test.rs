@@ -582,6 +582,107 @@ impl Sprt {
     }
 }
 
+/// The ends measured on a clock that gives every sample exactly (QEMU's
+/// virtual clock, docs/virtual-clock.md): one sample each, and a step's
+/// one sample is whichever end it sits at. Nothing is left to chance, so
+/// nothing is repeated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exact {
+    pub good: Sample,
+    pub bad: Sample,
+}
+
+/// How far apart exact ends must be, relative to the larger: five times
+/// what moves a repeat of one cell on the virtual clock (a journal commit
+/// beside one zeroing: about 1 ms of one cycle in 64, 0.04% of the
+/// metric).
+pub const EXACT_APART: f64 = 0.002;
+
+/// How near to an end (a share of the ends' gap) an exact step must sit
+/// to be that end; farther from both it is a third level, "unknown".
+pub const EXACT_NEAR: f64 = 0.25;
+
+impl Exact {
+    /// The ends, refused when they do not differ: the same L and times
+    /// within [`EXACT_APART`].
+    pub fn new(good: Sample, bad: Sample) -> Result<Exact, String> {
+        let gap = (good.value - bad.value).abs();
+        let scale = good.value.abs().max(bad.value.abs());
+        let same_l = good.sleep_ticks == bad.sleep_ticks;
+        if same_l && !(gap > EXACT_APART * scale) {
+            return Err(format!(
+                "the ends do not differ: good {:.3}, bad {:.3} (L {} both; exact samples, {:.1}% apart at least)",
+                good.value,
+                bad.value,
+                show_l(good.sleep_ticks),
+                EXACT_APART * 100.0
+            ));
+        }
+        Ok(Exact { good, bad })
+    }
+
+    /// A step's one sample: the end whose L it slept (where the ends' L
+    /// differ) and whose time it is within [`EXACT_NEAR`] of the gap.
+    pub fn decide(&self, samples: &[Sample]) -> Decision {
+        let Some(x) = samples.last() else {
+            return Decision::More;
+        };
+        let gap = (self.good.value - self.bad.value).abs();
+        let near = |end: &Sample| {
+            let l_ok = self.good.sleep_ticks == self.bad.sleep_ticks
+                || x.sleep_ticks.is_none()
+                || x.sleep_ticks == end.sleep_ticks;
+            l_ok && (x.value - end.value).abs() <= EXACT_NEAR * gap
+        };
+        match (near(&self.good), near(&self.bad)) {
+            (true, false) => Decision::Good,
+            (false, true) => Decision::Bad,
+            _ => Decision::Unknown,
+        }
+    }
+}
+
+/// The test a step is judged by: the sequential test over noisy samples
+/// (the real clock), or one exact sample (the virtual clock).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Judge {
+    Sprt(Sprt),
+    Exact(Exact),
+}
+
+impl Judge {
+    pub fn decide(&self, samples: &[Sample]) -> Decision {
+        match self {
+            Judge::Sprt(t) => t.decide(samples),
+            Judge::Exact(e) => e.decide(samples),
+        }
+    }
+
+    /// Samples a step may take.
+    pub fn max_samples(&self) -> usize {
+        match self {
+            Judge::Sprt(t) => t.max_samples,
+            Judge::Exact(_) => 1,
+        }
+    }
+
+    /// What an undecided step says.
+    pub fn undecided(&self, n: usize) -> String {
+        match self {
+            Judge::Sprt(t) => format!(
+                "undecided after {n} samples (neither end at error rate {})",
+                t.error_rate
+            ),
+            Judge::Exact(e) => format!(
+                "neither end: an exact sample more than {:.0}% of the gap from good {:.3} and bad {:.3}",
+                EXACT_NEAR * 100.0,
+                e.good.value,
+                e.bad.value
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,6 +728,28 @@ mod tests {
                 d => return (d, xs.len()),
             }
         }
+    }
+
+    #[test]
+    fn an_exact_sample_is_the_end_it_sits_at() {
+        let e = Exact::new(s(39.997, 3), s(110.0, 10)).unwrap();
+        assert_eq!(e.decide(&[s(39.997, 3)]), Decision::Good);
+        assert_eq!(e.decide(&[s(110.02, 10)]), Decision::Bad);
+        // At the good end's time but the bad end's L: neither.
+        assert_eq!(e.decide(&[s(40.0, 10)]), Decision::Unknown);
+        // A third level, between the ends.
+        assert_eq!(e.decide(&[s(75.0, 6)]), Decision::Unknown);
+        // Untimed samples: the time alone.
+        let u = Exact::new(untimed(600.0), untimed(700.0)).unwrap();
+        assert_eq!(u.decide(&[untimed(601.0)]), Decision::Good);
+        assert_eq!(u.decide(&[untimed(690.0)]), Decision::Bad);
+        // Ends that do not differ are refused; L apart is a difference.
+        let e = Exact::new(s(40.0, 3), s(40.05, 3)).unwrap_err();
+        assert!(e.contains("do not differ"), "{e}");
+        assert!(Exact::new(s(40.0, 3), s(40.0, 4)).is_ok());
+        assert!(Exact::new(s(40.0, 3), s(41.0, 3)).is_ok());
+        let j = Judge::Exact(Exact::new(s(39.997, 3), s(110.0, 10)).unwrap());
+        assert_eq!(j.max_samples(), 1);
     }
 
     #[test]

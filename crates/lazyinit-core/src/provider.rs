@@ -293,6 +293,14 @@ pub trait Provider: Send + Sync {
         Ok(())
     }
 
+    /// The host seconds a cell takes, boot to teardown, when its guest does
+    /// not run in real time (the virtual clock: a CPU-bound guest whose
+    /// idle time costs nothing), from its `groups`; `None` (the default)
+    /// when the guest's time is the wall's, as the plan's model says.
+    fn host_seconds(&self, _cell: &Cell, _groups: u64) -> Option<f64> {
+        None
+    }
+
     /// Starts a machine for one cell and returns once it is booting. The
     /// returned machine owns every resource it made; dropping it without
     /// `teardown` must still not leak a process.

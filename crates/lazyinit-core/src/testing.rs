@@ -156,10 +156,77 @@ pub fn check_nofix_cycle(
     Ok(())
 }
 
+/// What a cell on the virtual clock must show, exactly (docs/
+/// virtual-clock.md): its first zeroing within 10 us of the profile's
+/// target (the guest's own instructions on top of the hold); the sleep the
+/// kernel's formula gives for that zeroing (with the fix floor(W z1 HZ);
+/// without it W, a zeroing under a tick spanning at most one boundary);
+/// and a cycle of L + 1 ticks to within 0.1 ms a group (a journal commit
+/// beside one zeroing moves one cycle by about a millisecond: 2 us a group
+/// over 512). Nothing of the host's load can move these.
+pub fn check_virtual_exact(
+    m: &crate::results::Measurement,
+    hz: u32,
+    wait_mult: u64,
+    fix: bool,
+) -> Result<(), String> {
+    let z1 = m.z1_ms.ok_or("no z1_ms")?;
+    let target = m.z1_target_ms.ok_or("no z1_target_ms (an ebs profile?)")?;
+    if (z1 - target).abs() > 0.010 {
+        return Err(format!(
+            "z1 {z1:.4} ms: more than 10 us from the target {target:.4} ms"
+        ));
+    }
+    let sleep = m.sleep_ticks.ok_or("no sleep_ticks")?;
+    let tick_ms = 1000.0 / f64::from(hz);
+    let want = match fix {
+        true => (wait_mult as f64 * z1 / tick_ms).floor() as u64,
+        false => wait_mult,
+    };
+    if sleep != want {
+        return Err(format!(
+            "slept {sleep} ticks, not the {want} that a {z1:.4} ms first zeroing gives at HZ={hz}{}",
+            if fix { " with the fix" } else { " without the fix" }
+        ));
+    }
+    let per = m.ms_per_group.ok_or("no ms_per_group")?;
+    let cycle = (sleep + 1) as f64 * tick_ms;
+    if (per - cycle).abs() > 0.1 {
+        return Err(format!(
+            "{per:.4} ms/group: more than 0.1 ms from the {cycle:.1} ms of {sleep} + 1 ticks"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::results::Measurement;
+
+    #[test]
+    fn the_virtual_clock_is_held_to_the_formula() {
+        let v = |z1: f64, sleep: u64, per: f64| Measurement {
+            z1_ms: Some(z1),
+            z1_target_ms: Some(3.4),
+            sleep_ticks: Some(sleep),
+            ms_per_group: Some(per),
+            ..Default::default()
+        };
+        // x86_64 HZ=250: with the fix floor(10 x 3.4 x 0.25) = 8, 36 ms a
+        // group; without it 10, 44 ms (results/virtual-clock-exact).
+        check_virtual_exact(&v(3.4019, 8, 36.005), 250, 10, true).unwrap();
+        check_virtual_exact(&v(3.4019, 10, 44.005), 250, 10, false).unwrap();
+        for (bad, fix, says) in [
+            (v(3.4019, 9, 40.005), true, "not the 8"),
+            (v(3.4019, 20, 84.0), false, "not the 10"),
+            (v(3.4019, 8, 36.2), true, "more than 0.1 ms"),
+            (v(3.4210, 8, 36.005), true, "more than 10 us"),
+        ] {
+            let e = check_virtual_exact(&bad, 250, 10, fix).unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
+    }
 
     fn m(per: f64, crossed: f64, sleep: u64) -> Measurement {
         Measurement {

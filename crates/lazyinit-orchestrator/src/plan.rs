@@ -148,6 +148,11 @@ pub fn makespan(mut durations: Vec<f64>, slots: usize) -> f64 {
     load.into_iter().fold(0.0, f64::max)
 }
 
+/// The host's cores, which CPU-bound guests share.
+pub fn host_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 pub fn host_available_mib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -202,7 +207,17 @@ pub fn plan<C: ProviderConfigs>(
     provider: &dyn Provider,
     host_available_mib: u64,
 ) -> Plan {
-    let planned = planned_cells(spec);
+    let mut planned = planned_cells(spec);
+    // Guests that do not sleep in real time (the virtual clock) cost the
+    // host CPU instead: their time is the provider's, and cells beyond
+    // the host's cores share them.
+    let mut cpu_bound = false;
+    for p in &mut planned {
+        if let Some(s) = provider.host_seconds(&p.cell, p.groups) {
+            p.predicted_wall_s = s;
+            cpu_bound = true;
+        }
+    }
     let profile = provider.kernel_profile();
     let kernels: BTreeSet<KernelNeed> = planned.iter().map(|p| p.cell.kernel(profile)).collect();
     let arches: BTreeSet<Arch> = planned.iter().map(|p| p.cell.arch).collect();
@@ -222,7 +237,12 @@ pub fn plan<C: ProviderConfigs>(
         storage_profile: spec.storage_profile,
         slowest_cell_s: durations.iter().cloned().fold(0.0, f64::max),
         serial_s: durations.iter().sum(),
-        parallel_s: makespan(durations, concurrency),
+        parallel_s: match cpu_bound {
+            true => makespan(durations.clone(), concurrency).max(
+                durations.iter().sum::<f64>() / host_cores().min(concurrency.max(1)) as f64,
+            ),
+            false => makespan(durations, concurrency),
+        },
         cost: None,
         cells: planned,
         estimate_after: spec.estimate_after,
@@ -331,17 +351,71 @@ mod tests {
     }
 
     #[test]
-    fn nightly_runs_the_reported_cells_in_minutes() {
+    fn estimates_stop_cells_after_their_first_groups() {
         let full = RawSpec::parse(preset("reported").unwrap(), "reported").unwrap();
-        let nightly = RawSpec::parse(preset("nightly").unwrap(), "nightly").unwrap();
+        let mut early = full.clone();
+        early.estimate_after = Some(50);
         let local = lab().provider();
-        let (a, b) = (plan(&full, &local, 20_000), plan(&nightly, &local, 20_000));
+        let (a, b) = (plan(&full, &local, 20_000), plan(&early, &local, 20_000));
         assert_eq!(a.cells.len(), b.cells.len());
         assert!(a.slowest_cell_s > 2500.0, "{}", a.slowest_cell_s);
         // 50 groups of at most 110 ms, plus the start delay and overhead.
         assert!(b.slowest_cell_s < 60.0, "{}", b.slowest_cell_s);
         assert!(render(&b).contains("estimate-after 50: "));
         assert!(!render(&a).contains("estimate-after"));
+    }
+
+    /// A provider whose guests cost the host CPU rather than time (the
+    /// virtual clock): its seconds replace the model's wall, and cells
+    /// beyond the host's cores share them.
+    #[test]
+    fn cpu_bound_guests_are_planned_by_the_providers_seconds() {
+        struct Virtual(crate::fake::FakeProvider);
+        #[async_trait::async_trait]
+        impl Provider for Virtual {
+            fn name(&self) -> &str {
+                "virtual"
+            }
+            fn kernel_profile(&self) -> KernelProfile {
+                self.0.kernel_profile()
+            }
+            fn host_mib_per_machine(&self) -> Option<u64> {
+                Some(100)
+            }
+            fn cost(
+                &self,
+                c: &[CellEstimate<'_>],
+                s: &lazyinit_core::StorageProfile,
+                n: usize,
+            ) -> Result<Cost, ProviderError> {
+                self.0.cost(c, s, n)
+            }
+            async fn preflight(
+                &self,
+                c: &[Cell],
+                s: &lazyinit_core::StorageProfile,
+            ) -> Result<(), ProviderError> {
+                self.0.preflight(c, s).await
+            }
+            async fn launch(
+                &self,
+                r: &lazyinit_core::provider::LaunchRequest,
+            ) -> Result<Box<dyn lazyinit_core::provider::Machine>, ProviderError> {
+                self.0.launch(r).await
+            }
+            fn host_seconds(&self, _: &Cell, groups: u64) -> Option<f64> {
+                Some(10.0 + groups as f64 * 0.001)
+            }
+        }
+        let full = RawSpec::parse(preset("reported").unwrap(), "reported").unwrap();
+        let p = plan(&full, &Virtual(lab().provider()), 20_000);
+        // 3 TiB: 24,576 groups.
+        assert!((p.slowest_cell_s - 34.576).abs() < 1e-9, "{}", p.slowest_cell_s);
+        let serial = 4.0 * (10.0 + 16.384) + 4.0 * 34.576;
+        assert!((p.serial_s - serial).abs() < 1e-9, "{}", p.serial_s);
+        let cores = host_cores().min(p.concurrency) as f64;
+        assert!(p.parallel_s >= serial / cores - 1e-9, "{}", p.parallel_s);
+        assert!(p.parallel_s >= p.slowest_cell_s);
     }
 
     #[test]

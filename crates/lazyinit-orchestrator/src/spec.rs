@@ -390,6 +390,9 @@ pub struct OneCell<'a> {
     pub size: lazyinit_core::ByteSize,
     pub source: &'a str,
     pub storage_profile: Option<&'a str>,
+    /// QEMU's clock (`[provider-config.qemu] clock`), None for the
+    /// provider's default.
+    pub clock: Option<&'a str>,
 }
 
 impl OneCell<'_> {
@@ -409,6 +412,13 @@ impl OneCell<'_> {
         t.insert("repetitions".into(), Value::Integer(1));
         if let Some(p) = self.storage_profile {
             t.insert("storage-profile".into(), Value::String(p.into()));
+        }
+        if let Some(c) = self.clock {
+            let mut qemu = toml::Table::new();
+            qemu.insert("clock".into(), Value::String(c.into()));
+            let mut configs = toml::Table::new();
+            configs.insert("qemu".into(), Value::Table(qemu));
+            t.insert("provider-config".into(), Value::Table(configs));
         }
         toml::to_string(&t).unwrap_or_default()
     }
@@ -556,17 +566,29 @@ mod tests {
     }
 
     #[test]
-    fn nightly_is_the_reported_matrix_with_estimates() {
+    fn nightly_is_the_reported_matrix_measured_on_the_virtual_clock() {
         let r = RawSpec::parse(preset("reported").unwrap(), "reported").unwrap();
         let n = RawSpec::parse(preset("nightly").unwrap(), "nightly").unwrap();
-        assert_eq!(n.estimate_after, Some(50));
-        assert_eq!(r.estimate_after, None);
+        // Measured to the thread's exit, not estimated.
+        assert_eq!(n.estimate_after, None);
+        let clock = |s: &RawSpec| {
+            s.provider_config
+                .get("qemu")
+                .and_then(|q| q.get("clock"))
+                .and_then(|c| c.as_str())
+                .map(String::from)
+        };
+        assert_eq!(clock(&n).as_deref(), Some("virtual"));
+        assert_eq!(clock(&r), None, "reported: the real clock");
         let same = RawSpec {
             name: r.name.clone(),
-            estimate_after: None,
+            provider_config: r.provider_config.clone(),
             ..n
         };
         assert_eq!(same, r);
+        // The first command: the virtual clock where guests run under TCG.
+        let q = RawSpec::parse(preset("quick").unwrap(), "quick").unwrap();
+        assert_eq!(clock(&q).as_deref(), Some("auto"));
     }
 
     #[test]
@@ -585,9 +607,14 @@ mod tests {
             size: "8GiB".parse().unwrap(),
             source: &src.display().to_string(),
             storage_profile: Some("ebs"),
+            clock: Some("virtual"),
         }
         .toml();
         let t: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(
+            t["provider-config"]["qemu"]["clock"].as_str(),
+            Some("virtual")
+        );
         assert_eq!(
             t["sources"][0].as_str(),
             Some(src.to_str().unwrap()),

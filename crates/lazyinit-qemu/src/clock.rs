@@ -8,6 +8,11 @@
 //!   jumps to its next timer; zero requests are held on that clock by the
 //!   zero-hold filter. The same cell gives the same microseconds on any
 //!   host under any load.
+//! - `auto`: per arch, the real clock where KVM works (the guest then runs
+//!   at the host's pace and its clock is the host's), the virtual clock
+//!   where the guest would run under TCG (an arm64 guest on an x86_64
+//!   host, a host without a working KVM): TCG on the real clock is both
+//!   slower and at the mercy of the host's load.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +26,8 @@ pub enum Clock {
     Virtual {
         shift: u8,
     },
+    /// Resolved per arch at launch: real under KVM, `virtual` under TCG.
+    Auto,
 }
 
 impl Clock {
@@ -28,12 +35,23 @@ impl Clock {
         *self == Clock::Real
     }
 
+    /// The clock a guest runs on once its accelerator is known: `auto`
+    /// is the real clock under KVM and the virtual clock (shift 0) under
+    /// TCG.
+    pub fn resolve(&self, accel: crate::Accel) -> Clock {
+        match (self, accel) {
+            (Clock::Auto, crate::Accel::Kvm) => Clock::Real,
+            (Clock::Auto, crate::Accel::Tcg) => Clock::Virtual { shift: 0 },
+            (c, _) => *c,
+        }
+    }
+
     /// The accel text of a row: `tcg-icount<N>` on the virtual clock (its
     /// series never meet the real clock's `tcg` or `kvm`).
     pub fn accel_text(&self, real: crate::Accel) -> String {
-        match self {
-            Clock::Real => real.as_str().to_string(),
-            Clock::Virtual { shift } => lazyinit_core::Accel::Icount(*shift).to_string(),
+        match self.resolve(real) {
+            Clock::Virtual { shift } => lazyinit_core::Accel::Icount(shift).to_string(),
+            _ => real.as_str().to_string(),
         }
     }
 }
@@ -44,6 +62,7 @@ impl std::fmt::Display for Clock {
             Clock::Real => f.write_str("real"),
             Clock::Virtual { shift: 0 } => f.write_str("virtual"),
             Clock::Virtual { shift } => write!(f, "virtual:{shift}"),
+            Clock::Auto => f.write_str("auto"),
         }
     }
 }
@@ -53,12 +72,13 @@ impl std::str::FromStr for Clock {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || {
             lazyinit_core::exit::bad_input(format!(
-                "unknown clock `{s}`: use real, virtual or virtual:N (N, the icount shift, 0 to {MAX_SHIFT})"
+                "unknown clock `{s}`: use real, virtual, virtual:N (N, the icount shift, 0 to {MAX_SHIFT}) or auto (real under KVM, virtual under TCG)"
             ))
         };
         match s {
             "real" => Ok(Clock::Real),
             "virtual" => Ok(Clock::Virtual { shift: 0 }),
+            "auto" => Ok(Clock::Auto),
             _ => {
                 let n = s.strip_prefix("virtual:").ok_or_else(bad)?;
                 let shift: u8 = n.parse().map_err(|_| bad())?;
@@ -134,6 +154,7 @@ mod tests {
             Clock::Real,
             Clock::Virtual { shift: 0 },
             Clock::Virtual { shift: 7 },
+            Clock::Auto,
         ] {
             assert_eq!(c.to_string().parse::<Clock>().unwrap(), c);
         }
@@ -142,6 +163,18 @@ mod tests {
             "tcg-icount0"
         );
         assert_eq!(Clock::Real.accel_text(crate::Accel::Kvm), "kvm");
+        // auto: the real clock under KVM, the virtual one under TCG.
+        assert_eq!(Clock::Auto.accel_text(crate::Accel::Kvm), "kvm");
+        assert_eq!(Clock::Auto.accel_text(crate::Accel::Tcg), "tcg-icount0");
+        assert_eq!(Clock::Auto.resolve(crate::Accel::Kvm), Clock::Real);
+        assert_eq!(
+            Clock::Auto.resolve(crate::Accel::Tcg),
+            Clock::Virtual { shift: 0 }
+        );
+        assert_eq!(
+            Clock::Virtual { shift: 2 }.resolve(crate::Accel::Tcg),
+            Clock::Virtual { shift: 2 }
+        );
     }
 
     #[test]

@@ -72,6 +72,13 @@ impl Default for QemuConfig {
 /// Host memory per guest beyond its RAM: QEMU's own (TCG code cache).
 pub const QEMU_OVERHEAD_MIB: u64 = 300;
 
+/// A virtual-clock cell's host CPU-seconds beside its groups (boot, mkfs,
+/// calibration, collection), and per group (its cycle's instructions and
+/// ticks): `results/reported-virtual`, 8 cells of 16,384 and 24,576
+/// groups in 416 CPU-s, is 8 x 20 s + 163,840 x 1.5 ms.
+pub const VIRTUAL_CELL_S: f64 = 20.0;
+pub const VIRTUAL_GROUP_S: f64 = 0.0015;
+
 /// SCHED_FIFO priority of the NBD server's threads: above a measured
 /// guest's (1-2), so a guest never delays the hold that times its zeroing.
 pub const NBD_RT_PRIORITY: u8 = 3;
@@ -178,7 +185,7 @@ impl QemuProvider {
         }
         let chosen = match self.config.accel {
             // icount is TCG's: the virtual clock never probes KVM.
-            _ if !self.config.clock.is_real() => Accel::Tcg,
+            _ if matches!(self.config.clock, Clock::Virtual { .. }) => Accel::Tcg,
             AccelChoice::Tcg => Accel::Tcg,
             AccelChoice::Kvm => {
                 accel::probe_kvm(arch, kernel, work, self.config.kvm_probe_timeout)
@@ -198,6 +205,26 @@ impl QemuProvider {
         };
         cache.insert(arch, chosen);
         Ok(chosen)
+    }
+
+    /// Whether some guest may run on the virtual clock: `virtual`, or
+    /// `auto` unless KVM was asked for.
+    fn virtual_possible(&self) -> bool {
+        match self.config.clock {
+            Clock::Real => false,
+            Clock::Virtual { .. } => true,
+            Clock::Auto => self.config.accel != AccelChoice::Kvm,
+        }
+    }
+
+    /// Whether a guest of `arch` may run on the real clock: `real`, or
+    /// `auto` where KVM may work for it (the boot probe at launch tells).
+    fn real_possible(&self, arch: Arch) -> bool {
+        match self.config.clock {
+            Clock::Real => true,
+            Clock::Virtual { .. } => false,
+            Clock::Auto => self.config.accel != AccelChoice::Tcg && accel::kvm_possible(arch),
+        }
     }
 
     fn reserve_port(&self) -> Result<u16, ProviderError> {
@@ -325,9 +352,10 @@ impl Provider for QemuProvider {
     /// Every profile is served on the real clock; on the virtual one,
     /// throttling (which counts in host time) is not.
     fn check_storage(&self, p: &StorageProfile) -> Result<(), ProviderError> {
-        match (p, self.config.clock) {
-            (StorageProfile::Iops(_), Clock::Virtual { .. }) => Err(ProviderError::BadInput(format!(
-                "storage profile `{p}` throttles in host time, which the virtual clock does not see: use ebs, ebs:D, latency:D, none or unsafe with clock = virtual"
+        match p {
+            StorageProfile::Iops(_) if self.virtual_possible() => Err(ProviderError::BadInput(format!(
+                "storage profile `{p}` throttles in host time, which the virtual clock does not see: use ebs, ebs:D, latency:D, none or unsafe with clock = {} (or clock = real)",
+                self.config.clock
             ))),
             _ => Ok(()),
         }
@@ -337,12 +365,23 @@ impl Provider for QemuProvider {
     /// virtual clock no guest can move another's figures, so none waits
     /// for the host-wide token or is raised to real-time priority.
     fn shares_host(&self) -> bool {
-        self.config.clock.is_real()
+        Arch::ALL.into_iter().any(|a| self.real_possible(a))
+    }
+
+    /// On the virtual clock a guest costs CPU, not waiting: a cell's host
+    /// seconds from its groups ([`VIRTUAL_CELL_S`], [`VIRTUAL_GROUP_S`]).
+    fn host_seconds(&self, cell: &Cell, groups: u64) -> Option<f64> {
+        let resolved = match self.config.clock {
+            Clock::Auto if self.real_possible(cell.arch) => return None,
+            c => c.resolve(Accel::Tcg),
+        };
+        matches!(resolved, Clock::Virtual { .. })
+            .then(|| VIRTUAL_CELL_S + groups as f64 * VIRTUAL_GROUP_S)
     }
 
     /// The QEMU of the virtual clock, built beside the kernels (or found).
     async fn prepare(&self, _cells: &[Cell]) -> Result<(), ProviderError> {
-        if self.config.clock.is_real() {
+        if !self.virtual_possible() {
             return Ok(());
         }
         self.vclock_qemu
@@ -361,7 +400,7 @@ impl Provider for QemuProvider {
         storage: &StorageProfile,
     ) -> Result<(), ProviderError> {
         for arch in Arch::ALL {
-            if self.config.clock.is_real()
+            if self.real_possible(arch)
                 && cells.iter().any(|c| c.arch == arch)
                 && !which(arch.qemu_binary())
             {
@@ -375,7 +414,7 @@ impl Provider for QemuProvider {
                 });
             }
         }
-        if let Clock::Virtual { .. } = self.config.clock {
+        if self.virtual_possible() {
             self.preflight_virtual(cells, storage)?;
         }
         std::fs::create_dir_all(&self.volume_dir).map_err(|e| {
@@ -572,14 +611,14 @@ impl Provider for QemuProvider {
                 volume: vol.path(),
                 warmup: warm.as_ref().map(|w| w.path()),
                 storage,
-                vclock: match self.config.clock {
-                    Clock::Real => None,
+                vclock: match self.config.clock.resolve(accel) {
                     Clock::Virtual { shift } => Some(machine::Vclock {
                         qemu: self.vclock_qemu.get().cloned().ok_or_else(|| {
                             ProviderError::infra("the virtual clock's QEMU was not prepared")
                         })?,
                         shift,
                     }),
+                    _ => None,
                 },
             })
             .await

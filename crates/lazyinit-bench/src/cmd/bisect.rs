@@ -40,13 +40,20 @@ pub struct Common {
     /// the same command to resume.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// QEMU's clock: auto (default: the virtual clock where the cell's
+    /// arch cannot use KVM here, else the real one), real, or virtual /
+    /// virtual:N. On the virtual clock a sample is exact: one sample of
+    /// each end and of each step, and --end-samples, --max-samples and
+    /// --error-rate are unused (docs/bisect.md).
+    #[arg(long, default_value = "auto")]
+    pub clock: lazyinit_qemu::Clock,
     /// Samples of each end (their levels and noise) before they are
     /// compared; while they are not told apart, one more of each, up to
-    /// --max-samples.
+    /// --max-samples. The real clock's.
     #[arg(long, default_value_t = 3)]
     pub end_samples: usize,
     /// Cap on the samples of one step (and of each end); undecided there,
-    /// a step is skipped.
+    /// a step is skipped. The real clock's.
     #[arg(long, default_value_t = 5)]
     pub max_samples: usize,
     /// The sequential test's error rate, each way, per step.
@@ -103,9 +110,24 @@ fn lock(path: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
         .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
 }
 
+/// The clock the samples run on: `auto` is the virtual clock where KVM
+/// cannot run the cell's arch on this host (so the guest runs under TCG),
+/// else the real clock (KVM, or TCG where the KVM probe fails at launch).
+/// Decided before the first sample: the test depends on it.
+fn clock(c: &Common) -> lazyinit_qemu::Clock {
+    match c.clock {
+        lazyinit_qemu::Clock::Auto => match lazyinit_qemu::accel::kvm_possible(c.cell.arch) {
+            true => lazyinit_qemu::Clock::Real,
+            false => lazyinit_qemu::Clock::Virtual { shift: 0 },
+        },
+        c => c,
+    }
+}
+
 /// The test's settings, from the arguments.
 fn settings(c: &Common) -> Settings {
     Settings {
+        exact: !clock(c).is_real(),
         end_samples: c.end_samples,
         max_samples: c.max_samples,
         error_rate: c.error_rate,
@@ -160,9 +182,16 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
     let good = git::resolve(&repo, &c.good).map_err(g)?;
     let bad = git::resolve(&repo, &c.bad).map_err(g)?;
     let range = git::range(&repo, &good, &bad).map_err(g)?;
+    let clock = clock(c);
+    // The real clock's folders and arguments as before (a bisection made
+    // before the virtual clock resumes); another clock's are its own.
+    let clock_tag = match clock.is_real() {
+        true => String::new(),
+        false => format!("-{}", clock.to_string().replace(':', "")),
+    };
     let out = c.out.clone().unwrap_or_else(|| {
         PathBuf::from("results").join(format!(
-            "bisect-{}-{}-{}-hz{}-{}",
+            "bisect-{}-{}-{}-hz{}-{}{clock_tag}",
             &good[..12],
             &bad[..12],
             c.cell.arch,
@@ -170,7 +199,7 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
             c.cell.size
         ))
     });
-    let args_line = format!(
+    let mut args_line = format!(
         "good {good}\nbad {bad}\ncell {}\nmetric {}\nstorage-profile {}\nrepo {}\n",
         c.cell,
         c.metric.name(),
@@ -178,6 +207,9 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
             .map_or("default".into(), |p| p.to_string()),
         repo.display()
     );
+    if !clock.is_real() {
+        args_line.push_str(&format!("clock {clock}\n"));
+    }
     // Never in, over or holding the source tree, and never a folder that
     // is not a bisection's: checked before anything is made.
     let reads = lazyinit_core::output::Reads::new().tree(source).tree(&repo);
@@ -206,6 +238,7 @@ fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Op
             cell: c.cell,
             metric: c.metric,
             storage_profile: c.storage_profile,
+            clock,
             boot_timeout: Duration::from_secs(c.boot_timeout),
             worktree,
             cancel,

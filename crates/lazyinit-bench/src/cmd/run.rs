@@ -206,6 +206,7 @@ fn one_cell_toml(arch: Arch, hz: Hz, variant: Variant, size: ByteSize, a: &SpecA
         size,
         source: &source,
         storage_profile: None,
+        clock: None,
     }
     .toml()
 }

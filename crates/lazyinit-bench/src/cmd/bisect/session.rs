@@ -61,6 +61,8 @@ pub struct Session {
     pub cell: CellArg,
     pub metric: Metric,
     pub storage_profile: Option<StorageProfile>,
+    /// The samples' clock, resolved (never `auto`).
+    pub clock: lazyinit_qemu::Clock,
     pub boot_timeout: Duration,
     pub worktree: Worktree,
     pub cancel: Arc<AtomicBool>,
@@ -248,6 +250,7 @@ impl Session {
         let c = self.cell;
         let source = self.worktree.dir.display().to_string();
         let profile = self.storage_profile.as_ref().map(|p| p.to_string());
+        let clock = (!self.clock.is_real()).then(|| self.clock.to_string());
         let text = lazyinit_orchestrator::spec::OneCell {
             name: "bisect",
             arch: c.arch,
@@ -256,6 +259,7 @@ impl Session {
             size: c.size,
             source: &source,
             storage_profile: profile.as_deref(),
+            clock: clock.as_deref(),
         }
         .toml();
         let spec = Spec::parse(&text, "bisect").map_err(|e| anyhow::anyhow!("{e}"))?;
