@@ -1562,3 +1562,58 @@ fn generate_is_bounded_whole_and_never_mixes_with_real_runs() {
     assert_eq!(runs_in(&real), 1);
     assert_eq!(std::fs::read(&real).unwrap(), before, "the real history as it was");
 }
+
+/// Issue 52: `history import results/*/` skips, with a line, a run still
+/// in progress (its .lock held: here by flock(1)) and a folder with no
+/// row yet, and imports the others; before, the one live folder made the
+/// whole import exit 2 ("results.csv has no rows yet").
+#[test]
+fn import_skips_a_run_in_progress_and_imports_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let nights = nights();
+    for (i, name) in [(0, "a"), (1, "b"), (2, "live"), (3, "empty")] {
+        copy_run(&nights[i], &d.join(name));
+    }
+    for name in ["live", "empty"] {
+        let csv = d.join(name).join("results.csv");
+        let header = std::fs::read_to_string(&csv).unwrap().lines().next().unwrap().to_string();
+        std::fs::write(&csv, header + "\n").unwrap();
+    }
+    let lock = d.join("live/.lock");
+    std::fs::write(&lock, "").unwrap();
+    let mut holder = Command::new("flock")
+        .args(["-x", lock.to_str().unwrap(), "sleep", "60"])
+        .spawn()
+        .unwrap();
+    // The lock is taken once flock(1) runs sleep.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string("/proc/locks").unwrap().contains(&format!(
+        ":{} ",
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap())
+    )) {
+        assert!(std::time::Instant::now() < deadline, "flock took no lock");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let db = format!("sqlite:{}", d.join("h.sqlite").display());
+    let folders: Vec<String> = ["a", "b", "live", "empty"]
+        .iter()
+        .map(|n| d.join(n).display().to_string() + "/")
+        .collect();
+    let mut args = vec!["import", "--db", db.as_str()];
+    args.extend(folders.iter().map(String::as_str));
+    let o = history(&args);
+    let out = text(&o);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("live: a run in progress (its .lock held by pid") && out.contains("skipped"),
+        "{out}"
+    );
+    assert!(out.contains("empty: results.csv has no rows yet: skipped"), "{out}");
+    assert_eq!(out.matches("new run").count(), 2, "{out}");
+    // Only skipped folders: nothing to import, exit 2.
+    let o = history(&["import", "--db", &db, &folders[3]]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

@@ -63,7 +63,7 @@ impl RunImport {
             .untorn_rows()
             .map_err(|e| refuse(e.to_string()))?;
         if rows.is_empty() {
-            return Err(refuse("results.csv has no rows yet".into()));
+            return Err(refuse(NO_ROWS.into()));
         }
         check_rows(&rows, planned, run_id).map_err(refuse)?;
         check_dates(&rows).map_err(refuse)?;
@@ -84,6 +84,10 @@ impl RunImport {
         })
     }
 }
+
+/// Why a folder whose results.csv has only its header is refused
+/// (`history import` skips such a folder, saying so).
+pub const NO_ROWS: &str = "results.csv has no rows yet";
 
 /// Dates before this are a clock that was not set (1970 is the epoch).
 pub const EARLIEST_RUN: &str = "2000-01-01T00:00:00Z";

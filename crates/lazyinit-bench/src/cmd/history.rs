@@ -381,10 +381,33 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
         )
         .into());
     }
-    let runs = folders
-        .iter()
-        .map(|f| read_folder(f))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    // A run still in progress (its .lock held) or with no row yet is
+    // skipped with a line, the others imported (issue 52: `import
+    // results/*/` refused them all for one live run).
+    let mut runs = Vec::new();
+    let given = folders.len();
+    for f in &folders {
+        let name = f.display().to_string();
+        let name = name.trim_end_matches('/');
+        if let Some(holder) = in_progress(f) {
+            println!("{name}: a run in progress (its .lock {holder}): skipped; import it once it ends");
+            continue;
+        }
+        match read_folder(f) {
+            Ok(r) => runs.push(r),
+            Err(e) if no_rows_yet(&e) => println!(
+                "{name}: {}: skipped (a run not started, or stopped before its first row)",
+                lazyinit_history::import::NO_ROWS
+            ),
+            Err(e) => return Err(e),
+        }
+    }
+    if runs.is_empty() {
+        return Err(bad_input(format!(
+            "nothing to import: the {given} run folder(s) given were skipped (above)"
+        ))
+        .into());
+    }
     let mut h = open(&a.db, Access::Create)?;
     // A run the history holds with other rows is refused before any run
     // is imported (each import refuses it too, in its transaction).
@@ -409,6 +432,31 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
         );
     }
     Ok(exit::OK)
+}
+
+/// Who holds `folder`'s `.lock` (a run writing there now), from
+/// /proc/locks: the lock file is never opened, so a run starting at this
+/// moment is not kept from taking it.
+fn in_progress(folder: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let lock = RunFolder::new(folder).lock();
+    let m = std::fs::symlink_metadata(lock.shown()).ok()?;
+    if !m.file_type().is_file() {
+        return None;
+    }
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let pid = lazyinit_orchestrator::token::flock_holder(&locks, m.ino())?;
+    let note = lock.read_to_string().unwrap_or_default();
+    Some(lazyinit_orchestrator::token::describe_holder(Some(pid), &note))
+}
+
+/// Whether `e` is a run folder's refusal for having no row yet.
+fn no_rows_yet(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<lazyinit_history::HistoryError>(),
+        Some(lazyinit_history::HistoryError::Refused { message, .. })
+            if message == lazyinit_history::import::NO_ROWS
+    )
 }
 
 fn show(a: ShowArgs) -> anyhow::Result<u8> {
