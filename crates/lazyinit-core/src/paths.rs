@@ -41,3 +41,34 @@ pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(bytes.as_ref()))
 }
+
+/// The SHA-256 of everything `r` reads, as lowercase hex: a file of any
+/// size in 1 MiB reads (the kernel tarballs' check).
+pub fn sha256_hex_of(mut r: impl std::io::Read) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => return Ok(hex::encode(h.finalize())),
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod sha_tests {
+    use super::*;
+
+    #[test]
+    fn a_readers_hash_is_its_bytes_hash() {
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(sha256_hex_of(&data[..]).unwrap(), sha256_hex(&data));
+        assert_eq!(
+            sha256_hex_of(&b""[..]).unwrap(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}

@@ -308,17 +308,17 @@ pub(crate) async fn download(
     .await
 }
 
+/// The file's SHA-256 by core's one hasher (no `sha256sum` spawned whose
+/// exit status could go unread), off the async threads.
 async fn sha256_file(path: &Path) -> Result<String, KernelError> {
-    let out = tokio::process::Command::new("sha256sum")
-        .arg(path)
-        .output()
-        .await
-        .map_err(|e| KernelError::Step(format!("sha256sum: {e}")))?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string())
+    let p = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        std::fs::File::open(&p)
+            .and_then(lazyinit_core::paths::sha256_hex_of)
+            .map_err(|e| KernelError::io(&p, e))
+    })
+    .await
+    .map_err(|e| KernelError::Step(format!("hashing {}: {e}", path.display())))?
 }
 
 /// Fetch and verify `version` into the cache (a no-op when it is there).
