@@ -42,6 +42,15 @@ pub(crate) fn early_stop(
     let Some(after) = opts.estimate_after else {
         return Ok(false);
     };
+    // The virtual clock has measured the whole run by now, in seconds of
+    // host: nothing to estimate.
+    if opts.guest_paced {
+        opts.events.note(
+            &opts.cell_id,
+            format!("estimate-after {after}: the virtual clock measures the whole run, not an estimate"),
+        );
+        return Ok(false);
+    }
     // The groups of the first check run with the host to this guest alone:
     // the critical span goes on until they are read. A full run's cycles
     // come beside guests that are idle between their zeroings; the groups
