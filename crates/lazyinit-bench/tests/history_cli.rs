@@ -1617,3 +1617,29 @@ fn import_skips_a_run_in_progress_and_imports_the_rest() {
     let o = history(&["import", "--db", &db, &folders[3]]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// Issue 52: a PostgreSQL URL's parameters are checked before any
+/// connection (a `connect_timeout` of 99999999999 s waited on a silent
+/// server past 90 s; `abc` or an unknown parameter was exit 3 "invalid
+/// connection string" naming none): exit 2, one line naming the
+/// parameter, at once.
+#[test]
+fn a_postgres_urls_parameters_are_checked_and_named() {
+    // A listener that never answers: a connection tried would wait.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    for (q, says) in [
+        ("connect_timeout=abc", "connect_timeout=abc: connect_timeout must be"),
+        ("connect_timeout=99999999999", "connect_timeout=99999999999: connect_timeout must be an integer from 1 to 300"),
+        ("connect_timeout=2&foo=1", "unknown parameter `foo`"),
+    ] {
+        let url = format!("postgres://u@127.0.0.1:{port}/h?{q}");
+        let t = std::time::Instant::now();
+        let o = history(&["show", "--db", &url]);
+        let msg = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{q}: {msg}");
+        assert!(msg.contains(says), "{q}: {msg}");
+        assert_eq!(msg.lines().count(), 1, "{q}: {msg}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{q}: {:?}", t.elapsed());
+    }
+}
