@@ -77,7 +77,7 @@ fn smoke_run_measures_both_variants() {
         .spawn()
         .unwrap();
     // While a cell is in its measured phase, its guest runs at real-time
-    // priority on the host (README, "Concurrency policy"): seen in /proc.
+    // priority on the host (docs/concurrency.md): seen in /proc.
     let deadline = Instant::now() + Duration::from_secs(900);
     let mut saw_realtime = false;
     while Instant::now() < deadline && child.try_wait().unwrap().is_none() {

@@ -143,7 +143,7 @@ pub struct Measurement {
     pub z1_attempts: Option<u32>,
     /// `true` when `lazyinit_s` (and `ms_per_group`, `sleep_ticks`) is an
     /// early-stop estimate from the first `estimate_groups` groups, not a
-    /// measurement to the thread's exit (README, "Estimates").
+    /// measurement to the thread's exit (docs/estimates.md).
     pub estimated: bool,
     /// Groups traced when the estimate was made.
     pub estimate_groups: Option<u64>,

@@ -25,7 +25,7 @@ pub use lazyinit_core::events::Load;
 use lazyinit_core::stats::{mean, mean_sd, variance};
 
 /// The least shift of a zeroing's end the interval allows for: the rms
-/// of one guest's first zeroings under TCG (README, "Storage profiles").
+/// of one guest's first zeroings under TCG (docs/storage-profiles.md).
 pub const FLOOR_SHIFT_S: f64 = 0.000_1;
 
 /// Extra ticks a cycle allowed for above, per other guest that is still

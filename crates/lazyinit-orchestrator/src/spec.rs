@@ -121,7 +121,7 @@ pub struct Spec<C> {
     /// The volume's zeroing latency: `ebs` (default: what EBS gave in the
     /// 2021 report, calibrated on each guest; on EC2 the real thing),
     /// `ebs:D` (a z1 target), or for qemu `latency:D`, `none`, `unsafe`,
-    /// `iops:N` (README, "Storage profiles"). Parsed when the spec is read.
+    /// `iops:N` (docs/storage-profiles.md). Parsed when the spec is read.
     #[serde(default = "default_profile")]
     pub storage_profile: lazyinit_core::StorageProfile,
     #[serde(default)]
@@ -135,7 +135,7 @@ pub struct Spec<C> {
     pub mkfs_args: Vec<String>,
     /// Early stop: trace the first N groups, and once the cycle has locked
     /// record a predicted `lazyinit_s` with its 95% interval instead of
-    /// waiting for the thread's exit (README, "Estimates"). Absent: every
+    /// waiting for the thread's exit (docs/estimates.md). Absent: every
     /// cell runs to the end. Left out of the spec's text when absent, so
     /// the hash (and results folder) of every spec without it is unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,5 +1,5 @@
 //! `lazyinit-bench replay`: the early-stop estimator over finished full
-//! runs, predicted vs measured for each N (README, "Estimates").
+//! runs, predicted vs measured for each N (docs/estimates.md).
 
 use std::path::PathBuf;
 

@@ -47,13 +47,13 @@ pub struct SpecArgs {
     #[command(flatten)]
     pub provider: ProviderFlags,
     /// What a zeroing costs on the volume: ebs, ebs:D, latency:D, none,
-    /// unsafe, iops:N (README, "Storage profiles"; the provider says which
+    /// unsafe, iops:N (docs/storage-profiles.md; the provider says which
     /// it serves).
     #[arg(long)]
     pub storage_profile: Option<StorageProfile>,
     /// Stop each cell once its cycle has locked, checking from N groups on,
     /// and record a predicted lazyinit_s with a 95% interval instead of a
-    /// measurement (the spec's `estimate-after`; README, "Estimates").
+    /// measurement (the spec's `estimate-after`; docs/estimates.md).
     #[arg(long, value_name = "N")]
     pub estimate_after: Option<u64>,
 }
@@ -72,7 +72,7 @@ pub struct RunArgs {
     pub out: Option<PathBuf>,
     /// Do not raise each guest to real-time priority from mount until its
     /// sleep is set (its first zeroings then compete for the CPU with the
-    /// other guests; README, "Concurrency policy").
+    /// other guests; docs/concurrency.md).
     #[arg(long)]
     pub no_isolate: bool,
     /// Seconds to wait for SSH after launch.

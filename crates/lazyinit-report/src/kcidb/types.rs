@@ -183,7 +183,7 @@ pub struct TestMisc {
     pub estimate: Option<EstimateMisc>,
 }
 
-/// How an estimated row was predicted (README, "Estimates").
+/// How an estimated row was predicted (docs/estimates.md).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EstimateMisc {
     /// Groups traced before the stop.
