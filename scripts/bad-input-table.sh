@@ -195,6 +195,30 @@ row '`plan quick --shard auto` with JOB_COMPLETION_INDEX=`3<newline>error: fake`
 row '`plan quick --shard auto` with CI_NODE_INDEX=5, CI_NODE_TOTAL=4' env CI_NODE_INDEX=5 CI_NODE_TOTAL=4 $b plan quick --shard auto
 row '`plan quick --shard auto` with SLURM_ARRAY_TASK_ID=3 of 4 in steps of 2' env SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_COUNT=4 SLURM_ARRAY_TASK_STEP=2 $b plan quick --shard auto
 row '`plan quick --shard auto` with CI_NODE_INDEX=1 and no CI_NODE_TOTAL' env CI_NODE_INDEX=1 $b plan quick --shard auto
+# Issue 52: a run's evidence is the output of nothing but its run (any
+# command, any output flag, through links, `..`, /proc and hard links); two
+# outputs of one command are never one file; a merge over an earlier one
+# keeps or refuses what the user put there; a cell id never leaves its run.
+c52=$(cd X && ls -d qemu-*/ | head -1); c52=${c52%/}
+cp "$site_json/sample.json" sample.json
+row '`history publish --data sample.json --save-data X/results.csv`' $b history publish --data sample.json --out "$io/site52" --save-data X/results.csv
+row '`history check X --out X/events.jsonl`' $b history check X --db sqlite:h52.sqlite --out X/events.jsonl
+row '`report X/results.csv --out r52.md --svg r52.md` (two outputs, one file)' $b report $csv --out r52.md --svg r52.md
+row '`report X/results.csv --out X/CELL/notes.md` (inside a cell folder)' $b report $csv --out "X/$c52/notes.md"
+row '`report X/results.csv --out /proc/self/cwd/X/results.csv`' $b report $csv --out /proc/self/cwd/X/results.csv
+ln "X/$c52/groups.csv" hard52.txt
+row '`replay X/results.csv --out hard52.txt` (a hard link to a cell'"'"'s groups.csv)' $b replay $csv --out hard52.txt
+row '`history import --db sqlite:X/CELL/h.sqlite X` (a history inside a cell folder)' $b history import --db "sqlite:X/$c52/h.sqlite" X
+cp -r "$repo/results/quick-shards/shard-1-of-2" s1
+cp -r "$repo/results/quick-shards/shard-2-of-2" s2
+"$b" merge s1 --out m52 --allow-missing 2>/dev/null
+echo mine >m52/notes.txt
+c2=$(cd s2 && ls -d qemu-*/ | head -1); c2=${c2%/}
+mkdir "m52/$c2" && echo mine >"m52/$c2/mine.txt"
+row '`merge s1 s2 --out m52` (an earlier merge with a folder of the user'"'"'s where a new cell goes)' $b merge s1 s2 --out m52
+mkdir ev52
+awk -F, -v OFS=, 'NR==1{for(i=1;i<=NF;i++) if($i=="cell_id") c=i} NR==2{$c="../../../../etc"}1' "$csv" >ev52/results.csv
+row '`report --format kcidb ev52/results.csv` (cell_id `../../../../etc`)' $b report --format kcidb ev52/results.csv
 
 {
   echo "# Bad input: every case of issue 25 (CLI, CSV and spec edges)"

@@ -259,3 +259,44 @@ fn cached_manifests_fill_compiler_files_and_patch_set() {
     assert_eq!(builds.len(), 5, "{builds:?}");
     assert!(builds.iter().all(|b| b.get("compiler").is_none()));
 }
+
+/// Issue 52: a cell id names a folder beside the results.csv, so a row
+/// whose id leaves it is refused by the one reader of results files, on
+/// every read: `report --format kcidb` listed the host's `/etc` as the
+/// test's output files for a cell id `../../../../etc`. Now exit 2, one
+/// line naming the file, the row and what a cell id may hold; nothing on
+/// stdout.
+#[test]
+fn a_cell_id_that_leaves_its_run_folder_is_refused_on_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("r");
+    std::fs::create_dir_all(&run).unwrap();
+    let from = repo("results/quick-shards/unsharded");
+    for f in ["results.csv", "spec.toml"] {
+        std::fs::copy(from.join(f), run.join(f)).unwrap();
+    }
+    let csv = run.join("results.csv");
+    let good = std::fs::read_to_string(&csv).unwrap();
+    let id = lazyinit_core::results::read_rows(&csv).unwrap()[0]
+        .cell_id
+        .clone();
+    for bad in ["../../../../etc", "..", "a/b", ".hidden"] {
+        std::fs::write(&csv, good.replacen(&id, bad, 1)).unwrap();
+        let o = std::process::Command::new(bin())
+            .args(["report", "--format", "kcidb", "--cache-dir"])
+            .arg(tmp.path().join("cache"))
+            .arg(&csv)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{bad}: {err}");
+        let want = format!("{}:2: column `cell_id`: {bad:?} is not a cell id (a cell id is 1 to 200 ASCII letters, digits", csv.display());
+        assert!(err.contains(&want), "{bad}: {err}");
+        assert!(
+            o.stdout.is_empty(),
+            "{bad}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+}

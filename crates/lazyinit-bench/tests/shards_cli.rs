@@ -368,3 +368,100 @@ fn merge_refuses_shards_of_two_harness_commits() {
         "{record}"
     );
 }
+
+/// Every file under `dir` (relative path, bytes; a folder as `dir`).
+fn files_under(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut all = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let v = match p.is_dir() {
+                true => {
+                    todo.push(p.clone());
+                    b"dir".to_vec()
+                }
+                false => std::fs::read(&p).unwrap(),
+            };
+            all.insert(p.strip_prefix(dir).unwrap().to_path_buf(), v);
+        }
+    }
+    all
+}
+
+/// Issue 52: a merge into an earlier merge keeps what the user put there
+/// (the report and plots `report` wrote, notes, a folder of their own),
+/// and refuses, changing nothing, when the new merge writes where a file
+/// of theirs is. Before, the exchange removed them with the old merge.
+#[test]
+fn a_merge_over_an_earlier_merge_keeps_what_the_harness_did_not_write() {
+    let results = here().join("../../results/quick-shards");
+    let (a, b) = (results.join("shard-1-of-2"), results.join("shard-2-of-2"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("m");
+    let ms = m.to_str().unwrap();
+    let ok = |args: &[&str]| {
+        let o = cli(args, tmp.path());
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    // Shard 1 alone first, then the report, plots and notes of the user.
+    ok(&["merge", a, "--out", ms, "--allow-missing"]);
+    ok(&[
+        "report",
+        "m/results.csv",
+        "--out",
+        "m/report.md",
+        "--svg",
+        "m/report.svg",
+    ]);
+    std::fs::write(m.join("notes.txt"), "mine\n").unwrap();
+    std::fs::create_dir_all(m.join("mine/deeper")).unwrap();
+    std::fs::write(m.join("mine/deeper/a.txt"), "a\n").unwrap();
+    let theirs = |all: &std::collections::BTreeMap<PathBuf, Vec<u8>>| {
+        all.iter()
+            .filter(|(p, _)| {
+                let p = p.to_string_lossy();
+                p.starts_with("report") || p.starts_with("notes") || p.starts_with("mine")
+            })
+            .map(|(p, v)| (p.clone(), v.clone()))
+            .collect::<Vec<_>>()
+    };
+    let before = theirs(&files_under(&m));
+    assert_eq!(before.len(), 7, "{before:?}");
+    // The same merge again, and both shards: the user's files stay.
+    ok(&["merge", a, "--out", ms, "--allow-missing"]);
+    assert_eq!(theirs(&files_under(&m)), before);
+    ok(&["merge", a, b, "--out", ms]);
+    assert_eq!(theirs(&files_under(&m)), before);
+    let rows = lazyinit_core::results::read_rows(m.join("results.csv")).unwrap();
+    assert_eq!(rows.len(), 4);
+    // A file of the user's where the new merge writes (a folder named as
+    // a cell the earlier merge did not have): refused, nothing changed.
+    ok(&["merge", a, "--out", ms, "--allow-missing"]);
+    let cell = rows
+        .iter()
+        .map(|r| r.cell_id.clone())
+        .find(|c| !m.join(c).exists())
+        .unwrap();
+    std::fs::create_dir_all(m.join(&cell)).unwrap();
+    std::fs::write(m.join(&cell).join("mine.txt"), "x\n").unwrap();
+    let all = files_under(&m);
+    let o = cli(&["merge", a, b, "--out", ms], tmp.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "{cell} is in the earlier merge but not written by a merge"
+        )),
+        "{err}"
+    );
+    assert_eq!(files_under(&m), all);
+    let beside: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(beside.len(), 1, "nothing left beside the merge");
+}

@@ -284,6 +284,31 @@ impl std::ops::Deref for Cell {
     }
 }
 
+/// The longest cell id a results file may name (a file name is at most
+/// 255 bytes; the harness's ids are far shorter).
+pub const MAX_CELL_ID: usize = 200;
+
+/// Why `id` cannot be a cell id, if it cannot: a cell id names a folder
+/// beside its results.csv, so it is what [`Cell::id`] makes (ASCII
+/// letters, digits, `.`, `-` and `_`, at most [`MAX_CELL_ID`]) and does
+/// not start with `.` (never `.`, `..` or a hidden name). Checked on
+/// every read of a results file (`results::read_rows_from`), so no row
+/// makes a path outside its run's folder.
+pub fn check_cell_id(id: &str) -> Result<(), String> {
+    const MAY: &str =
+        "a cell id is 1 to 200 ASCII letters, digits, `.`, `-` and `_`, not starting with `.`";
+    let ok = !id.is_empty()
+        && id.len() <= MAX_CELL_ID
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    match ok {
+        true => Ok(()),
+        false => Err(MAY.into()),
+    }
+}
+
 impl Cell {
     /// A short, file-name-safe identifier, unique within a run.
     pub fn id(&self) -> String {
@@ -383,6 +408,7 @@ mod tests {
             format!("qemu-arm64-linux_5.10-{hash}-hz100-fix-2TiB-r1")
         );
         assert!(!id.contains('/'));
+        check_cell_id(&id).unwrap();
         // A deep path does not make a long id.
         let mut deep = c.clone();
         deep.axes.source =

@@ -230,6 +230,106 @@ impl RunFolder {
         Self { root: root.into() }
     }
 
+    /// What `report` writes again from results.csv (and `run` at its
+    /// end): a user's outputs beside the run, not its evidence.
+    pub const REPORTS: &'static [FileName] =
+        &[Self::REPORT_MD, Self::REPORT_SVG, Self::REPORT_CYCLES_SVG];
+
+    /// What the harness makes first in a folder it claims (a run, a
+    /// shard, a merge, a bisection): a folder holding one is a results
+    /// folder.
+    pub const MARKS: &'static [FileName] = &[
+        Self::RESULTS_CSV,
+        Self::SPEC_TOML,
+        Self::COMMAND_TXT,
+        Self::LOCK,
+        Self::SHARD_TOML,
+        Self::MERGE_TOML,
+        Self::BISECT_ARGS,
+    ];
+
+    /// A results folder's folders that hold evidence only (a merge's
+    /// shards' files, a bisection's sample runs and skip notes).
+    pub const EVIDENCE_DIRS: &'static [FileName] =
+        &[Self::SHARDS_DIR, Self::RUNS_DIR, Self::SKIPS_DIR];
+
+    /// Whether `name` is evidence: a file of [`RunFolder::NAMES`] that only
+    /// the harness's run, merge or bisect writes (every name but
+    /// [`RunFolder::REPORTS`]). No command's output may be one.
+    pub fn is_evidence(name: FileName) -> bool {
+        Self::NAMES.contains(&name) && !Self::REPORTS.contains(&name)
+    }
+
+    /// Whether `dir` is a results folder (it holds one of [`RunFolder::MARKS`]).
+    pub fn is_results_folder(dir: &Path) -> bool {
+        let f = Self::new(dir);
+        Self::MARKS
+            .iter()
+            .any(|m| std::fs::symlink_metadata(f.path_of(*m)).is_ok())
+    }
+
+    /// Whether the harness wrote `rel` (a path relative to this folder) of
+    /// a results folder: one of its evidence files, or anything in one of
+    /// its cell folders or evidence folders. What else a results folder
+    /// holds (a report, plots, notes) is the user's, and a folder replace
+    /// keeps it (`output::NewFolder::place`).
+    pub fn is_harness_path(&self, rel: &Path) -> bool {
+        let mut parts = rel.components();
+        let Some(first) = parts.next() else {
+            return false;
+        };
+        let first = first.as_os_str().to_string_lossy().into_owned();
+        if parts.next().is_none() {
+            return Self::NAMES
+                .iter()
+                .any(|n| *n == first && Self::is_evidence(*n));
+        }
+        Self::EVIDENCE_DIRS.iter().any(|n| *n == first)
+            || CellFolder::is_cell_folder(&self.root.join(&first))
+    }
+
+    /// What evidence of a results folder `path` (absolute, its links and
+    /// `..` already resolved) is, if it is any: one of the evidence files
+    /// of a results folder among its ancestors, one of its cell folders or
+    /// evidence folders, or anything inside one. Said as the end of a
+    /// sentence about the path (`is results.csv of the run folder R`).
+    pub fn evidence_at(path: &Path) -> Option<String> {
+        for run in path.ancestors().skip(1) {
+            if !Self::is_results_folder(run) {
+                continue;
+            }
+            let Ok(rel) = path.strip_prefix(run) else {
+                continue;
+            };
+            let mut parts = rel.components();
+            let Some(first) = parts.next() else { continue };
+            let first = first.as_os_str().to_string_lossy().into_owned();
+            let inside = parts.next().is_some();
+            let shown = run.display();
+            if !inside
+                && Self::NAMES
+                    .iter()
+                    .any(|n| *n == first && Self::is_evidence(*n))
+            {
+                return Some(format!("is {first} of the results folder {shown}"));
+            }
+            let dir = run.join(&first);
+            let what = if Self::EVIDENCE_DIRS.iter().any(|n| *n == first) {
+                "the evidence folder"
+            } else if CellFolder::is_cell_folder(&dir) {
+                "the cell folder"
+            } else {
+                continue;
+            };
+            let how = if inside { "is inside" } else { "is" };
+            return Some(format!(
+                "{how} {what} {} of the results folder {shown}",
+                dir.display()
+            ));
+        }
+        None
+    }
+
     /// The folder a `results.csv` sits in (where its cells' folders are).
     pub fn of_results_csv(csv: &Path) -> Self {
         Self::new(csv.parent().map(Path::to_path_buf).unwrap_or_default())
@@ -363,6 +463,16 @@ impl CellFolder {
         Self::KVM_PROBE_STDERR,
         Self::EC2_JSON,
     ];
+
+    /// Whether `dir` is a cell's folder: a folder holding one of
+    /// [`CellFolder::NAMES`].
+    pub fn is_cell_folder(dir: &Path) -> bool {
+        let c = Self::at(dir);
+        dir.is_dir()
+            && Self::NAMES
+                .iter()
+                .any(|n| std::fs::symlink_metadata(c.path_of(*n)).is_ok())
+    }
 
     /// A cell folder at `dir` (tests, and tools run outside a results folder).
     pub fn at(dir: impl Into<PathBuf>) -> Self {

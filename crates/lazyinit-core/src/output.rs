@@ -46,6 +46,22 @@ pub enum OutputError {
         how: &'static str,
         input: String,
     },
+    /// An output that is a run's evidence (docs/results-folder.md): only
+    /// the run, merge or bisect that made it writes it.
+    #[error("--{flag} {dest} {what}: a run's evidence is written by its run only; write the output elsewhere")]
+    Evidence {
+        flag: &'static str,
+        dest: String,
+        what: String,
+    },
+    /// Two outputs of one command that are one file.
+    #[error("{a} {a_dest} and {b} {b_dest} are the same file: one output would replace the other; give each its own path")]
+    Same {
+        a: String,
+        a_dest: String,
+        b: String,
+        b_dest: String,
+    },
     #[error("--{flag} {dest}: {why}")]
     Refused {
         flag: &'static str,
@@ -94,6 +110,7 @@ enum Kind {
 pub fn open(flag: &'static str, dest: &Path, reads: &Reads) -> Result<OutputFile, OutputError> {
     let refused = |why: String| OutputError::refused(flag, dest, why);
     reads.check_file(flag, dest)?;
+    check_not_evidence(flag, dest)?;
     // A device or FIFO at the end of the links, or any path the kernel
     // provides (`/dev/stdout` is a link into /proc that only opening
     // follows; on a pipe it resolves to no path, on a redirected file to
@@ -214,6 +231,56 @@ fn reason(e: &std::io::Error) -> String {
     }
 }
 
+/// Refuses an output (a file, a folder, a database) that is evidence of
+/// a results folder or lies inside its evidence
+/// ([`crate::RunFolder::evidence_at`]), once its links and `..` are
+/// resolved (`/proc/self/cwd/...` too), or that is a file with other hard
+/// links (one may be a run's evidence, which no path check sees). Every
+/// output goes through it before anything is opened or written: [`open`]
+/// and [`guard_folder`] call it, and a command with another kind of
+/// output (`--db`) calls it first.
+pub fn check_not_evidence(flag: &'static str, dest: &Path) -> Result<(), OutputError> {
+    let target = canonical(dest);
+    if let Some(what) = crate::RunFolder::evidence_at(&target) {
+        return Err(OutputError::Evidence {
+            flag,
+            dest: dest.display().to_string(),
+            what,
+        });
+    }
+    match std::fs::metadata(dest) {
+        Ok(m) if m.is_file() && m.nlink() > 1 => Err(OutputError::refused(
+            flag,
+            dest,
+            format!(
+                "is a file with {} hard links, and another may be a run's evidence; remove this link or name another file",
+                m.nlink()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses two outputs of one command that are one file (`report --out
+/// X --svg X`): each is named as the user would (`--out`, `--svg`'s
+/// cycle plot) with its path. Outputs that do not exist yet compare by
+/// their resolved paths.
+pub fn distinct(outputs: &[(&str, &Path)]) -> Result<(), OutputError> {
+    for (i, (a, pa)) in outputs.iter().enumerate() {
+        for (b, pb) in &outputs[i + 1..] {
+            if canonical(pa) == canonical(pb) || same_file(pa, pb) {
+                return Err(OutputError::Same {
+                    a: a.to_string(),
+                    a_dest: pa.display().to_string(),
+                    b: b.to_string(),
+                    b_dest: pb.display().to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether two paths name one file (the same inode once every symlink is
 /// followed; a path that does not exist names no input).
 pub fn same_file(a: &Path, b: &Path) -> bool {
@@ -326,19 +393,7 @@ impl Reads {
         };
         if let Ok(entries) = std::fs::read_dir(root) {
             for e in entries.filter_map(Result::ok) {
-                use crate::CellFolder as C;
-                let cell = C::at(e.path());
-                let is_cell = [
-                    C::GROUPS_CSV,
-                    C::GROUPS_CSV_GZ,
-                    C::CONSOLE_LOG,
-                    C::FACTS_TXT,
-                    C::TRACE_TXT,
-                    C::ERROR_TXT,
-                ]
-                .iter()
-                .any(|f| cell.file(*f).is_file());
-                if is_cell {
+                if crate::CellFolder::is_cell_folder(&e.path()) {
                     r = r.tree(e.path());
                 }
             }
@@ -454,6 +509,7 @@ pub fn guard_folder(
     owned: impl Fn(&Path) -> bool,
 ) -> Result<(), OutputError> {
     reads.check_folder(flag, dest)?;
+    check_not_evidence(flag, dest)?;
     check_folder(flag, dest)?;
     let entries = match std::fs::read_dir(dest) {
         Ok(d) => d,
@@ -528,10 +584,78 @@ fn temp_beside_mode(path: &Path, mode: u32) -> std::io::Result<tempfile::NamedTe
     Ok(tmp)
 }
 
+/// Why a folder could not be put in place.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaceError {
+    /// A file or folder of the earlier output that the harness did not
+    /// write (relative to it) where the new folder has one too: neither
+    /// can be kept, so nothing is replaced.
+    #[error("{} is not written by the harness, and the new folder writes it too", .0.display())]
+    Clash(PathBuf),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// What of the folder `dir` the harness did not write, as paths relative
+/// to it: `written` says whether the harness wrote a file (or link) at a
+/// relative path; a folder holding nothing it wrote is one entry, whole.
+pub fn foreign(dir: &Path, written: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    foreign_in(dir, Path::new(""), written, &mut found);
+    found
+}
+
+/// [`foreign`] under `rel`; whether anything under it was written.
+fn foreign_in(
+    dir: &Path,
+    rel: &Path,
+    written: &dyn Fn(&Path) -> bool,
+    found: &mut Vec<PathBuf>,
+) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir.join(rel)) else {
+        return false;
+    };
+    let mut names: Vec<_> = entries.filter_map(Result::ok).collect();
+    names.sort_by_key(|e| e.file_name());
+    let mut any = false;
+    for e in names {
+        let path = rel.join(e.file_name());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let mut inner = Vec::new();
+            if foreign_in(dir, &path, written, &mut inner) {
+                any = true;
+                found.extend(inner);
+            } else {
+                found.push(path);
+            }
+        } else if written(&path) {
+            any = true;
+        } else {
+            found.push(path);
+        }
+    }
+    any
+}
+
+/// Moves each of `paths` (relative) from `from` to `to`.
+fn move_all(from: &Path, to: &Path, paths: &[PathBuf]) -> std::io::Result<()> {
+    for p in paths {
+        let dest = to.join(p);
+        if let Some(d) = dest.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::rename(from.join(p), dest)?;
+    }
+    Ok(())
+}
+
 /// A folder built whole beside its destination, then put in place with one
 /// rename: `rename` when nothing is there, an atomic exchange when a
 /// previous output is (which then goes), so a reader sees the old folder
-/// or the new one, never none and never half. The folder is made with an
+/// or the new one, never none and never half. What of the previous output
+/// the harness did not write (a user's notes, a report) is moved into the
+/// new folder first, or the replace is refused when the new folder has a
+/// file there too ([`NewFolder::place`]). The folder is made with an
 /// unpredictable name (`mkdir`, which fails on anything there); dropped
 /// unplaced, it is removed.
 #[derive(Debug)]
@@ -571,10 +695,49 @@ impl NewFolder {
         &self.dest
     }
 
-    /// Puts the folder at its destination. On success the previous output
-    /// (now in the temporary place) is removed on drop; on failure the
-    /// built folder is still at [`NewFolder::path`] until dropped.
-    pub fn place(&mut self) -> std::io::Result<()> {
+    /// Puts the folder at its destination. Over a previous output, what of
+    /// it `written` does not claim for the harness (a relative path) is
+    /// kept: moved into the new folder before the exchange (and back if it
+    /// fails), or, when the new folder has something at that path, nothing
+    /// is done and [`PlaceError::Clash`] names it. On success the previous
+    /// output (now in the temporary place) is removed on drop; on failure
+    /// the built folder is still at [`NewFolder::path`] until dropped.
+    /// Returns what was kept.
+    pub fn place(&mut self, written: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, PlaceError> {
+        if std::fs::symlink_metadata(&self.dest)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            self.place_whole()?;
+            return Ok(Vec::new());
+        }
+        let kept = match std::fs::metadata(&self.dest) {
+            Ok(m) if m.is_dir() => foreign(&self.dest, written),
+            _ => Vec::new(),
+        };
+        for k in &kept {
+            let taken = k
+                .ancestors()
+                .filter(|a| !a.as_os_str().is_empty())
+                .any(|a| match std::fs::symlink_metadata(self.path.join(a)) {
+                    Ok(m) => a == k.as_path() || !m.is_dir(),
+                    Err(_) => false,
+                });
+            if taken {
+                return Err(PlaceError::Clash(k.clone()));
+            }
+        }
+        if let Err(e) = move_all(&self.dest, &self.path, &kept).and_then(|()| self.place_whole()) {
+            // Each that moved goes back (the others fail to, harmlessly).
+            for k in &kept {
+                let _ = move_all(&self.path, &self.dest, std::slice::from_ref(k));
+            }
+            return Err(e.into());
+        }
+        Ok(kept)
+    }
+
+    /// The rename (or exchange) itself.
+    fn place_whole(&mut self) -> std::io::Result<()> {
         match std::fs::symlink_metadata(&self.dest) {
             Ok(_) => {
                 let flags = nix::fcntl::RenameFlags::RENAME_EXCHANGE;
@@ -725,7 +888,7 @@ mod tests {
         for body in ["one", "two"] {
             let mut new = NewFolder::beside(&out).unwrap();
             std::fs::write(new.path().join("f"), body).unwrap();
-            new.place().unwrap();
+            new.place(&|_| true).unwrap();
             drop(new);
             assert_eq!(text(&out.join("f")), body);
             let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();

@@ -383,7 +383,20 @@ fn write_atomically(
     let werr = |e| MergeError::Write(out.to_path_buf(), e);
     let mut new = output::NewFolder::beside(out).map_err(werr)?;
     build(&RunWriter::building(&new), shards, record, command)?;
-    new.place().map_err(werr)
+    // An earlier merge's files the harness did not write (a report, plots,
+    // notes) are kept in the new one; one where the new merge writes is
+    // refused, nothing replaced.
+    let earlier = RunFolder::new(new.dest());
+    new.place(&|p| earlier.is_harness_path(p))
+        .map(drop)
+        .map_err(|e| match e {
+            output::PlaceError::Clash(p) => refuse(format!(
+                "--out {}: {} is in the earlier merge but not written by a merge, and the new merge writes it too; move it away and merge again",
+                out.display(),
+                p.display()
+            )),
+            output::PlaceError::Io(e) => werr(e),
+        })
 }
 
 /// The merged run's files, through its writer: rows of every shard in

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use lazyinit_core::output::{self, NewFolder, OutputError, Reads};
+use lazyinit_core::output::{self, NewFolder, OutputError, PlaceError, Reads};
 use lazyinit_report::plot::PlotError;
 
 use crate::{render, SiteData};
@@ -83,6 +83,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SiteError + '_ {
 /// Refuses an `--out` that must not be replaced; Ok(true) if it exists.
 /// [`publish`] checks again; a command checks first, before any work.
 pub fn check_out(out: &Path, reads: &Reads) -> Result<bool, SiteError> {
+    // A run's evidence first: what it is matters more than that it is a file.
+    output::check_not_evidence("out", out).map_err(SiteError::Refused)?;
     let parent = out
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -125,38 +127,6 @@ fn written_before(out: &Path) -> BTreeSet<String> {
     listed
 }
 
-/// What in `dir` (a site, `rel` deep) the harness did not write: whole
-/// folders where nothing under them is the harness's, else each file.
-fn foreign(dir: &Path, rel: &str, written: &BTreeSet<String>, found: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut names: Vec<_> = entries.filter_map(Result::ok).collect();
-    names.sort_by_key(|e| e.file_name());
-    for e in names {
-        let path = format!("{rel}{}", e.file_name().to_string_lossy());
-        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        let prefix = format!("{path}/");
-        if is_dir && written.iter().any(|w| w.starts_with(&prefix)) {
-            foreign(&e.path(), &prefix, written, found);
-        } else if !written.contains(&path) {
-            found.push(path);
-        }
-    }
-}
-
-/// Moves each of `paths` (relative) from `from` to `to`.
-fn move_all(from: &Path, to: &Path, paths: &[String]) -> std::io::Result<()> {
-    for p in paths {
-        let dest = to.join(p);
-        if let Some(d) = dest.parent() {
-            std::fs::create_dir_all(d)?;
-        }
-        std::fs::rename(from.join(p), dest)?;
-    }
-    Ok(())
-}
-
 /// Renders the site and puts it at `out` (created, or replacing a site
 /// published there before, whose files the harness did not write are
 /// kept). `reads` are the command's inputs: the site is never over them.
@@ -164,30 +134,23 @@ pub fn publish(data: &SiteData, out: &Path, reads: &Reads) -> Result<Published, 
     data.check().map_err(SiteError::BadData)?;
     let exists = check_out(out, reads)?;
     let pages = render(data)?;
-    let mut kept = Vec::new();
-    if exists {
-        foreign(out, "", &written_before(out), &mut kept);
-    }
-    let new_paths: BTreeSet<&str> = pages.iter().map(|p| p.path.as_str()).collect();
-    if let Some(p) = kept.iter().find(|k| {
-        new_paths.contains(k.as_str()) || new_paths.iter().any(|n| n.starts_with(&format!("{k}/")))
-    }) {
-        return Err(SiteError::Clash {
-            out: out.to_path_buf(),
-            path: p.clone(),
-        });
-    }
+    let written = match exists {
+        true => written_before(out),
+        false => BTreeSet::new(),
+    };
     let mut new = NewFolder::beside(out).map_err(io(out))?;
     write_all(new.path(), &pages)?;
-    // The user's files go over last, and come back if the site cannot be
-    // placed.
-    if let Err(e) = move_all(out, new.path(), &kept).and_then(|()| new.place()) {
-        // Each that moved goes back (the others fail to, harmlessly).
-        for k in &kept {
-            let _ = move_all(new.path(), out, std::slice::from_ref(k));
-        }
-        return Err(io(out)(e));
-    }
+    // The user's files go over last (lazyinit_core::output's one folder
+    // replace), and come back if the site cannot be placed; one where the
+    // new site writes a page is refused, nothing changed.
+    let written = |p: &Path| written.contains(p.to_string_lossy().as_ref());
+    new.place(&written).map_err(|e| match e {
+        PlaceError::Clash(p) => SiteError::Clash {
+            out: out.to_path_buf(),
+            path: p.display().to_string(),
+        },
+        PlaceError::Io(e) => io(out)(e),
+    })?;
     Ok(Published {
         files: pages.len(),
         bytes: pages.iter().map(|p| p.text.len() as u64).sum(),

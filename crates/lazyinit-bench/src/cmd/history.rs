@@ -45,8 +45,23 @@ pub struct DbArg {
 }
 
 impl DbArg {
+    /// The history's URL; a SQLite file that is a run's evidence, or lies
+    /// in a cell folder, is refused here, before it is opened (every
+    /// history command takes its URL from here first).
     pub fn url(&self) -> anyhow::Result<DbUrl> {
-        Ok(DbUrl::resolve(self.db.as_deref()).map_err(bad_input)?)
+        let url = DbUrl::resolve(self.db.as_deref()).map_err(bad_input)?;
+        check_db_out("db", &url)?;
+        Ok(url)
+    }
+}
+
+/// A history is written (imports, alerts, migrations): a SQLite file is
+/// an output, and never a run's evidence (`lazyinit_core::output`).
+pub fn check_db_out(flag: &'static str, url: &DbUrl) -> anyhow::Result<()> {
+    match url {
+        DbUrl::Sqlite(p) => lazyinit_core::output::check_not_evidence(flag, p)
+            .map_err(|e| exit::refused(e).into()),
+        DbUrl::Postgres(_) => Ok(()),
     }
 }
 
@@ -353,6 +368,8 @@ fn run_blocking(c: HistoryCmd) -> anyhow::Result<u8> {
 }
 
 fn import(a: ImportArgs) -> anyhow::Result<u8> {
+    // The history is an output: checked before any folder is read.
+    a.db.url()?;
     // Every folder is read and checked before the database is touched:
     // one bad run folder imports nothing. A folder that is not a run is
     // said so, and the runs under it imported.

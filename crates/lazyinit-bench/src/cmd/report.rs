@@ -149,6 +149,18 @@ pub async fn report(a: ReportArgs) -> anyhow::Result<u8> {
         return Err(bad_input("--origin and --cache-dir go with --format kcidb").into());
     }
     let inputs = csv_reads(&a.csv);
+    // Two outputs that are one file: one would replace the other.
+    if let Some(svg) = &a.svg {
+        let cycles = cycles_path(svg);
+        let mut all = vec![
+            ("--svg", svg.as_path()),
+            ("--svg's cycle plot", cycles.as_path()),
+        ];
+        if let Some(o) = &a.out {
+            all.insert(0, ("--out", o.as_path()));
+        }
+        output::distinct(&all).map_err(lazyinit_core::exit::refused)?;
+    }
     let out = Output::open(&a.out, &inputs)?;
     let svgs = match &a.svg {
         Some(svg) => Some((

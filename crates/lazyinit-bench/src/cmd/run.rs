@@ -348,6 +348,15 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     if let Some(out) = &a.out {
         check_out(out, &a.spec, &spec)?;
     }
+    // The history is an output too: checked before anything is made.
+    let history = match a.history.as_deref().or(spec.history.as_deref()) {
+        None => None,
+        Some("") => Some(lazyinit_history::DbUrl::resolve(None).map_err(bad_input)?),
+        Some(s) => Some(s.parse::<lazyinit_history::DbUrl>().map_err(bad_input)?),
+    };
+    if let Some(url) = &history {
+        super::history::check_db_out("history", url)?;
+    }
     if a.boot_timeout == 0 || a.boot_timeout > MAX_BOOT_TIMEOUT_S {
         return Err(bad_input(format!(
             "--boot-timeout: use 1 to {MAX_BOOT_TIMEOUT_S} seconds"
@@ -396,11 +405,6 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone(), keys.own_dir().map(PathBuf::from));
 
-    let history = match a.history.as_deref().or(spec.history.as_deref()) {
-        None => None,
-        Some("") => Some(lazyinit_history::DbUrl::resolve(None).map_err(bad_input)?),
-        Some(s) => Some(s.parse::<lazyinit_history::DbUrl>().map_err(bad_input)?),
-    };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let rx = match history {
         Some(url) => {

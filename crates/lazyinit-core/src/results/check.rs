@@ -22,6 +22,14 @@ pub const MAX_TICKS: f64 = 1e12;
 /// Why `row` is not a measurement, if it is not: a time, rate or count
 /// that is negative or not finite, or an `ok` row without `lazyinit_s`.
 pub(super) fn check(row: &ResultRow) -> Result<(), String> {
+    // The id names the cell's folder: a row never makes a path outside
+    // its run's folder (`../../etc` listed host files as a test's output).
+    if let Err(may) = crate::cell::check_cell_id(&row.cell_id) {
+        let shown: String = row.cell_id.chars().take(80).collect();
+        return Err(format!(
+            "column `cell_id`: {shown:?} is not a cell id ({may}); fix or remove the row"
+        ));
+    }
     let m = &row.measured;
     let values = [
         ("boot_s", row.boot_s),
@@ -143,6 +151,35 @@ mod tests {
         fields[i] = v;
         lines[1] = fields.join(",");
         lines.join("\n") + "\n"
+    }
+
+    /// A cell id names a folder beside the results.csv: one that leaves
+    /// it, is hidden or holds a separator is refused where it is read.
+    #[test]
+    fn cell_ids_that_are_no_folder_name_are_refused_on_every_read() {
+        let good = sample();
+        read(&csv_of(&[good.clone()])).unwrap();
+        for id in [
+            "../../../../etc",
+            "..",
+            ".",
+            "",
+            "a/b",
+            "/etc",
+            ".hidden",
+            "x\ny",
+            "é",
+        ] {
+            let mut r = good.clone();
+            r.cell_id = id.into();
+            let e = read(&csv_of(&[good.clone(), r])).unwrap_err();
+            assert!(e.starts_with("r.csv:3: column `cell_id`: "), "{id:?}: {e}");
+            assert!(
+                e.contains("is not a cell id (a cell id is 1 to 200 ASCII letters"),
+                "{id:?}: {e}"
+            );
+            assert_eq!(e.lines().count(), 1, "{id:?}: {e}");
+        }
     }
 
     #[test]
