@@ -71,12 +71,26 @@ const BISECT_ABORT: u8 = 255;
 
 /// Whether this process is `bisect-step` (the first word that is not a
 /// flag), decided before the arguments are parsed: a bad argument of
-/// `bisect-step` must abort `git bisect run`, not exit 2 (issue 41).
+/// `bisect-step` must abort `git bisect run`, not exit 2 (issue 41). A
+/// word that is no subcommand but a near miss of `bisect-step`
+/// (`bisect-stp`, `bisect_step`, `bisectstep`) counts too: under `git
+/// bisect run` its exit 2 would read as "bad" (issue 52).
 fn is_bisect_step() -> bool {
     std::env::args_os()
         .skip(1)
         .find(|a| !a.to_string_lossy().starts_with('-'))
-        .is_some_and(|a| a == "bisect-step")
+        .is_some_and(|a| looks_like_bisect_step(&a.to_string_lossy()))
+}
+
+fn looks_like_bisect_step(word: &str) -> bool {
+    use clap::CommandFactory;
+    if word == "bisect-step" {
+        return true;
+    }
+    let known = Cli::command()
+        .get_subcommands()
+        .any(|c| c.get_name() == word || c.get_all_aliases().any(|a| a == word));
+    !known && strsim::damerau_levenshtein(&word.to_lowercase(), "bisect-step") <= 3
 }
 
 fn main() -> ExitCode {

@@ -29,6 +29,9 @@ fn a_bad_bisect_step_argument_aborts_git_bisect_run() {
         &["-v", "bisect-step", "--source"][..],
         &["bisect-step", "--source", ".", "--arch", "sparc"][..],
         &["bisect-step", "unexpected-positional"][..],
+        // A typo of the subcommand (issue 52): exit 2 would read as bad.
+        &["bisect-stp", "--source", "."][..],
+        &["bisect_step"][..],
     ] {
         let d = tempfile::tempdir().unwrap();
         let commits = tiny_repo(d.path());
@@ -70,4 +73,21 @@ fn a_bad_bisect_step_argument_aborts_git_bisect_run() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// Near misses of `bisect-step` abort; other commands and their typos keep
+/// clap's exit 2.
+#[test]
+fn only_bisect_step_and_its_near_misses_exit_255() {
+    let bin = env!("CARGO_BIN_EXE_lazyinit-bench");
+    for (args, code) in [
+        (&["bisectstep"][..], 255),
+        (&["Bisect-Step", "--x"][..], 255),
+        (&["bisect", "--no-such-flag"][..], 2),
+        (&["plan", "--no-such-flag"][..], 2),
+        (&["rnu"][..], 2),
+    ] {
+        let o = Command::new(bin).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {o:?}");
+    }
 }
