@@ -303,3 +303,47 @@ fn on_the_virtual_clock_each_commit_is_sampled_once() {
     let args = std::fs::read_to_string(out.join("bisect.args")).unwrap();
     assert!(args.contains("clock virtual\n"), "{args}");
 }
+
+/// A bisect folder held by another bisection is bad input naming its
+/// holder, as `run` says of a busy folder (issue 52: exit 3 without the
+/// pid); --boot-timeout is bounded as `run`'s (a huge one overflowed at
+/// the first boot).
+#[test]
+fn a_busy_folder_names_its_holder_and_the_boot_timeout_is_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    let (home, repo) = (d.path(), d.path().join("repo"));
+    std::fs::create_dir(&repo).unwrap();
+    ok(&repo, &["init", "-q", "-b", "main"]);
+    let (a, b) = (commit(&repo, "c0", "40 3"), commit(&repo, "c1", "110 10"));
+    let out = home.join(format!("out-{}-{}", &a[..8], &b[..8]));
+    // A bisection's folder (a first run of the same arguments), then held.
+    let o = bisect(home, &repo, &a, &b, &[]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    std::fs::write(out.join(".lock"), "4242").unwrap();
+    // --no-fork: flock(1) becomes the sleep, so killing it frees the lock.
+    let mut holder = Command::new("flock")
+        .args(["-x", "--no-fork"])
+        .arg(out.join(".lock"))
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    // flock(1) has the lock once its sleep runs.
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if std::fs::read_to_string("/proc/locks").unwrap_or_default().contains(" FLOCK ") {
+            break;
+        }
+    }
+    let o = bisect(home, &repo, &a, &b, &[]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let text = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("held by another bisect (pid 4242)"), "{text}");
+    for t in ["0", "86401", "18446744073709551615"] {
+        let o = bisect(home, &repo, &a, &b, &["--boot-timeout", t]);
+        let text = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{t}: {text}");
+        assert!(text.contains("--boot-timeout"), "{t}: {text}");
+    }
+}

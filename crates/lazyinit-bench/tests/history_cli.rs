@@ -684,6 +684,8 @@ fn the_bisect_line_changes_prints_runs_as_printed() {
         line.contains(&format!("--good {} --bad {}", commits[12], commits[13])),
         "{line}"
     );
+    // On the series' own clock (these nights are the real clock's).
+    assert!(line.ends_with(" --clock real"), "{line}");
     let words: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(words[..2], ["lazyinit-bench", "bisect"], "{line}");
     // The results folder the bisect would take, held by another bisection.

@@ -217,6 +217,13 @@ impl CommitRange {
         if !storage.is_empty() {
             bisect.push_str(&format!(" --storage-profile {}", shell_word(&storage)));
         }
+        // On the clock the series was measured on: a virtual-clock series
+        // is bisected by exact samples, a real-clock one by repeats.
+        match k.testbed.accel {
+            lazyinit_core::Accel::Icount(0) => bisect.push_str(" --clock virtual"),
+            lazyinit_core::Accel::Icount(n) => bisect.push_str(&format!(" --clock virtual:{n}")),
+            _ => bisect.push_str(" --clock real"),
+        }
         Some(CommitRange {
             good,
             bad,

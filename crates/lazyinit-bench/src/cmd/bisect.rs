@@ -61,8 +61,8 @@ pub struct Common {
     pub error_rate: f64,
     #[arg(long)]
     pub storage_profile: Option<StorageProfile>,
-    /// Seconds to wait for SSH after launch.
-    #[arg(long, default_value_t = 300)]
+    /// Seconds to wait for SSH after launch (1 to 86400, as `run`).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub boot_timeout: u64,
 }
 
@@ -163,11 +163,12 @@ fn claim_out(out: &Path, args_line: &str) -> anyhow::Result<RunWriter> {
         }
     }
     let writer = RunWriter::claim(&folder).map_err(|e| match e {
-        lazyinit_core::ClaimError::Busy { .. } => anyhow::anyhow!(
-            "{} is held by another bisect: wait for it or give another --out",
+        // As `run` says of a busy folder: bad input, with the holder.
+        lazyinit_core::ClaimError::Busy { pid, .. } => anyhow::Error::from(bad_input(format!(
+            "{} is held by another bisect (pid {pid}): wait for it to end or give another --out",
             out.display()
-        ),
-        e => e.into(),
+        ))),
+        e => anyhow::Error::from(e),
     })?;
     writer.put(RunFolder::BISECT_ARGS, args_line)?;
     let line: Vec<String> = std::env::args().collect();
