@@ -1585,7 +1585,7 @@ fn import_skips_a_run_in_progress_and_imports_the_rest() {
     let lock = d.join("live/.lock");
     std::fs::write(&lock, "").unwrap();
     let mut holder = Command::new("flock")
-        .args(["-x", lock.to_str().unwrap(), "sleep", "60"])
+        .args(["-x", "--no-fork", lock.to_str().unwrap(), "sleep", "60"])
         .spawn()
         .unwrap();
     // The lock is taken once flock(1) runs sleep.
@@ -1644,4 +1644,72 @@ fn a_postgres_urls_parameters_are_checked_and_named() {
         assert_eq!(msg.lines().count(), 1, "{q}: {msg}");
         assert!(t.elapsed() < std::time::Duration::from_secs(5), "{q}: {:?}", t.elapsed());
     }
+}
+
+/// `lazyinit-bench history ARGS` as a user who cannot write what root
+/// made (nobody, when the tests run as root; else this user, the files
+/// made read-only by their mode).
+fn history_as_reader(args: &[&str]) -> Output {
+    let root = nix::unistd::geteuid().is_root();
+    let mut c = match root {
+        true => {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "nobody", "--"]).arg(bin());
+            c
+        }
+        false => Command::new(bin()),
+    };
+    c.current_dir("/")
+        .arg("history")
+        .args(args)
+        .env_remove("LAZYINIT_HISTORY")
+        .output()
+        .unwrap()
+}
+
+/// Issue 52: a history this user cannot write is read read-only (`show`
+/// leaves no -wal or -shm beside it, its folder writable or not), and a
+/// command that writes to it is refused with one line naming it and what
+/// to do, exit 2 (before: the driver's `attempt to write a readonly
+/// database`, exit 3, naming nothing to do; `show` failed the same way
+/// in a folder it could not write, and left -wal/-shm in one it could).
+#[test]
+fn a_read_only_history_is_read_read_only_and_a_write_refused_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let path = d.join("h.sqlite");
+    let db = format!("sqlite:{}", path.display());
+    let nights = nights();
+    assert!(history(&["import", "--db", &db, &nights[0]]).status.success());
+    let night1 = repo().join(&nights[1]).display().to_string();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    for mode in [0o555, 0o777] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+        let o = history_as_reader(&["show", "--db", &db]);
+        assert_eq!(o.status.code(), Some(0), "folder {mode:o}: {}", text(&o));
+        assert!(text(&o).contains("4 series"), "{}", text(&o));
+        assert_eq!(listing(), ["h.sqlite"], "folder {mode:o}: nothing left beside it");
+        let o = history_as_reader(&["import", "--db", &db, &night1]);
+        let msg = text(&o);
+        assert_eq!(o.status.code(), Some(2), "folder {mode:o}: {msg}");
+        assert!(
+            msg.contains(&format!("--db {db}: read-only for this user"))
+                && msg.contains("run it as the history's owner"),
+            "folder {mode:o}: {msg}"
+        );
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+        assert_eq!(listing(), ["h.sqlite"], "folder {mode:o}: nothing left beside it");
+    }
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the history as it was");
 }

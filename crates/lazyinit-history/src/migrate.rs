@@ -78,6 +78,17 @@ pub fn latest() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.0)
 }
 
+/// Whether [`migrate`] has anything to do (read only: a history opened
+/// to be read, up to date, is not written to at all).
+pub fn needed(db: &mut dyn Backend) -> Result<bool, HistoryError> {
+    let have: Vec<i64> = match db.query("SELECT version FROM schema_migrations", &[]) {
+        Ok(rows) => rows.iter().filter_map(|r| r.int(0)).collect(),
+        // No table yet.
+        Err(_) => return Ok(true),
+    };
+    Ok(MIGRATIONS.iter().any(|(v, _, _)| !have.contains(v)) || have.iter().any(|v| *v > latest()))
+}
+
 /// Applies what is missing; returns the versions it applied.
 pub fn migrate(db: &mut dyn Backend) -> Result<Vec<i64>, HistoryError> {
     in_transaction(db, |db| {

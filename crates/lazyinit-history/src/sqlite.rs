@@ -9,11 +9,55 @@ use crate::backend::{Backend, Cell, Row, Value};
 use crate::{Access, DbError, HistoryError};
 
 pub struct Sqlite {
-    conn: rusqlite::Connection,
+    /// `None` only while dropped (closed before its side files go).
+    conn: Option<rusqlite::Connection>,
+    /// The file, for messages.
+    path: std::path::PathBuf,
+    /// Opened read-only: the `-wal` and `-shm` files this connection made
+    /// (none were there before), removed once it is closed.
+    made: Vec<std::path::PathBuf>,
 }
 
 fn err(e: rusqlite::Error) -> HistoryError {
     HistoryError::db("sqlite", DbError::Sqlite(e))
+}
+
+/// What to do about a history this user cannot write.
+fn read_only(path: &Path) -> HistoryError {
+    let uid = nix::unistd::geteuid();
+    HistoryError::NotAHistory {
+        db: format!("--db sqlite:{}", path.display()),
+        why: format!(
+            "read-only for this user (uid {uid}), and this command writes to the history: \
+             run it as the history's owner, or make the file and its folder writable; \
+             `history show` reads it as it is"
+        ),
+    }
+}
+
+/// Whether this user may write `p` (the file, or a folder's entries).
+fn writable(p: &Path) -> bool {
+    nix::unistd::access(p, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+impl Drop for Sqlite {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            let _ = c.close();
+        }
+        // Only when the log this connection made is still empty: a
+        // writer that came since has frames in it (and uses both).
+        let wal_empty = self
+            .made
+            .iter()
+            .filter(|f| f.to_string_lossy().ends_with("-wal"))
+            .all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() == 0));
+        if wal_empty {
+            for f in &self.made {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+    }
 }
 
 /// The first 16 bytes of every SQLite database file.
@@ -76,13 +120,60 @@ impl Sqlite {
             }
         }
         use rusqlite::OpenFlags as F;
-        let flags = match exists {
+        // A history this user cannot write (the file, or its folder where
+        // the WAL's -wal and -shm go): a command that reads opens it
+        // read-only; one that writes is refused, naming it.
+        let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(d) => d.to_path_buf(),
+            None => std::path::PathBuf::from("."),
+        };
+        let may_write = match exists {
+            true => writable(path) && writable(&dir),
+            false => writable(&dir),
+        };
+        if !may_write && access == Access::Create {
+            return Err(read_only(path));
+        }
+        let read_only_open = exists && !may_write;
+        let side = |suffix: &str| {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            std::path::PathBuf::from(p)
+        };
+        let before: Vec<std::path::PathBuf> = ["-wal", "-shm"]
+            .iter()
+            .map(|s| side(s))
+            .filter(|p| std::fs::symlink_metadata(p).is_err())
+            .collect();
+        let flags = match (exists, read_only_open) {
+            (true, true) => F::SQLITE_OPEN_READ_ONLY | F::SQLITE_OPEN_NO_MUTEX,
             // An existing file is opened as it is (never created anew
             // should it vanish in between).
-            true => F::SQLITE_OPEN_READ_WRITE | F::SQLITE_OPEN_NO_MUTEX,
-            false => F::default(),
+            (true, false) => F::SQLITE_OPEN_READ_WRITE | F::SQLITE_OPEN_NO_MUTEX,
+            (false, _) => F::default(),
         };
-        let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(|e| {
+        // SQLite cannot read a WAL database read-only where it can make
+        // no -shm (a folder this user cannot write) unless told the file
+        // is immutable. With no -wal there, no connection has it open and
+        // every commit is in the file; a writer that starts meanwhile
+        // writes to its log, and the file changes only at a checkpoint.
+        let immutable = read_only_open && !writable(&dir) && before.len() == 2;
+        let conn = if immutable {
+            let mut uri = String::from("file:");
+            for c in path.to_string_lossy().chars() {
+                match c {
+                    '%' => uri.push_str("%25"),
+                    '?' => uri.push_str("%3f"),
+                    '#' => uri.push_str("%23"),
+                    c => uri.push(c),
+                }
+            }
+            uri.push_str("?immutable=1");
+            rusqlite::Connection::open_with_flags(uri, flags | F::SQLITE_OPEN_URI)
+        } else {
+            rusqlite::Connection::open_with_flags(path, flags)
+        };
+        let conn = conn.map_err(|e| {
             HistoryError::db(
                 format!("cannot open {}", path.display()),
                 DbError::Sqlite(e),
@@ -91,7 +182,16 @@ impl Sqlite {
         // A nightly's live import and a person's `history show` may meet:
         // wait for the other's write instead of failing.
         conn.busy_timeout(Duration::from_secs(30)).map_err(err)?;
-        let mut db = Self { conn };
+        let mut db = Self {
+            conn: Some(conn),
+            path: path.to_path_buf(),
+            // Only both, and only when neither was there (no other
+            // connection had the database open).
+            made: match (read_only_open, before.len()) {
+                (true, 2) => before,
+                _ => Vec::new(),
+            },
+        };
         // Read before anything is written (WAL is a write to the file).
         let holds = crate::migrate::what_is(&mut db).map_err(|e| match e {
             HistoryError::Db { source, .. } => {
@@ -106,10 +206,24 @@ impl Sqlite {
             }
             _ => {}
         }
-        db.conn
-            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL;")
-            .map_err(err)?;
+        if !read_only_open {
+            db.conn()
+                .execute_batch("PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL;")
+                .map_err(err)?;
+        }
         Ok(db)
+    }
+
+    fn conn(&mut self) -> &mut rusqlite::Connection {
+        self.conn.as_mut().expect("open until dropped")
+    }
+
+    /// A write refused because the file is read-only, said as such.
+    fn err(&self, e: rusqlite::Error) -> HistoryError {
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::ReadOnly) => read_only(&self.path),
+            _ => err(e),
+        }
     }
 }
 
@@ -151,13 +265,15 @@ impl Backend for Sqlite {
         "sqlite"
     }
     fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64, HistoryError> {
-        let mut st = self.conn.prepare_cached(&numbered(sql)).map_err(err)?;
-        st.execute(rusqlite::params_from_iter(params))
-            .map(|n| n as u64)
-            .map_err(err)
+        let r = self
+            .conn()
+            .prepare_cached(&numbered(sql))
+            .and_then(|mut st| st.execute(rusqlite::params_from_iter(params)));
+        r.map(|n| n as u64).map_err(|e| self.err(e))
     }
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>, HistoryError> {
-        let mut st = self.conn.prepare_cached(&numbered(sql)).map_err(err)?;
+        let conn = self.conn.as_mut().expect("open until dropped");
+        let mut st = conn.prepare_cached(&numbered(sql)).map_err(err)?;
         let n = st.column_count();
         let rows = st
             .query_map(rusqlite::params_from_iter(params), |r| {
@@ -178,7 +294,8 @@ impl Backend for Sqlite {
         rows.collect::<rusqlite::Result<Vec<Row>>>().map_err(err)
     }
     fn batch(&mut self, sql: &str) -> Result<(), HistoryError> {
-        self.conn.execute_batch(sql).map_err(err)
+        let r = self.conn().execute_batch(sql);
+        r.map_err(|e| self.err(e))
     }
     fn begin_exclusive(&mut self) -> Result<(), HistoryError> {
         self.batch("BEGIN IMMEDIATE")

@@ -178,7 +178,11 @@ impl History {
                 Box::new(pg)
             }
         };
-        migrate::migrate(db.as_mut())?;
+        // A read of an up-to-date history writes nothing (a read-only
+        // file, a role that may only SELECT).
+        if access == Access::Create || migrate::needed(db.as_mut())? {
+            migrate::migrate(db.as_mut())?;
+        }
         Ok(History {
             db,
             url: url.clone(),
