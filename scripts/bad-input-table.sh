@@ -219,6 +219,35 @@ row '`merge s1 s2 --out m52` (an earlier merge with a folder of the user'"'"'s w
 mkdir ev52
 awk -F, -v OFS=, 'NR==1{for(i=1;i<=NF;i++) if($i=="cell_id") c=i} NR==2{$c="../../../../etc"}1' "$csv" >ev52/results.csv
 row '`report --format kcidb ev52/results.csv` (cell_id `../../../../etc`)' $b report --format kcidb ev52/results.csv
+# Issue 52, the history (third pass): dates against now, a baseline that
+# chooses nothing, thresholds and counts in range, a run in progress
+# skipped, a PostgreSQL URL's parameters named. H52 is a committed run
+# (spec.toml beside its results.csv); hb.sqlite holds it.
+cp -r "$repo/results/l-stability-timer/matrix-1" H52
+"$b" history import --db sqlite:hb.sqlite H52 >/dev/null
+cp -r H52 fut52
+sed -i 's/,20[0-9][0-9]-\([0-9][0-9]-[0-9][0-9]T\)/,2100-\1/g' fut52/results.csv
+row '`history import fut52` (rows dated 2100)' $b history import --db sqlite:hb.sqlite fut52
+row '`history check H52 --baseline run:nosuch@2026-01-01T00:00:00Z`' $b history check H52 --db sqlite:hb.sqlite --baseline run:nosuch@2026-01-01T00:00:00Z
+row '`history check H52 --baseline date:2026-12-01..2026-11-01` (reversed)' $b history check H52 --db sqlite:hb.sqlite --baseline date:2026-12-01..2026-11-01
+row '`history check H52 --baseline kernel:9.99`' $b history check H52 --db sqlite:hb.sqlite --baseline kernel:9.99
+row '`history changes --run-min-change-pct inf`' $b history changes --db sqlite:hb.sqlite --run-min-change-pct inf
+row '`history check H52 --run-min-change-pct 1e308`' $b history check H52 --db sqlite:hb.sqlite --run-min-change-pct 1e308
+row '`history generate --runs 18446744073709551615`' $b history generate --db sqlite:g52.sqlite --runs 18446744073709551615
+row '`history generate --runs 10000000`' $b history generate --db sqlite:g52.sqlite --runs 10000000
+row '`history generate --db sqlite:hb.sqlite --runs 3` (a history of real runs)' $b history generate --db sqlite:hb.sqlite --runs 3
+cp -r H52 live52
+head -1 H52/results.csv >live52/results.csv
+: >live52/.lock
+flock -x --no-fork live52/.lock sleep 30 &
+live_pid=$!
+sleep 0.5
+row '`history import --db sqlite:hi52.sqlite H52 live52` (live52: a run in progress, its .lock held)' $b history import --db sqlite:hi52.sqlite H52 live52
+kill "$live_pid" 2>/dev/null || true
+wait "$live_pid" 2>/dev/null || true
+row '`history show --db postgres://u@127.0.0.1:1/h?connect_timeout=99999999999`' $b history show --db 'postgres://u@127.0.0.1:1/h?connect_timeout=99999999999'
+row '`history show --db postgres://u@127.0.0.1:1/h?connect_timeout=abc`' $b history show --db 'postgres://u@127.0.0.1:1/h?connect_timeout=abc'
+row '`history show --db postgres://u@127.0.0.1:1/h?foo=1` (an unknown parameter)' $b history show --db 'postgres://u@127.0.0.1:1/h?foo=1'
 
 {
   echo "# Bad input: every case of issue 25 (CLI, CSV and spec edges)"
