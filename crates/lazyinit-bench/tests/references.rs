@@ -191,3 +191,19 @@ fn the_checks_catch_what_they_are_for() {
     assert_eq!(slug("§3 Pitfalls (each cost an hour once)"), "3-pitfalls-each-cost-an-hour-once");
     assert_eq!(word_after("docs/ci.md, and", "docs/"), Some("ci.md"));
 }
+
+/// docs/how-it-works.md names every crate of the workspace (it named 11
+/// of 15, issue 53).
+#[test]
+fn crates_are_all_listed() {
+    let doc = std::fs::read_to_string(root().join("docs/how-it-works.md")).unwrap();
+    let mut n = 0;
+    for e in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.path().join("Cargo.toml").is_file() {
+            n += 1;
+            assert!(doc.contains(&format!("`{name}`")), "docs/how-it-works.md does not name {name}");
+        }
+    }
+    assert!(n >= 15, "{n} crates");
+}

@@ -204,5 +204,5 @@ fn a_target_on_a_step_is_refused() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("use real, virtual or virtual:N"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("use real, virtual, virtual:N"));
 }

@@ -226,7 +226,7 @@ fn a_change_in_a_git_tree_nightly_names_its_commit_range_and_the_bisect() {
         r.bisect,
         format!(
             "lazyinit-bench bisect --source /srv/linux --good {} --bad {} --cell x86_64:250:64GiB \
-             --metric from_first_group_s --storage-profile ebs",
+             --metric from_first_group_s --storage-profile ebs --clock real",
             commit(12),
             commit(13)
         )

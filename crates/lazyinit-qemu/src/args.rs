@@ -176,6 +176,20 @@ pub enum VolumeSource<'a> {
 }
 
 impl VolumeSource<'_> {
+    /// The virtio-blk device's options beyond the common ones. On the
+    /// virtual clock the guest's queue kick is handled in the vCPU's own
+    /// thread (`ioeventfd=off`): with an ioeventfd the request reached the
+    /// block layer only when QEMU's main loop next ran, and if the vCPU
+    /// went idle first the clock warped to the next timer (a tick) with
+    /// the zeroing not yet held, whenever the host scheduled the main loop
+    /// late (docs/virtual-clock.md).
+    fn device_opts(&self) -> &'static str {
+        match self {
+            VolumeSource::ZeroHold { .. } => ",ioeventfd=off",
+            _ => "",
+        }
+    }
+
     /// The `-drive` text up to its own options.
     fn drive(&self, file_opts: &str) -> OsString {
         match *self {
@@ -251,8 +265,11 @@ pub fn volume_args(volume: VolumeSource<'_>, storage: Storage) -> Vec<OsString> 
         // default for ENOSPC pauses the VM, and mkfs would hang until its
         // timeout (30 minutes for 3 TiB) instead of failing the cell.
         "-device".into(),
-        "virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile="
-            .into(),
+        format!(
+            "virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile={}",
+            volume.device_opts()
+        )
+        .into(),
     ]
 }
 
@@ -266,8 +283,11 @@ pub fn warmup_args(disk: VolumeSource<'_>) -> Vec<OsString> {
         "-drive".into(),
         drive,
         "-device".into(),
-        "virtio-blk-pci,drive=warm0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile="
-            .into(),
+        format!(
+            "virtio-blk-pci,drive=warm0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile={}",
+            disk.device_opts()
+        )
+        .into(),
     ]
 }
 
@@ -410,7 +430,7 @@ mod tests {
         ));
         assert_eq!(
             s,
-            "-drive driver=zero-hold,hold-id=zero-hold,hold-ns=3370000,io-ns=1000000,file.driver=file,file.filename=/v/vol.raw,file.aio=threads,if=none,id=vol0,cache=unsafe,discard=unmap,detect-zeroes=unmap -device virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile="
+            "-drive driver=zero-hold,hold-id=zero-hold,hold-ns=3370000,io-ns=1000000,file.driver=file,file.filename=/v/vol.raw,file.aio=threads,if=none,id=vol0,cache=unsafe,discard=unmap,detect-zeroes=unmap -device virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile=,ioeventfd=off"
         );
         let i = joined(&icount_args(0, &["/usr/share/qemu".into()]));
         assert_eq!(i, "-icount shift=0,sleep=off -L /usr/share/qemu");

@@ -176,7 +176,9 @@ pub fn run(
     steps::interrupted(opts)?;
     // From here on the guest runs above unmeasured work on the host. On
     // the virtual clock nothing of the host reaches the guest's figures:
-    // no priority and no host token (the whole wait is one command).
+    // no priority and no host token (its whole wait is one guest command,
+    // which the token would serialize). Shown under load without either:
+    // crates/lazyinit-bench/tests/vclock_e2e.rs.
     let unpaced = || -> Box<dyn Send> { Box::new(()) };
     let measuring = match opts.guest_paced {
         true => unpaced(),
