@@ -191,9 +191,22 @@ pub fn check_virtual_exact(
     }
     let per = m.ms_per_group.ok_or("no ms_per_group")?;
     let cycle = (sleep + 1) as f64 * tick_ms;
-    if (per - cycle).abs() > 0.1 {
+    // Without the fix the first zeroings that span no tick boundary run
+    // back to back until one does (a few, where each spans one with
+    // probability z1 HZ): up to SETTLING groups a cycle short.
+    const SETTLING: f64 = 8.0;
+    let lo = match fix {
+        true => cycle - 0.1,
+        false => {
+            let groups = m.groups.ok_or("no groups")? as f64;
+            cycle * (1.0 - SETTLING / groups.max(SETTLING)) - 0.1
+        }
+    };
+    if per > cycle + 0.1 || per < lo {
         return Err(format!(
-            "{per:.4} ms/group: more than 0.1 ms from the {cycle:.1} ms of {sleep} + 1 ticks"
+            "{per:.4} ms/group: not within [{lo:.4}, {:.4}] ms, the {cycle:.1} ms of {sleep} + 1 ticks{}",
+            cycle + 0.1,
+            if fix { "" } else { " less up to 8 settling groups" }
         ));
     }
     Ok(())
@@ -207,6 +220,7 @@ mod tests {
     #[test]
     fn the_virtual_clock_is_held_to_the_formula() {
         let v = |z1: f64, sleep: u64, per: f64| Measurement {
+            groups: Some(512),
             z1_ms: Some(z1),
             z1_target_ms: Some(3.4),
             sleep_ticks: Some(sleep),
@@ -217,10 +231,20 @@ mod tests {
         // group; without it 10, 44 ms (results/virtual-clock-exact).
         check_virtual_exact(&v(3.4019, 8, 36.005), 250, 10, true).unwrap();
         check_virtual_exact(&v(3.4019, 10, 44.005), 250, 10, false).unwrap();
+        // arm64 HZ=100 without the fix, 512 groups: 109.5863 ms/group, a
+        // few settling groups short of 110 (results/virtual-clock-exact).
+        let arm = Measurement {
+            groups: Some(512),
+            ..v(3.5020, 10, 109.5863)
+        };
+        check_virtual_exact(&Measurement { z1_target_ms: Some(3.5), ..arm.clone() }, 100, 10, false)
+            .unwrap();
         for (bad, fix, says) in [
             (v(3.4019, 9, 40.005), true, "not the 8"),
             (v(3.4019, 20, 84.0), false, "not the 10"),
-            (v(3.4019, 8, 36.2), true, "more than 0.1 ms"),
+            (v(3.4019, 8, 36.2), true, "not within"),
+            (v(3.4019, 8, 35.5), true, "not within"),
+            (v(3.4019, 10, 41.0), false, "not within"),
             (v(3.4210, 8, 36.005), true, "more than 10 us"),
         ] {
             let e = check_virtual_exact(&bad, 250, 10, fix).unwrap_err();
