@@ -248,6 +248,39 @@ wait "$live_pid" 2>/dev/null || true
 row '`history show --db postgres://u@127.0.0.1:1/h?connect_timeout=99999999999`' $b history show --db 'postgres://u@127.0.0.1:1/h?connect_timeout=99999999999'
 row '`history show --db postgres://u@127.0.0.1:1/h?connect_timeout=abc`' $b history show --db 'postgres://u@127.0.0.1:1/h?connect_timeout=abc'
 row '`history show --db postgres://u@127.0.0.1:1/h?foo=1` (an unknown parameter)' $b history show --db 'postgres://u@127.0.0.1:1/h?foo=1'
+# Issue 52, the rest of the third pass: `run --history` opened before
+# anything runs, an older harness's results folder as `run --out`,
+# `knobs` as a list, a shard index outside its count in each engine's
+# words, `--save-data` inside the site, and (with LAZYINIT_TEST_POSTGRES,
+# whose `postgres` role logs in on trust as scripts/history-postgres.sh
+# sets up) a PostgreSQL role that may only read.
+row '`run quick --out res52 --history sqlite:nofolder/h.sqlite`' $b run quick --out res52 --history sqlite:nofolder/h.sqlite
+row '`run quick --out res52 --history sqlite:afile` (a text file)' $b run quick --out res52 --history sqlite:afile
+row '`run quick --out res52 --history postgres://u@127.0.0.1:1/h?connect_timeout=2` (no server)' $b run quick --out res52 --history 'postgres://u@127.0.0.1:1/h?connect_timeout=2'
+mkdir old52
+cp "$repo/results/reported-6.1-n3/results.csv" "$repo/results/reported-6.1-n3/command.txt" old52/
+row '`run quick --out old52` (a results folder of an older harness: 37 columns)' $b run quick --out old52
+spec knobs52.toml 'arches = ["x86_64"]
+sizes = ["8GiB"]
+knobs = [512]'
+row 'spec `knobs = [512]` (`plan`)' $b plan knobs52.toml
+row '`plan quick --shard auto` with JOB_COMPLETION_INDEX=4, LAZYINIT_SHARD_COUNT=4' env JOB_COMPLETION_INDEX=4 LAZYINIT_SHARD_COUNT=4 $b plan quick --shard auto
+row '`plan quick --shard auto` with CI_NODE_INDEX=0, CI_NODE_TOTAL=4' env CI_NODE_INDEX=0 CI_NODE_TOTAL=4 $b plan quick --shard auto
+row '`plan quick --shard auto` with SLURM_ARRAY_TASK_ID=5 of 4 from 1' env SLURM_ARRAY_TASK_ID=5 SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_COUNT=4 $b plan quick --shard auto
+row '`plan quick --shard auto` with LAZYINIT_SHARD=5/4 (a GitHub matrix)' env LAZYINIT_SHARD=5/4 $b plan quick --shard auto
+row '`history publish --data sample.json --out site --save-data site/data.json`' $b history publish --data sample.json --out "$io/site52b" --save-data "$io/site52b/data.json"
+if [ -n "${LAZYINIT_TEST_POSTGRES:-}" ]; then
+  pg_base="${LAZYINIT_TEST_POSTGRES%/*}"
+  pg_admin="${pg_base/:\/\/*@/://postgres@}"
+  db52="bad_input_ro_$$"
+  ro52="ro52_$$"
+  psql -q "$LAZYINIT_TEST_POSTGRES" -c "CREATE DATABASE $db52"
+  "$b" history import --db "$pg_base/$db52" H52 >/dev/null
+  psql -q "$pg_admin/$db52" -c "CREATE ROLE $ro52 LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO $ro52"
+  row '`history import --db postgres://ROLE:PASSWORD@HOST/DB H52` (a role that may only read)' $b history import --db "${pg_base/:\/\/*@/://$ro52:secret@}/$db52" H52
+  psql -q "$pg_admin/$db52" -c "DROP OWNED BY $ro52; DROP ROLE $ro52"
+  psql -q "$LAZYINIT_TEST_POSTGRES" -c "DROP DATABASE $db52"
+fi
 
 {
   echo "# Bad input: every case of issue 25 (CLI, CSV and spec edges)"

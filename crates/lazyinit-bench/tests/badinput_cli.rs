@@ -588,3 +588,134 @@ fn tree_no_read(dir: &Path) -> BTreeMap<PathBuf, String> {
     }
     out
 }
+
+/// Issue 52: a results folder of an older harness (results.csv with other
+/// columns: the committed results/reported-6.1-n3 has 37) as `run --out`
+/// is bad input, one short line saying to give another --out, and the
+/// folder left byte for byte (no `.lock`). It was exit 3 with the whole
+/// expected header in the line, and a `.lock` made in the folder.
+#[test]
+fn an_older_harness_results_folder_as_run_out_is_refused_untouched() {
+    let d = tempfile::tempdir().unwrap();
+    let old = d.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    let committed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../results/reported-6.1-n3");
+    for f in ["results.csv", "command.txt"] {
+        std::fs::copy(committed.join(f), old.join(f)).unwrap();
+    }
+    let before = tree(d.path());
+    let o = bin(&["run", "quick", "--out", s(&old)]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let line = error_line(&o);
+    assert!(
+        line.contains("a results folder of another harness (its results.csv has 37 columns")
+            && line.contains("give another --out"),
+        "{line}"
+    );
+    assert!(line.len() < 300, "one short line: {line}");
+    assert!(!old.join(".lock").exists(), "a .lock was left");
+    assert_eq!(tree(d.path()), before);
+    refused(
+        d.path(),
+        &["run", "quick", "--out", s(&old)],
+        2,
+        "a results folder of another harness",
+    );
+}
+
+/// Issue 52: `knobs = [512]` (a list where `[knobs]` is a table) was
+/// taken and dropped; refused naming it, with what to write.
+#[test]
+fn knobs_as_a_list_is_refused_saying_it_is_a_table() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = d.path().join("k.toml");
+    std::fs::write(
+        &spec,
+        "name = \"t\"\nhz = [250]\narches = [\"x86_64\"]\nsizes = [\"8GiB\"]\nknobs = [512]\n",
+    )
+    .unwrap();
+    let out = d.path().join("res");
+    for args in [vec!["plan", s(&spec)], vec!["run", s(&spec), "--out", s(&out)]] {
+        refused(
+            d.path(),
+            &args,
+            2,
+            "line 5: knobs: is a table, not a list or a value: write `[knobs]` on a line of its own",
+        );
+    }
+}
+
+/// `run` in a scratch home (its cache and state folders under `home`,
+/// made by nothing else), ended within `secs` (its whole process group
+/// killed first, then a panic naming the hang).
+fn run_within(home: &Path, args: &[&str], secs: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lazyinit-bench"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("LAZYINIT_HISTORY")
+        .env("HOME", home)
+        .env("LAZYINIT_CACHE_DIR", home.join("cache"))
+        .env("LAZYINIT_STATE_DIR", home.join("state"))
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed().as_secs() >= secs {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            child.wait().unwrap();
+            panic!("{args:?} did not end within {secs} s (the run started)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 52: `run --history` opens the history before anything runs: a
+/// history that is not one or whose folder is missing is exit 2, an
+/// unreachable server exit 3, each one line, with no results folder, no
+/// cache or state folder and no history file left (the scratch folder as
+/// it was). Before, the run started (each cell's import failing into the
+/// log) and exited 0.
+#[test]
+fn run_history_is_opened_before_anything_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let notes = d.path().join("notes.txt");
+    std::fs::write(&notes, "mine\n").unwrap();
+    let out = d.path().join("res");
+    let missing = format!("sqlite:{}", d.path().join("nofolder/h.sqlite").display());
+    let text = format!("sqlite:{}", notes.display());
+    let missing_said = format!("--history {missing}: its folder");
+    let text_said = format!("--history {text}: not a SQLite database");
+    for (url, code, needle) in [
+        (missing.as_str(), 2, missing_said.as_str()),
+        (text.as_str(), 2, text_said.as_str()),
+        (
+            "postgres://u@127.0.0.1:1/h?connect_timeout=2",
+            3,
+            "cannot connect to postgres://u@127.0.0.1:1/h",
+        ),
+    ] {
+        let before = tree(d.path());
+        let o = run_within(
+            d.path(),
+            &["run", "quick", "--out", s(&out), "--history", url],
+            30,
+        );
+        assert_eq!(o.status.code(), Some(code), "{url}: {o:?}");
+        let line = error_line(&o);
+        assert!(line.contains(needle), "{url}: {line}");
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("results in"),
+            "{url}: the run's banner was printed"
+        );
+        assert_eq!(tree(d.path()), before, "{url} left something");
+    }
+}

@@ -1713,3 +1713,62 @@ fn a_read_only_history_is_read_read_only_and_a_write_refused_naming_it() {
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), before, "the history as it was");
 }
+
+/// `url` with its user (and password) replaced by `userinfo`.
+fn as_user(url: &str, userinfo: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (_, host) = rest.split_once('@').unwrap();
+    format!("{scheme}://{userinfo}@{host}")
+}
+
+/// Issue 52: a PostgreSQL role that may only read (a role made here with
+/// SELECT on the history's tables; the test cluster's `postgres` role
+/// makes it, with trust logins on loopback as scripts/history-postgres.sh
+/// sets up) reads the history, and a command that writes is refused in one
+/// line naming the database (without the password) and what to do, exit
+/// 2, nothing written; a new database it cannot create tables in too. It
+/// was the server's raw `permission denied for ...`, exit 3.
+#[test]
+fn a_postgres_role_without_write_rights_is_told_what_to_do() {
+    let pg = fresh_postgres("rights");
+    let empty = fresh_postgres("rightsempty");
+    let nights = nights();
+    let o = history(&["import", "--db", &pg, &nights[0]]);
+    assert!(o.status.success(), "{}", text(&o));
+    let role = format!("ro_{}", std::process::id());
+    let mut admin = postgres::Client::connect(&as_user(&pg, "postgres"), postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"
+        ))
+        .unwrap();
+    let ro = as_user(&pg, &format!("{role}:secret"));
+    let shown = as_user(&pg, &format!("{role}:***"));
+    let rows = |url: &str| -> i64 {
+        let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+        c.query_one("SELECT COUNT(*) FROM result_rows", &[])
+            .map(|r| r.get(0))
+            .unwrap_or(-1)
+    };
+    let before = rows(&pg);
+    let o = history(&["show", "--db", &ro]);
+    assert_eq!(o.status.code(), Some(0), "a read needs only SELECT: {}", text(&o));
+    let night1 = nights[1].clone();
+    let ro_empty = as_user(&empty, &format!("{role}:secret"));
+    for (db, shown) in [(&ro, shown.clone()), (&ro_empty, as_user(&empty, &format!("{role}:***")))] {
+        let o = history(&["import", "--db", db, &night1]);
+        let msg = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(2), "{msg}");
+        assert_eq!(msg.trim_end().lines().count(), 1, "{msg}");
+        assert!(
+            msg.contains(&format!("--db {shown}: the role {role} lacks the rights this command needs (the server: permission denied for"))
+                && msg.contains("or use a role that has them"),
+            "{msg}"
+        );
+        assert!(!msg.contains("secret"), "{msg}");
+    }
+    assert_eq!(rows(&pg), before, "nothing written");
+    let _ = admin.batch_execute(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"));
+    let mut in_db = postgres::Client::connect(&as_user(&pg, "postgres"), postgres::NoTls).unwrap();
+    let _ = in_db.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
+}

@@ -130,3 +130,53 @@ fn a_folder_that_is_not_a_site_is_refused_with_exit_2() {
     assert_eq!(std::fs::read_dir(&mine).unwrap().count(), 1);
     assert!(Path::new(&mine.join("keep.txt")).is_file());
 }
+
+/// Issue 52: `--save-data` inside the site folder is refused saying why
+/// (the site is replaced whole, so the file would go with the old site)
+/// and what to do, for a new site and over one published before; nothing
+/// written. It said "inside SITE, which this command reads".
+#[test]
+fn save_data_inside_the_site_is_refused_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
+    ok(&run(&["history", "import", "--db", &db, RUNS[1]]));
+    let site = dir.path().join("site");
+    let s = site.display().to_string();
+    for existing in [false, true] {
+        if existing {
+            ok(&run(&["history", "publish", "--db", &db, "--out", &s]));
+        }
+        let before: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        let index = std::fs::read(site.join("index.html")).ok();
+        for data in [site.join("data.json"), site.join("series/../d.json")] {
+            let o = run(&[
+                "history",
+                "publish",
+                "--db",
+                &db,
+                "--out",
+                &s,
+                "--save-data",
+                &data.display().to_string(),
+            ]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{err}");
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+            assert!(
+                err.contains(&format!("inside the site folder --out {s}, which publish replaces whole"))
+                    && err.contains("give a path outside --out"),
+                "{err}"
+            );
+            assert!(!data.exists());
+        }
+        let after: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(after, before, "nothing created beside it");
+        assert_eq!(std::fs::read(site.join("index.html")).ok(), index);
+    }
+}

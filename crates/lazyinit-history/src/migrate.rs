@@ -112,9 +112,13 @@ pub fn migrate(db: &mut dyn Backend) -> Result<Vec<i64>, HistoryError> {
             if have.contains(version) {
                 continue;
             }
-            db.batch(up).map_err(|e| HistoryError::Migration {
-                name: name.to_string(),
-                source: Box::new(e),
+            db.batch(up).map_err(|e| match e {
+                // A role without the rights (PostgreSQL) says so itself.
+                e @ HistoryError::NotAHistory { .. } => e,
+                e => HistoryError::Migration {
+                    name: name.to_string(),
+                    source: Box::new(e),
+                },
             })?;
             db.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",

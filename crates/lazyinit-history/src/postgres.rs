@@ -29,6 +29,39 @@ pub struct Postgres {
     /// A statement ran out of time: the connection's state is unknown, so
     /// nothing more is sent on it.
     broken: bool,
+    /// The URL without its password, and the role: what a refusal names.
+    shown: String,
+    role: String,
+}
+
+/// A statement the role has no right to (SQLSTATE 42501, "permission
+/// denied for table runs", for schema public, for database h): the
+/// database and what to do, as bad input (the URL names a role that
+/// cannot do what the command does, as a SQLite file this user cannot
+/// write is; issue 52). Any other error is left as it is.
+fn no_rights(e: HistoryError, shown: &str, role: &str) -> HistoryError {
+    let HistoryError::Db {
+        source: DbError::Postgres(pe),
+        ..
+    } = &e
+    else {
+        return e;
+    };
+    let Some(db) = pe.as_db_error() else {
+        return e;
+    };
+    if *db.code() != tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE {
+        return e;
+    }
+    HistoryError::NotAHistory {
+        db: format!("--db {shown}"),
+        why: format!(
+            "the role {role} lacks the rights this command needs (the server: {}): \
+             grant them (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; \
+             CREATE on the schema for a new history; docs/history.md), or use a role that has them",
+            lazyinit_core::exit::one_line_text(db.message())
+        ),
+    }
 }
 
 fn err(e: tokio_postgres::Error) -> HistoryError {
@@ -83,8 +116,14 @@ impl Postgres {
                 rt,
                 client,
                 broken: false,
+                shown: crate::url::redact(url),
+                role: config.get_user().unwrap_or("(the default role)").to_string(),
             }),
-            Ok(Err(e)) => Err(HistoryError::db(cannot(), DbError::Postgres(e))),
+            Ok(Err(e)) => Err(no_rights(
+                HistoryError::db(cannot(), DbError::Postgres(e)),
+                &crate::url::redact(url),
+                config.get_user().unwrap_or("(the default role)"),
+            )),
             Err(_) => Err(silent(cannot(), deadline)),
         }
     }
@@ -151,10 +190,12 @@ impl Backend for Postgres {
     fn execute(&mut self, sql: &str, values: &[Value]) -> Result<u64, HistoryError> {
         let p = params(values);
         deadline(&self.rt, &mut self.broken, self.client.execute(sql, &p))
+            .map_err(|e| no_rights(e, &self.shown, &self.role))
     }
     fn query(&mut self, sql: &str, values: &[Value]) -> Result<Vec<Row>, HistoryError> {
         let p = params(values);
-        let rows = deadline(&self.rt, &mut self.broken, self.client.query(sql, &p))?;
+        let rows = deadline(&self.rt, &mut self.broken, self.client.query(sql, &p))
+            .map_err(|e| no_rights(e, &self.shown, &self.role))?;
         rows.iter()
             .map(|r| {
                 (0..r.len())
@@ -166,6 +207,7 @@ impl Backend for Postgres {
     }
     fn batch(&mut self, sql: &str) -> Result<(), HistoryError> {
         deadline(&self.rt, &mut self.broken, self.client.batch_execute(sql))
+            .map_err(|e| no_rights(e, &self.shown, &self.role))
     }
     fn begin_exclusive(&mut self) -> Result<(), HistoryError> {
         self.batch(&format!(

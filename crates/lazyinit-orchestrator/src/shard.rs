@@ -168,9 +168,15 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
                 }),
         }
     };
-    let make = checked;
+    // A count out of range, said with the variable that gave it.
+    let count = |var: &str, n: u64| -> Result<u64, ShardError> {
+        check_count(n).map_err(|e| ShardError::Engine(format!("{var}={n}: {e}")))?;
+        Ok(n)
+    };
     if let Some(v) = get(SHARD_VAR) {
-        let s: Shard = v.parse()?;
+        let s: Shard = v
+            .parse()
+            .map_err(|e| ShardError::Engine(format!("{SHARD_VAR}: {e}")))?;
         return Ok((s, format!("{SHARD_VAR}={s}")));
     }
     if let Some(i) = num("JOB_COMPLETION_INDEX")? {
@@ -179,11 +185,20 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
             count_var: COUNT_VAR,
             hint: "set it to the Indexed Job's `completions` in the pod's env",
         })?;
-        // From 0: u64::MAX has no shard after it (checked, never a wrap).
-        let k = i
-            .checked_add(1)
-            .ok_or(ShardError::OutOfRange { index: i, count: n })?;
-        let s = make(k, n)?;
+        let n = count(COUNT_VAR, n)?;
+        // From 0: 0 to n - 1 (compared, never added to: u64::MAX is in range
+        // of the comparison).
+        if i >= n {
+            return Err(past_count(
+                "JOB_COMPLETION_INDEX",
+                i,
+                COUNT_VAR,
+                n,
+                0,
+                " (LAZYINIT_SHARD_COUNT is the Indexed Job's `completions`)",
+            ));
+        }
+        let s = checked(i + 1, n)?;
         return Ok((
             s,
             format!(
@@ -197,7 +212,11 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
             count_var: "CI_NODE_TOTAL",
             hint: "GitLab sets both for a job with `parallel: N`",
         })?;
-        let s = make(i, n)?;
+        let n = count("CI_NODE_TOTAL", n)?;
+        if i == 0 || i > n {
+            return Err(past_count("CI_NODE_INDEX", i, "CI_NODE_TOTAL", n, 1, ""));
+        }
+        let s = checked(i, n)?;
         return Ok((
             s,
             format!("CI_NODE_INDEX={i} (from 1) and CI_NODE_TOTAL={n}: GitLab `parallel:`"),
@@ -209,22 +228,42 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String),
             count_var: "SLURM_ARRAY_TASK_COUNT",
             hint: "submit with sbatch --array=0-(N-1)",
         })?;
+        let n = count("SLURM_ARRAY_TASK_COUNT", n)?;
         let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
         let step = num("SLURM_ARRAY_TASK_STEP")?.unwrap_or(1).max(1);
         let from_min = id.checked_sub(min).filter(|d| d % step == 0);
         let Some(d) = from_min.map(|d| d / step).filter(|d| *d < n) else {
+            // The last task's id, saturating (a step of u64::MAX).
+            let last = min.saturating_add((n - 1).saturating_mul(step));
             return Err(ShardError::Engine(format!(
-                "SLURM_ARRAY_TASK_ID={id} is not one of {n} tasks from SLURM_ARRAY_TASK_MIN={min} in steps of {step}: submit a contiguous array, sbatch --array=0-{}",
-                n.saturating_sub(1)
+                "SLURM_ARRAY_TASK_ID={id} is not one of the SLURM_ARRAY_TASK_COUNT={n} tasks from SLURM_ARRAY_TASK_MIN={min} in steps of {step} (ids {min} to {last}): submit a contiguous array, sbatch --array=0-{}",
+                n - 1
             )));
         };
-        let s = make(d + 1, n)?;
+        let s = checked(d + 1, n)?;
         return Ok((
             s,
             format!("SLURM_ARRAY_TASK_ID={id} from SLURM_ARRAY_TASK_MIN={min} and SLURM_ARRAY_TASK_COUNT={n}: a Slurm array"),
         ));
     }
     Err(ShardError::NoEngine)
+}
+
+/// An engine's index outside its count, in the engine's own variables:
+/// where the index counts from, and the values it may take.
+fn past_count(
+    index_var: &str,
+    index: u64,
+    count_var: &str,
+    count: u64,
+    from: u64,
+    note: &str,
+) -> ShardError {
+    // count is 1..=MAX_SHARDS here (checked first).
+    let last = count - 1 + from;
+    ShardError::Engine(format!(
+        "{index_var}={index} is not a shard of {count_var}={count}: {index_var} counts from {from}, so it must be {from} to {last}{note}"
+    ))
 }
 
 /// The cells of each shard (indices into `cells`, in plan order), shard
@@ -570,8 +609,6 @@ mod tests {
         assert_eq!(from_env(env(&[])).unwrap_err(), ShardError::NoEngine);
         let e = from_env(env(&[("JOB_COMPLETION_INDEX", "1")])).unwrap_err();
         assert!(e.to_string().contains(COUNT_VAR), "{e}");
-        let e = from_env(env(&[("JOB_COMPLETION_INDEX", "3"), (COUNT_VAR, "3")])).unwrap_err();
-        assert_eq!(e, ShardError::OutOfRange { index: 4, count: 3 });
         let e = from_env(env(&[("CI_NODE_INDEX", "x"), ("CI_NODE_TOTAL", "2")])).unwrap_err();
         assert!(matches!(
             e,
@@ -580,6 +617,43 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Issue 52: an index past its count names the variables, where the
+    /// index counts from and the values it may take (it said `shard 5/4
+    /// does not exist`, in neither the engine's numbering nor its names).
+    #[test]
+    fn an_index_out_of_range_names_its_variables_and_where_it_counts_from() {
+        let said = |vars: &[(&str, &str)]| from_env(env(vars)).unwrap_err().to_string();
+        for (vars, want) in [
+            (
+                &[("JOB_COMPLETION_INDEX", "4"), (COUNT_VAR, "4")][..],
+                "JOB_COMPLETION_INDEX=4 is not a shard of LAZYINIT_SHARD_COUNT=4: JOB_COMPLETION_INDEX counts from 0, so it must be 0 to 3",
+            ),
+            (
+                &[("JOB_COMPLETION_INDEX", "18446744073709551615"), (COUNT_VAR, "4")][..],
+                "JOB_COMPLETION_INDEX=18446744073709551615 is not a shard of LAZYINIT_SHARD_COUNT=4: JOB_COMPLETION_INDEX counts from 0, so it must be 0 to 3",
+            ),
+            (
+                &[("CI_NODE_INDEX", "5"), ("CI_NODE_TOTAL", "4")][..],
+                "CI_NODE_INDEX=5 is not a shard of CI_NODE_TOTAL=4: CI_NODE_INDEX counts from 1, so it must be 1 to 4",
+            ),
+            (
+                &[("CI_NODE_INDEX", "0"), ("CI_NODE_TOTAL", "4")][..],
+                "CI_NODE_INDEX=0 is not a shard of CI_NODE_TOTAL=4: CI_NODE_INDEX counts from 1, so it must be 1 to 4",
+            ),
+            (
+                &[("SLURM_ARRAY_TASK_ID", "5"), ("SLURM_ARRAY_TASK_MIN", "1"), ("SLURM_ARRAY_TASK_COUNT", "4")][..],
+                "SLURM_ARRAY_TASK_ID=5 is not one of the SLURM_ARRAY_TASK_COUNT=4 tasks from SLURM_ARRAY_TASK_MIN=1 in steps of 1 (ids 1 to 4)",
+            ),
+            (&[(SHARD_VAR, "5/4")][..], "LAZYINIT_SHARD: shard 5/4 does not exist"),
+            (&[(COUNT_VAR, "0"), ("JOB_COMPLETION_INDEX", "0")][..], "LAZYINIT_SHARD_COUNT=0: 0 shards"),
+            (&[("CI_NODE_INDEX", "1"), ("CI_NODE_TOTAL", "2000")][..], "CI_NODE_TOTAL=2000: 2000 shards: at most 1024"),
+            (&[("SLURM_ARRAY_TASK_ID", "0"), ("SLURM_ARRAY_TASK_COUNT", "0")][..], "SLURM_ARRAY_TASK_COUNT=0: 0 shards"),
+        ] {
+            let e = said(vars);
+            assert!(e.starts_with(want), "{vars:?}: {e}");
+        }
     }
 
     #[test]

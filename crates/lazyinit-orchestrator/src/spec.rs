@@ -116,7 +116,11 @@ pub struct Spec<C> {
     /// `[knobs]`: the axes added since the first table, each at its
     /// default unless set here (`identity/knobs.rs`), range-checked when
     /// the spec is read. Left out of the spec's text when it sets none.
-    #[serde(default, skip_serializing_if = "SpecKnobs::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "SpecKnobs::is_empty",
+        deserialize_with = "knobs_table"
+    )]
     pub knobs: SpecKnobs,
     /// The volume's zeroing latency: `ebs` (default: what EBS gave in the
     /// 2021 report, calibrated on each guest; on EC2 the real thing),
@@ -160,6 +164,33 @@ fn default_variants() -> Vec<Variant> {
 fn one() -> u32 {
     1
 }
+/// `[knobs]` is read as a table first: serde reads a list into a struct
+/// field by field, so `knobs = [512]` was taken (and dropped) by a struct
+/// of no knobs (issue 52).
+fn knobs_table<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SpecKnobs, D::Error> {
+    use serde::de::Error;
+    let table = toml::Table::deserialize(d).map_err(|_| D::Error::custom(knobs_not_a_table()))?;
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| D::Error::custom(lazyinit_core::exit::one_line_text(e.message())))
+}
+
+/// What to write instead of a `knobs` that is not a table.
+fn knobs_not_a_table() -> String {
+    let names: Vec<String> = lazyinit_core::identity::Knobs::COLUMNS
+        .iter()
+        .map(|(n, _)| format!("`{}`", n.replace('_', "-")))
+        .collect();
+    let known = match names.is_empty() {
+        true => "this harness has none yet".to_string(),
+        false => names.join(", "),
+    };
+    format!(
+        "knobs: is a table, not a list or a value: write `[knobs]` on a line of its own and under it one \
+         `NAME = VALUE` line per knob, e.g. `[knobs]` then `NAME = 512` (the knobs: {known}; docs/identity.md)"
+    )
+}
+
 fn default_wait_mult() -> u32 {
     lazyinit_core::cell::DEFAULT_WAIT_MULT
 }
@@ -497,6 +528,31 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("2TB"), "{e}");
+    }
+
+    /// Issue 52: `knobs` is a table; a list (`knobs = [512]`) or a value
+    /// was taken and dropped (a struct of no knobs reads a list as
+    /// nothing). Refused naming the key, on one line, with what to write;
+    /// an empty table is still fine.
+    #[test]
+    fn knobs_that_are_not_a_table_are_refused_saying_what_to_write() {
+        let base = "name='x'\narches=['x86_64']\nhz=[100]\nsizes=['8GiB']\n";
+        for knobs in ["knobs = [512]", "knobs = []", "knobs = 512", "knobs = 'inode=512'"] {
+            let e = RawSpec::parse(&format!("{base}{knobs}\n"), "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("line 5: knobs: is a table, not a list or a value: write `[knobs]`"),
+                "{knobs}: {e}"
+            );
+            assert!(!e.contains('\n'), "{knobs}: {e}");
+        }
+        RawSpec::parse(&format!("{base}[knobs]\n"), "t.toml").unwrap();
+        RawSpec::parse(&format!("{base}knobs = {{}}\n"), "t.toml").unwrap();
+        let e = RawSpec::parse(&format!("{base}[knobs]\nnosuch = 1\n"), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nosuch"), "{e}");
     }
 
     #[test]

@@ -624,39 +624,203 @@ fn generate(a: GenerateArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// `run --history`: imports the run folder after each row is written
-/// (the runner emits `Finished` once the row is on disk), so a nightly
-/// needs no second step. Events pass through to the terminal UI unchanged.
+/// What `run --history` imported as the run went: the rows (cell ids)
+/// of its last import that succeeded (each import is of the whole folder,
+/// so those rows are in the history), and how many imports failed.
+#[derive(Debug, Default)]
+pub struct LiveImports {
+    imported: std::collections::BTreeSet<String>,
+    failed: usize,
+}
+
+/// Imports the run folder into the history each time a cell finishes,
+/// passing the events on; what it imported is kept in the returned
+/// [`LiveImports`] for [`finish_live_import`] (a failure here is logged,
+/// retried at the next cell and at the end, and never lost: issue 52).
 pub fn live_import(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<lazyinit_core::events::Event>,
     url: DbUrl,
     folder: PathBuf,
     qemu: String,
-) -> tokio::sync::mpsc::UnboundedReceiver<lazyinit_core::events::Event> {
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<lazyinit_core::events::Event>,
+    std::sync::Arc<std::sync::Mutex<LiveImports>>,
+) {
     let (tx, out) = tokio::sync::mpsc::unbounded_channel();
+    let state = std::sync::Arc::new(std::sync::Mutex::new(LiveImports::default()));
+    let kept = state.clone();
     tokio::spawn(async move {
         while let Some(e) = rx.recv().await {
             let done = matches!(e, lazyinit_core::events::Event::Finished { .. });
             let _ = tx.send(e);
             if done {
                 let (db, folder, qemu) = (url.clone(), folder.clone(), qemu.clone());
-                let r = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-                    let mut run = read_folder(&folder)?;
-                    run.facts.host = HostFacts::this_host(&qemu);
-                    History::open(&db)?.import(&run)?;
-                    Ok(())
-                })
-                .await;
+                let r = tokio::task::spawn_blocking(move || import_whole(&db, &folder, &qemu)).await;
+                let mut st = kept.lock().unwrap();
                 match r {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::error!(
-                        "history {url}: cannot import the row: {}",
-                        crate::fail::text(&e)
-                    ),
-                    Err(e) => tracing::error!("history {url}: {e}"),
+                    Ok(Ok(cells)) => st.imported.extend(cells),
+                    Ok(Err(e)) => {
+                        st.failed += 1;
+                        tracing::error!(
+                            "history {url}: cannot import the row (retried at the next cell and at the end of the run): {}",
+                            crate::fail::text(&e)
+                        )
+                    }
+                    Err(e) => {
+                        st.failed += 1;
+                        tracing::error!("history {url}: {e}")
+                    }
                 }
             }
         }
     });
-    out
+    (out, state)
+}
+
+/// The whole run folder imported (idempotent: rows there already are
+/// kept); the cell ids of its rows, all now in the history. A folder with
+/// no row yet imports nothing.
+fn import_whole(url: &DbUrl, folder: &Path, qemu: &str) -> anyhow::Result<Vec<String>> {
+    let mut run = match read_folder(folder) {
+        Ok(r) => r,
+        Err(e) if no_rows_yet(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    run.facts.host = HostFacts::this_host(qemu);
+    History::open(url)?.import(&run)?;
+    Ok(run.rows.iter().map(|r| r.cell_id.clone()).collect())
+}
+
+/// The end of `run --history`: the folder imported once more (what a
+/// failed import left out goes in now), or one line naming the rows not
+/// in the history, why, and the `history import` command that retries.
+/// Ok when every row of the folder is in the history.
+pub fn finish_live_import(
+    url: &DbUrl,
+    folder: &Path,
+    qemu: &str,
+    live: &LiveImports,
+) -> Result<(), String> {
+    let e = match import_whole(url, folder, qemu) {
+        Ok(_) => return Ok(()),
+        Err(e) => e,
+    };
+    let rows = RunFolder::new(folder).results_csv().rows().unwrap_or_default();
+    let missing: Vec<&str> = rows
+        .iter()
+        .map(|r| r.cell_id.as_str())
+        .filter(|c| !live.imported.contains(*c))
+        .collect();
+    if missing.is_empty() {
+        // Every row went in with an import before: nothing is lost.
+        return Ok(());
+    }
+    let mut named = missing.iter().take(4).copied().collect::<Vec<_>>().join(", ");
+    if missing.len() > 4 {
+        named.push_str(&format!(" and {} more", missing.len() - 4));
+    }
+    Err(format!(
+        "--history {url}: {} of the run's {} rows not imported ({named}): {}; import them with: lazyinit-bench history import --db {url} {}",
+        missing.len(),
+        rows.len(),
+        exit::one_line_text(&crate::fail::text(&e)),
+        folder.display()
+    ))
+}
+
+/// A run's exit code once rows of it are missing from its history
+/// (docs/usage.md, "Exit codes"): 3, the history's failure, unless the
+/// run's own code already says more (3, 4 or 130 are kept; a regression
+/// or a failed cell, 1, gives way to 3, its line printed all the same).
+pub fn code_with_rows_not_imported(code: u8) -> u8 {
+    match code {
+        exit::OK | exit::REGRESSION_OR_CELL_FAILED => exit::INFRASTRUCTURE,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A committed run folder copied into `dir` (results.csv, spec.toml,
+    /// command.txt and its cell folders).
+    fn committed_run(dir: &Path) -> PathBuf {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results/l-stability-timer");
+        let mut nights: Vec<PathBuf> = std::fs::read_dir(&src)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("results.csv").is_file())
+            .collect();
+        nights.sort();
+        let from = &nights[0];
+        let to = dir.join("run");
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        to
+    }
+
+    /// Issue 52: `run --history` whose imports fail ends with one line
+    /// naming the rows not in the history, why, and the `history import`
+    /// command that retries, and a non-zero exit (3, or the run's own
+    /// 3/4/130); a failure an import made up for later (the final import
+    /// took the rows, or an earlier one had them) is no failure. Before,
+    /// each failure was a log line and the run exited 0.
+    #[test]
+    fn rows_a_live_import_left_out_are_named_and_fail_the_run() {
+        let d = tempfile::tempdir().unwrap();
+        let run = committed_run(d.path());
+        let rows = RunFolder::new(&run).results_csv().rows().unwrap();
+        assert!(!rows.is_empty());
+        let notes = d.path().join("notes.txt");
+        std::fs::write(&notes, "not a history\n").unwrap();
+        let bad = DbUrl::Sqlite(notes.clone());
+        let qemu = "qemu-system-x86_64";
+        let line = finish_live_import(&bad, &run, qemu, &LiveImports::default()).unwrap_err();
+        let n = rows.len();
+        assert!(
+            line.starts_with(&format!(
+                "--history sqlite:{}: {n} of the run's {n} rows not imported ({}",
+                notes.display(),
+                rows[0].cell_id
+            )),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(&format!(
+                "; import them with: lazyinit-bench history import --db sqlite:{} {}",
+                notes.display(),
+                run.display()
+            )),
+            "{line}"
+        );
+        assert!(line.contains("not a SQLite database"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+        assert_eq!(std::fs::read_to_string(&notes).unwrap(), "not a history\n");
+        // Rows an earlier import took are not lost.
+        let all = LiveImports {
+            imported: rows.iter().map(|r| r.cell_id.clone()).collect(),
+            failed: 1,
+        };
+        assert_eq!(finish_live_import(&bad, &run, qemu, &all), Ok(()));
+        // A history that takes them: the final import puts them in.
+        let good = DbUrl::Sqlite(d.path().join("h.sqlite"));
+        History::open(&good).unwrap();
+        assert_eq!(finish_live_import(&good, &run, qemu, &LiveImports::default()), Ok(()));
+        assert_eq!(History::open(&good).unwrap().stored_rows().unwrap().len(), n);
+        // The exit code says so.
+        assert_eq!(code_with_rows_not_imported(exit::OK), exit::INFRASTRUCTURE);
+        assert_eq!(
+            code_with_rows_not_imported(exit::REGRESSION_OR_CELL_FAILED),
+            exit::INFRASTRUCTURE
+        );
+        for kept in [exit::INFRASTRUCTURE, exit::MISSING_TOOL, exit::INTERRUPTED] {
+            assert_eq!(code_with_rows_not_imported(kept), kept);
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use lazyinit_core::exit::{self, bad_input};
-use lazyinit_core::output::Reads;
+use lazyinit_core::output::{self, Reads};
 use lazyinit_core::{ByteSize, Variant};
 use lazyinit_history::names::series_id;
 use lazyinit_history::series::StoredRow;
@@ -50,6 +50,21 @@ pub fn publish(a: PublishArgs) -> anyhow::Result<u8> {
         Some(p) => Reads::new().file(p),
         None => super::history::db_reads(&a.db.url()?, Reads::new()),
     };
+    // The data file inside the site: the site is replaced whole, so the
+    // file would go with the old site (issue 52: it was refused as "a
+    // folder this command reads", which said neither).
+    if let Some(p) = &a.save_data {
+        let (file, site) = (output::canonical(p), output::canonical(&a.out));
+        if file.starts_with(&site) {
+            return Err(bad_input(format!(
+                "--save-data {}: inside the site folder --out {}, which publish replaces whole: \
+                 the data file would be removed with the old site; give a path outside --out",
+                p.display(),
+                a.out.display()
+            ))
+            .into());
+        }
+    }
     let save = match &a.save_data {
         Some(p) => Some(super::report::open_file(
             "save-data",

@@ -336,7 +336,57 @@ fn check_out(out: &Path, args: &SpecArgs, spec: &Spec) -> anyhow::Result<()> {
                 .any(|f| RunFolder::new(d).file(*f).exists())
         },
     )
-    .map_err(|e| lazyinit_core::exit::refused(e).into())
+    .map_err(|e| -> anyhow::Error { lazyinit_core::exit::refused(e).into() })?;
+    check_results_header(out)
+}
+
+/// A results folder of an older (or newer) harness, whose results.csv has
+/// other columns, is refused before its `.lock` is taken: a run could not
+/// add a row to it (issue 52: it was exit 3 with the whole header, and a
+/// `.lock` left in the committed folder). Read without following the
+/// file to a FIFO or a device: only a regular file's first line.
+fn check_results_header(out: &Path) -> anyhow::Result<()> {
+    use std::io::{BufRead, Read};
+    let path = RunFolder::new(out).results_csv().shown();
+    let shown = out.display();
+    let m = match std::fs::metadata(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(bad_input(format!(
+                "--out {shown}: cannot read its results.csv ({e}): give another --out"
+            ))
+            .into())
+        }
+    };
+    if !m.is_file() {
+        return Err(bad_input(format!(
+            "--out {shown}: its results.csv is not a regular file: give another --out"
+        ))
+        .into());
+    }
+    if m.len() == 0 {
+        return Ok(());
+    }
+    let mut first = String::new();
+    std::fs::File::open(&path)
+        .map(|f| std::io::BufReader::new(f.take(1 << 20)))
+        .and_then(|mut r| r.read_line(&mut first))
+        .map_err(|e| {
+            bad_input(format!(
+                "--out {shown}: cannot read its results.csv ({e}): give another --out"
+            ))
+        })?;
+    let header = lazyinit_core::results::COLUMNS.join(",");
+    if first.trim_end() == header {
+        return Ok(());
+    }
+    let theirs = first.trim_end().split(',').count();
+    Err(bad_input(format!(
+        "--out {shown}: a results folder of another harness (its results.csv has {theirs} columns, not this harness's {}): a run cannot add to it; give another --out (a new or empty folder)",
+        lazyinit_core::results::COLUMNS.len()
+    ))
+    .into())
 }
 
 // Long: the run command top to bottom (spec, provider, plan, events, run, summary, exit code), read in one go.
@@ -402,16 +452,37 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         out.set_file_name(format!("{name}-alone"));
     }
     check_out(&out, &a.spec, &spec)?;
+    // The history is opened (created, checked, migrated) before anything
+    // runs: a bad or unreachable one ends the run here, exit 2 or 3 and
+    // one line, no guest started and no results folder made (issue 52:
+    // each cell's import failed into the log, and the run exited 0).
+    if let Some(url) = history.clone() {
+        use lazyinit_history::HistoryError;
+        tokio::task::spawn_blocking(move || lazyinit_history::History::open(&url).map(drop))
+            .await?
+            // Named by the flag this command was given.
+            .map_err(|e| match e {
+                HistoryError::NotAHistory { db, why } => HistoryError::NotAHistory {
+                    db: db.replacen("--db ", "--history ", 1),
+                    why,
+                },
+                e => e,
+            })?;
+    }
     let cancel = Arc::new(AtomicBool::new(false));
     install_signal_handler(cancel.clone(), keys.own_dir().map(PathBuf::from));
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let rx = match history {
+    let qemu = format!(
+        "qemu-system-{}",
+        spec.arches.first().map_or("x86_64", |a| a.uname_machine())
+    );
+    let (rx, live) = match &history {
         Some(url) => {
-            let arch = spec.arches.first().map_or("x86_64", |a| a.uname_machine());
-            super::history::live_import(rx, url, out.clone(), format!("qemu-system-{arch}"))
+            let (rx, live) = super::history::live_import(rx, url.clone(), out.clone(), qemu.clone());
+            (rx, Some(live))
         }
-        None => rx,
+        None => (rx, None),
     };
     let folder = RunFolder::new(&out);
     // The run's writer, once the runner holds the folder: the events, the
@@ -473,7 +544,21 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     for f in &summary.teardown_failures {
         eprintln!("teardown failed (retried at the end of the run): {f}");
     }
-    let code = summary.exit_code(cancel.load(Ordering::SeqCst));
+    let mut code = summary.exit_code(cancel.load(Ordering::SeqCst));
+    // Every row in the history, or the run's exit code says not (the UI
+    // has ended, so the live imports have: their sender is gone).
+    if let (Some(url), Some(live)) = (history, live) {
+        let folder = out.clone();
+        let missing = tokio::task::spawn_blocking(move || {
+            let live = live.lock().unwrap();
+            super::history::finish_live_import(&url, &folder, &qemu, &live)
+        })
+        .await?;
+        if let Err(line) = missing {
+            eprintln!("error: {line}");
+            code = super::history::code_with_rows_not_imported(code);
+        }
+    }
     if code == exit::INFRASTRUCTURE {
         for l in &summary.leaks {
             eprintln!("error: {l}");
