@@ -635,7 +635,10 @@ fn knobs_as_a_list_is_refused_saying_it_is_a_table() {
     )
     .unwrap();
     let out = d.path().join("res");
-    for args in [vec!["plan", s(&spec)], vec!["run", s(&spec), "--out", s(&out)]] {
+    for args in [
+        vec!["plan", s(&spec)],
+        vec!["run", s(&spec), "--out", s(&out)],
+    ] {
         refused(
             d.path(),
             &args,

@@ -168,7 +168,9 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
         assert!(
             rows.iter().all(|r| r.testbed.accel.is_virtual_clock()),
             "{:?}",
-            rows.iter().map(|r| r.testbed.accel.to_string()).collect::<Vec<_>>()
+            rows.iter()
+                .map(|r| r.testbed.accel.to_string())
+                .collect::<Vec<_>>()
         );
         let runs: Vec<String> = std::fs::read_dir(folder.join("runs"))
             .unwrap()
@@ -176,7 +178,10 @@ fn bisect_names_the_revert_with_the_unbuildable_commit_skipped() {
             .collect();
         assert!(!runs.is_empty());
         for r in &runs {
-            assert!(r.ends_with("-0"), "a second sample on the virtual clock: {runs:?}");
+            assert!(
+                r.ends_with("-0"),
+                "a second sample on the virtual clock: {runs:?}"
+            );
         }
     }
     // The user's tree: same HEAD, same files, index not even refreshed.

@@ -272,7 +272,11 @@ fn on_the_virtual_clock_each_commit_is_sampled_once() {
     ok(&repo, &["init", "-q", "-b", "main"]);
     let mut c = Vec::new();
     for i in 0..8 {
-        let v = if i < 5 { "40 3\n110 10" } else { "110 10\n40 3" };
+        let v = if i < 5 {
+            "40 3\n110 10"
+        } else {
+            "110 10\n40 3"
+        };
         c.push(commit(&repo, &format!("c{i}"), v));
     }
     let out = home.join("virtual");
@@ -330,7 +334,10 @@ fn a_busy_folder_names_its_holder_and_the_boot_timeout_is_bounded() {
     // flock(1) has the lock once its sleep runs.
     for _ in 0..50 {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        if std::fs::read_to_string("/proc/locks").unwrap_or_default().contains(" FLOCK ") {
+        if std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .contains(" FLOCK ")
+        {
             break;
         }
     }

@@ -1354,9 +1354,11 @@ fn a_future_date_is_refused_and_one_instant_is_one_run() {
                 .to_rfc3339()
         })
     });
-    assert!(std::fs::read_to_string(Path::new(&east).join("results.csv"))
-        .unwrap()
-        .contains("+14:00"));
+    assert!(
+        std::fs::read_to_string(Path::new(&east).join("results.csv"))
+            .unwrap()
+            .contains("+14:00")
+    );
     for db in [
         format!("sqlite:{}", d.join("h.sqlite").display()),
         fresh_postgres("future"),
@@ -1405,10 +1407,22 @@ fn a_baseline_that_chooses_no_run_is_refused() {
         assert!(history(&args).status.success());
         let before = history(&["show", "--db", &db, "--format", "csv"]).stdout;
         for (sel, says) in [
-            ("run:nosuch@2026-11-30T00:00:00Z", "the history's run ids: quick-"),
-            ("date:2026-12-01..2026-11-01", "the range ends before it starts"),
-            ("date:2027-01-01..", "the history's runs started on 2026-11-30"),
-            ("kernel:9.99", "the history's kernels (releases and sources): "),
+            (
+                "run:nosuch@2026-11-30T00:00:00Z",
+                "the history's run ids: quick-",
+            ),
+            (
+                "date:2026-12-01..2026-11-01",
+                "the range ends before it starts",
+            ),
+            (
+                "date:2027-01-01..",
+                "the history's runs started on 2026-11-30",
+            ),
+            (
+                "kernel:9.99",
+                "the history's kernels (releases and sources): ",
+            ),
             ("label:6.1.999", "no run of the history is labelled"),
         ] {
             let o = history(&["check", "--db", &db, &nights[13], "--baseline", sel]);
@@ -1424,11 +1438,24 @@ fn a_baseline_that_chooses_no_run_is_refused() {
         }
         // One selector that matches is not enough when another does not.
         let o = history(&[
-            "check", "--db", &db, &nights[13], "--baseline", "date:2026-11-30..", "--baseline",
+            "check",
+            "--db",
+            &db,
+            &nights[13],
+            "--baseline",
+            "date:2026-11-30..",
+            "--baseline",
             "kernel:9.99",
         ]);
         assert_eq!(o.status.code(), Some(2), "{db}: {}", text(&o));
-        let o = history(&["check", "--db", &db, &nights[13], "--baseline", "date:2026-11-30.."]);
+        let o = history(&[
+            "check",
+            "--db",
+            &db,
+            &nights[13],
+            "--baseline",
+            "date:2026-11-30..",
+        ]);
         assert_eq!(o.status.code(), Some(0), "{db}: {}", text(&o));
     }
 }
@@ -1441,12 +1468,22 @@ fn thresholds_out_of_range_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite:{}", dir.path().join("h.sqlite").display());
     let nights = nights();
-    assert!(history(&["import", "--db", &db, &nights[0]]).status.success());
+    assert!(history(&["import", "--db", &db, &nights[0]])
+        .status
+        .success());
     let before = history(&["show", "--db", &db, "--format", "csv"]).stdout;
     for (flag, value, says) in [
         ("--run-min-change-pct", "inf", "percentage from 0 to 10000"),
-        ("--run-min-change-pct", "1e308", "percentage from 0 to 10000"),
-        ("--run-min-change-pct", "10000.5", "percentage from 0 to 10000"),
+        (
+            "--run-min-change-pct",
+            "1e308",
+            "percentage from 0 to 10000",
+        ),
+        (
+            "--run-min-change-pct",
+            "10000.5",
+            "percentage from 0 to 10000",
+        ),
         ("--run-min-change-pct", "NaN", "percentage from 0 to 10000"),
         ("--run-min-change-pct", "-1", "percentage from 0 to 10000"),
         ("--min-change-pct", "inf", "percentage from 0 to 10000"),
@@ -1485,25 +1522,50 @@ fn a_look_at_other_thresholds_leaves_the_alerts_alone() {
     assert!(history(&args).status.success());
     let o = history(&["changes", "--db", &db]);
     let out = text(&o);
-    assert!(o.status.success() && out.contains("1 change(s)") && out.contains("(new)"), "{out}");
+    assert!(
+        o.status.success() && out.contains("1 change(s)") && out.contains("(new)"),
+        "{out}"
+    );
     let last = nights.last().unwrap();
-    assert_eq!(history(&["check", "--db", &db, last]).status.code(), Some(1));
+    assert_eq!(
+        history(&["check", "--db", &db, last]).status.code(),
+        Some(1)
+    );
     let o = history(&["changes", "--db", &db, "--min-change-pct", "50"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(!out.contains("closed ["), "a look closed an alert: {out}");
-    assert!(out.contains("no alert raised or closed, 1 open alert(s)"), "{out}");
+    assert!(
+        out.contains("no alert raised or closed, 1 open alert(s)"),
+        "{out}"
+    );
     let o = history(&["changes", "--db", &db]);
-    assert!(text(&o).contains("(new)"), "the alert is open: {}", text(&o));
+    assert!(
+        text(&o).contains("(new)"),
+        "the alert is open: {}",
+        text(&o)
+    );
     let o = history(&["check", "--db", &db, last]);
-    assert_eq!(o.status.code(), Some(1), "the gate still fails: {}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the gate still fails: {}",
+        text(&o)
+    );
     // A look with a looser level raises nothing either.
     let o = history(&["changes", "--db", &db, "--max-p", "0.2"]);
     assert!(o.status.success(), "{}", text(&o));
     let o = history(&["changes", "--db", &db]);
     assert!(text(&o).contains("1 change(s)"), "{}", text(&o));
     // Asked for, the look's answer is recorded.
-    let o = history(&["changes", "--db", &db, "--min-change-pct", "50", "--update-alerts"]);
+    let o = history(&[
+        "changes",
+        "--db",
+        &db,
+        "--min-change-pct",
+        "50",
+        "--update-alerts",
+    ]);
     assert!(text(&o).contains("closed ["), "{}", text(&o));
     let o = history(&["check", "--db", &db, last]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -1531,7 +1593,10 @@ fn generate_is_bounded_whole_and_never_mixes_with_real_runs() {
         let o = history(&["generate", "--db", &db, &format!("--runs={runs}")]);
         let msg = text(&o);
         assert_eq!(o.status.code(), Some(2), "{runs}: {msg}");
-        assert!(msg.contains("--runs") && !msg.contains("panicked"), "{runs}: {msg}");
+        assert!(
+            msg.contains("--runs") && !msg.contains("panicked"),
+            "{runs}: {msg}"
+        );
         assert!(!path.exists(), "{runs}: no database made");
     }
     // Killed half-way: nothing of it is kept.
@@ -1544,7 +1609,10 @@ fn generate_is_bounded_whole_and_never_mixes_with_real_runs() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_secs(4));
-    assert!(child.try_wait().unwrap().is_none(), "100,000 runs take longer than 4 s");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "100,000 runs take longer than 4 s"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(runs_in(&path), 0, "a killed generate left runs behind");
@@ -1554,7 +1622,9 @@ fn generate_is_bounded_whole_and_never_mixes_with_real_runs() {
     assert_eq!(runs_in(&path), 3);
     let real = d.join("real.sqlite");
     let real_db = format!("sqlite:{}", real.display());
-    assert!(history(&["import", "--db", &real_db, &nights()[0]]).status.success());
+    assert!(history(&["import", "--db", &real_db, &nights()[0]])
+        .status
+        .success());
     let before = std::fs::read(&real).unwrap();
     let o = history(&["generate", "--db", &real_db, "--runs", "3"]);
     let msg = text(&o);
@@ -1562,7 +1632,11 @@ fn generate_is_bounded_whole_and_never_mixes_with_real_runs() {
     assert!(msg.contains("holds real runs"), "{msg}");
     assert_eq!(msg.lines().count(), 1, "{msg}");
     assert_eq!(runs_in(&real), 1);
-    assert_eq!(std::fs::read(&real).unwrap(), before, "the real history as it was");
+    assert_eq!(
+        std::fs::read(&real).unwrap(),
+        before,
+        "the real history as it was"
+    );
 }
 
 /// Issue 52: `history import results/*/` skips, with a line, a run still
@@ -1579,7 +1653,12 @@ fn import_skips_a_run_in_progress_and_imports_the_rest() {
     }
     for name in ["live", "empty"] {
         let csv = d.join(name).join("results.csv");
-        let header = std::fs::read_to_string(&csv).unwrap().lines().next().unwrap().to_string();
+        let header = std::fs::read_to_string(&csv)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string();
         std::fs::write(&csv, header + "\n").unwrap();
     }
     let lock = d.join("live/.lock");
@@ -1590,10 +1669,13 @@ fn import_skips_a_run_in_progress_and_imports_the_rest() {
         .unwrap();
     // The lock is taken once flock(1) runs sleep.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !std::fs::read_to_string("/proc/locks").unwrap().contains(&format!(
-        ":{} ",
-        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap())
-    )) {
+    while !std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .contains(&format!(
+            ":{} ",
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap())
+        ))
+    {
         assert!(std::time::Instant::now() < deadline, "flock took no lock");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -1613,7 +1695,10 @@ fn import_skips_a_run_in_progress_and_imports_the_rest() {
         out.contains("live: a run in progress (its .lock held by pid") && out.contains("skipped"),
         "{out}"
     );
-    assert!(out.contains("empty: results.csv has no rows yet: skipped"), "{out}");
+    assert!(
+        out.contains("empty: results.csv has no rows yet: skipped"),
+        "{out}"
+    );
     assert_eq!(out.matches("new run").count(), 2, "{out}");
     // Only skipped folders: nothing to import, exit 2.
     let o = history(&["import", "--db", &db, &folders[3]]);
@@ -1631,8 +1716,14 @@ fn a_postgres_urls_parameters_are_checked_and_named() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = silent.local_addr().unwrap().port();
     for (q, says) in [
-        ("connect_timeout=abc", "connect_timeout=abc: connect_timeout must be"),
-        ("connect_timeout=99999999999", "connect_timeout=99999999999: connect_timeout must be an integer from 1 to 300"),
+        (
+            "connect_timeout=abc",
+            "connect_timeout=abc: connect_timeout must be",
+        ),
+        (
+            "connect_timeout=99999999999",
+            "connect_timeout=99999999999: connect_timeout must be an integer from 1 to 300",
+        ),
         ("connect_timeout=2&foo=1", "unknown parameter `foo`"),
     ] {
         let url = format!("postgres://u@127.0.0.1:{port}/h?{q}");
@@ -1642,7 +1733,11 @@ fn a_postgres_urls_parameters_are_checked_and_named() {
         assert_eq!(o.status.code(), Some(2), "{q}: {msg}");
         assert!(msg.contains(says), "{q}: {msg}");
         assert_eq!(msg.lines().count(), 1, "{q}: {msg}");
-        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{q}: {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{q}: {:?}",
+            t.elapsed()
+        );
     }
 }
 
@@ -1681,7 +1776,9 @@ fn a_read_only_history_is_read_read_only_and_a_write_refused_naming_it() {
     let path = d.join("h.sqlite");
     let db = format!("sqlite:{}", path.display());
     let nights = nights();
-    assert!(history(&["import", "--db", &db, &nights[0]]).status.success());
+    assert!(history(&["import", "--db", &db, &nights[0]])
+        .status
+        .success());
     let night1 = repo().join(&nights[1]).display().to_string();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
     let before = std::fs::read(&path).unwrap();
@@ -1698,7 +1795,11 @@ fn a_read_only_history_is_read_read_only_and_a_write_refused_naming_it() {
         let o = history_as_reader(&["show", "--db", &db]);
         assert_eq!(o.status.code(), Some(0), "folder {mode:o}: {}", text(&o));
         assert!(text(&o).contains("4 series"), "{}", text(&o));
-        assert_eq!(listing(), ["h.sqlite"], "folder {mode:o}: nothing left beside it");
+        assert_eq!(
+            listing(),
+            ["h.sqlite"],
+            "folder {mode:o}: nothing left beside it"
+        );
         let o = history_as_reader(&["import", "--db", &db, &night1]);
         let msg = text(&o);
         assert_eq!(o.status.code(), Some(2), "folder {mode:o}: {msg}");
@@ -1708,10 +1809,18 @@ fn a_read_only_history_is_read_read_only_and_a_write_refused_naming_it() {
             "folder {mode:o}: {msg}"
         );
         assert_eq!(msg.lines().count(), 1, "{msg}");
-        assert_eq!(listing(), ["h.sqlite"], "folder {mode:o}: nothing left beside it");
+        assert_eq!(
+            listing(),
+            ["h.sqlite"],
+            "folder {mode:o}: nothing left beside it"
+        );
     }
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
-    assert_eq!(std::fs::read(&path).unwrap(), before, "the history as it was");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the history as it was"
+    );
 }
 
 /// `url` with its user (and password) replaced by `userinfo`.
@@ -1752,10 +1861,18 @@ fn a_postgres_role_without_write_rights_is_told_what_to_do() {
     };
     let before = rows(&pg);
     let o = history(&["show", "--db", &ro]);
-    assert_eq!(o.status.code(), Some(0), "a read needs only SELECT: {}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "a read needs only SELECT: {}",
+        text(&o)
+    );
     let night1 = nights[1].clone();
     let ro_empty = as_user(&empty, &format!("{role}:secret"));
-    for (db, shown) in [(&ro, shown.clone()), (&ro_empty, as_user(&empty, &format!("{role}:***")))] {
+    for (db, shown) in [
+        (&ro, shown.clone()),
+        (&ro_empty, as_user(&empty, &format!("{role}:***"))),
+    ] {
         let o = history(&["import", "--db", db, &night1]);
         let msg = String::from_utf8_lossy(&o.stderr).into_owned();
         assert_eq!(o.status.code(), Some(2), "{msg}");
@@ -1768,7 +1885,9 @@ fn a_postgres_role_without_write_rights_is_told_what_to_do() {
         assert!(!msg.contains("secret"), "{msg}");
     }
     assert_eq!(rows(&pg), before, "nothing written");
-    let _ = admin.batch_execute(&format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"));
+    let _ = admin.batch_execute(&format!(
+        "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"
+    ));
     let mut in_db = postgres::Client::connect(&as_user(&pg, "postgres"), postgres::NoTls).unwrap();
     let _ = in_db.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
 }

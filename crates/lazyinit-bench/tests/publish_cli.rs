@@ -166,8 +166,9 @@ fn save_data_inside_the_site_is_refused_saying_why() {
             assert_eq!(o.status.code(), Some(2), "{err}");
             assert_eq!(err.trim().lines().count(), 1, "{err}");
             assert!(
-                err.contains(&format!("inside the site folder --out {s}, which publish replaces whole"))
-                    && err.contains("give a path outside --out"),
+                err.contains(&format!(
+                    "inside the site folder --out {s}, which publish replaces whole"
+                )) && err.contains("give a path outside --out"),
                 "{err}"
             );
             assert!(!data.exists());

@@ -18,10 +18,18 @@ fn root() -> PathBuf {
 /// it was written; target/ is cargo's).
 fn files() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let mut dirs: Vec<PathBuf> = ["crates", "specs", "scripts", "docs", "examples", "kernels", "terraform"]
-        .iter()
-        .map(|d| root().join(d))
-        .collect();
+    let mut dirs: Vec<PathBuf> = [
+        "crates",
+        "specs",
+        "scripts",
+        "docs",
+        "examples",
+        "kernels",
+        "terraform",
+    ]
+    .iter()
+    .map(|d| root().join(d))
+    .collect();
     out.push(root().join("README.md"));
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
@@ -31,9 +39,11 @@ fn files() -> Vec<PathBuf> {
                 if !["target", "fixtures", "golden", ".terraform"].contains(&name.as_str()) {
                     dirs.push(p);
                 }
-            } else if [".rs", ".toml", ".md", ".sh", ".yml", ".yaml", ".sbatch", ".py", ".tf"]
-                .iter()
-                .any(|x| name.ends_with(x))
+            } else if [
+                ".rs", ".toml", ".md", ".sh", ".yml", ".yaml", ".sbatch", ".py", ".tf",
+            ]
+            .iter()
+            .any(|x| name.ends_with(x))
             {
                 out.push(p);
             }
@@ -90,7 +100,10 @@ fn check_link(base: &Path, target: &str) -> Option<String> {
         if file.extension().is_some_and(|x| x == "md") {
             let slugs: BTreeSet<String> = headings(&file).iter().map(|h| slug(h)).collect();
             if !slugs.contains(a) {
-                return Some(format!("{target}: no heading with anchor #{a} in {}", file.display()));
+                return Some(format!(
+                    "{target}: no heading with anchor #{a} in {}",
+                    file.display()
+                ));
             }
         }
     }
@@ -134,10 +147,15 @@ fn every_reference_to_the_readme_and_docs_is_there() {
             }
             // docs/<file>.md[#anchor][ §N]
             for (i, _) in line.match_indices("docs/") {
-                if i > 0 && line[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                if i > 0
+                    && line[..i]
+                        .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                {
                     continue; // another folder's docs/ (e.g. rust-docs/)
                 }
-                let Some(target) = word_after(&line[i..], "docs/") else { continue };
+                let Some(target) = word_after(&line[i..], "docs/") else {
+                    continue;
+                };
                 if !target.split('#').next().unwrap_or("").ends_with(".md") {
                     continue;
                 }
@@ -165,7 +183,8 @@ fn every_reference_to_the_readme_and_docs_is_there() {
                     let rest = &line[i + 2..];
                     let Some(end) = rest.find(')') else { continue };
                     let target = &rest[..end];
-                    if target.contains("://") || target.starts_with("mailto:") || target.is_empty() {
+                    if target.contains("://") || target.starts_with("mailto:") || target.is_empty()
+                    {
                         continue;
                     }
                     checked += 1;
@@ -177,8 +196,16 @@ fn every_reference_to_the_readme_and_docs_is_there() {
         }
     }
     // Not vacuous: the repository cites its docs hundreds of times.
-    assert!(checked > 200, "only {checked} references found: is the walk broken?");
-    assert!(wrong.is_empty(), "{} stale references:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        checked > 200,
+        "only {checked} references found: is the walk broken?"
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} stale references:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -188,7 +215,10 @@ fn the_checks_catch_what_they_are_for() {
     assert!(check_link(&readme, "docs/nosuch.md").is_some());
     assert!(check_link(&readme, "docs/virtual-clock.md#where-it-is-used").is_none());
     assert!(check_link(&readme, "docs/virtual-clock.md#nowhere").is_some());
-    assert_eq!(slug("§3 Pitfalls (each cost an hour once)"), "3-pitfalls-each-cost-an-hour-once");
+    assert_eq!(
+        slug("§3 Pitfalls (each cost an hour once)"),
+        "3-pitfalls-each-cost-an-hour-once"
+    );
     assert_eq!(word_after("docs/ci.md, and", "docs/"), Some("ci.md"));
 }
 
@@ -202,7 +232,10 @@ fn crates_are_all_listed() {
         let name = e.file_name().to_string_lossy().into_owned();
         if e.path().join("Cargo.toml").is_file() {
             n += 1;
-            assert!(doc.contains(&format!("`{name}`")), "docs/how-it-works.md does not name {name}");
+            assert!(
+                doc.contains(&format!("`{name}`")),
+                "docs/how-it-works.md does not name {name}"
+            );
         }
     }
     assert!(n >= 15, "{n} crates");

@@ -159,12 +159,9 @@ fn quick_as_two_shards_at_once_merges_into_the_plans_four_cells() {
             .unwrap_or_else(|e| panic!("{}: {e}", r.cell_id));
         }
     }
-    for r in rows
-        .iter()
-        .filter(|r| {
-            !r.testbed.accel.is_virtual_clock() && r.axes.variant == lazyinit_core::Variant::NoFix
-        })
-    {
+    for r in rows.iter().filter(|r| {
+        !r.testbed.accel.is_virtual_clock() && r.axes.variant == lazyinit_core::Variant::NoFix
+    }) {
         let zeroings = lazyinit_report::input::cell_groups(
             &lazyinit_core::RunFolder::new(&out).cell(&r.cell_id),
         )

@@ -258,7 +258,10 @@ fn the_nightly_runs_as_a_slurm_array_and_its_merge_then_the_gate_and_the_site() 
             }
         }
     }
-    assert!(pages.contains("tcg-icount0"), "no series of the virtual clock on the site");
+    assert!(
+        pages.contains("tcg-icount0"),
+        "no series of the virtual clock on the site"
+    );
     assert!(
         !pages.contains("\"estimated\":true"),
         "the nightly's points are measurements"

@@ -289,7 +289,10 @@ async fn exact_ends<L: Lab>(
     let steps = vec![g.step.clone(), b.step.clone()];
     for (j, which) in [(&g, "--good"), (&b, "--bad")] {
         if j.samples.is_empty() {
-            lab.record(&steps, &Outcome::Refused("an end gave no sample".into()).line())?;
+            lab.record(
+                &steps,
+                &Outcome::Refused("an end gave no sample".into()).line(),
+            )?;
             return Err(bad_input(format!(
                 "{which} {} gives no sample ({}): pick an end that builds and boots",
                 j.step.commit.get(..12).unwrap_or(&j.step.commit),
@@ -525,7 +528,11 @@ mod tests {
         }
         for st in &steps {
             let want = usize::from(st.verdict != "skip");
-            assert_eq!(st.samples, want, "{} {}: {:?}", st.role, st.commit, st.verdict);
+            assert_eq!(
+                st.samples, want,
+                "{} {}: {:?}",
+                st.role, st.commit, st.verdict
+            );
         }
         // The same ends without exactness take their three samples each.
         let (_, steps) = block_on(bisect(&mut lab, &line(16), &settings(), true)).unwrap();

@@ -237,8 +237,16 @@ mod tests {
             groups: Some(512),
             ..v(3.5020, 10, 109.5863)
         };
-        check_virtual_exact(&Measurement { z1_target_ms: Some(3.5), ..arm.clone() }, 100, 10, false)
-            .unwrap();
+        check_virtual_exact(
+            &Measurement {
+                z1_target_ms: Some(3.5),
+                ..arm.clone()
+            },
+            100,
+            10,
+            false,
+        )
+        .unwrap();
         for (bad, fix, says) in [
             (v(3.4019, 9, 40.005), true, "not the 8"),
             (v(3.4019, 20, 84.0), false, "not the 10"),

@@ -47,7 +47,9 @@ pub(crate) fn early_stop(
     if opts.guest_paced {
         opts.events.note(
             &opts.cell_id,
-            format!("estimate-after {after}: the virtual clock measures the whole run, not an estimate"),
+            format!(
+                "estimate-after {after}: the virtual clock measures the whole run, not an estimate"
+            ),
         );
         return Ok(false);
     }

@@ -889,7 +889,10 @@ pub fn refuse_empty_baseline(
         let mut runs = std::collections::BTreeSet::new();
         let mut days = std::collections::BTreeSet::new();
         let mut kernels = std::collections::BTreeSet::new();
-        let sources: Vec<String> = others.iter().map(|r| r.row.axes.source.to_string()).collect();
+        let sources: Vec<String> = others
+            .iter()
+            .map(|r| r.row.axes.source.to_string())
+            .collect();
         for s in &sources {
             kernels.insert(s.as_str());
         }
@@ -919,10 +922,7 @@ pub fn refuse_empty_baseline(
                         few(&days)
                     )
                 }
-                Baseline::Dates(..) => format!(
-                    "the history's runs started on {}",
-                    few(&days)
-                ),
+                Baseline::Dates(..) => format!("the history's runs started on {}", few(&days)),
                 Baseline::Kernel(_) => format!(
                     "the history's kernels (releases and sources): {}",
                     few(&kernels)

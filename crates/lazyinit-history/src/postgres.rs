@@ -117,7 +117,10 @@ impl Postgres {
                 client,
                 broken: false,
                 shown: crate::url::redact(url),
-                role: config.get_user().unwrap_or("(the default role)").to_string(),
+                role: config
+                    .get_user()
+                    .unwrap_or("(the default role)")
+                    .to_string(),
             }),
             Ok(Err(e)) => Err(no_rights(
                 HistoryError::db(cannot(), DbError::Postgres(e)),

@@ -68,7 +68,10 @@ fn check_param(key: &str, value: &str) -> Option<Result<(), String>> {
     };
     Some(match key {
         "user" | "password" | "dbname" | "options" | "application_name" | "host" => Ok(()),
-        "hostaddr" => match value.split(',').all(|a| a.parse::<std::net::IpAddr>().is_ok()) {
+        "hostaddr" => match value
+            .split(',')
+            .all(|a| a.parse::<std::net::IpAddr>().is_ok())
+        {
             true => Ok(()),
             false => Err("IP addresses, separated by commas".into()),
         },
@@ -120,11 +123,9 @@ fn check_postgres(url: &str) -> Result<(), String> {
                         "{shown}: parameter {key}={value}: {key} must be {want}; fix the URL"
                     ));
                 }
-                None => {
-                    return Err(format!(
-                        "{shown}: unknown parameter `{key}`: the parameters are {PARAMS}; fix the URL"
-                    ))
-                }
+                None => return Err(format!(
+                    "{shown}: unknown parameter `{key}`: the parameters are {PARAMS}; fix the URL"
+                )),
             }
         }
     }
@@ -188,19 +189,38 @@ mod tests {
     fn postgres_parameters_are_checked_and_named() {
         let base = "postgres://u:secret@127.0.0.1:5432/h";
         for (q, says) in [
-            ("connect_timeout=99999999999", "connect_timeout must be an integer from 1 to 300"),
-            ("connect_timeout=abc", "connect_timeout must be an integer from 1 to 300"),
-            ("connect_timeout=0", "connect_timeout must be an integer from 1 to 300"),
+            (
+                "connect_timeout=99999999999",
+                "connect_timeout must be an integer from 1 to 300",
+            ),
+            (
+                "connect_timeout=abc",
+                "connect_timeout must be an integer from 1 to 300",
+            ),
+            (
+                "connect_timeout=0",
+                "connect_timeout must be an integer from 1 to 300",
+            ),
             ("connect_timeout=5&foo=1", "unknown parameter `foo`"),
-            ("sslmode=maybe", "sslmode must be one of disable, prefer, require"),
+            (
+                "sslmode=maybe",
+                "sslmode must be one of disable, prefer, require",
+            ),
             ("port=99999", "port must be ports from 1 to 65535"),
-            ("keepalives_idle=-5", "keepalives_idle must be an integer from 0 to 3600"),
+            (
+                "keepalives_idle=-5",
+                "keepalives_idle must be an integer from 0 to 3600",
+            ),
         ] {
             let e = format!("{base}?{q}").parse::<DbUrl>().unwrap_err();
             assert!(e.contains(says), "{q}: {e}");
             assert!(!e.contains("secret") && !e.contains('\n'), "{q}: {e}");
         }
-        for q in ["connect_timeout=2", "connect_timeout=300&application_name=x", "sslmode=disable"] {
+        for q in [
+            "connect_timeout=2",
+            "connect_timeout=300&application_name=x",
+            "sslmode=disable",
+        ] {
             assert!(format!("{base}?{q}").parse::<DbUrl>().is_ok(), "{q}");
         }
         assert!("postgres://u@h:notaport/d".parse::<DbUrl>().is_err());

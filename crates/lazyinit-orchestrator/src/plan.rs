@@ -238,9 +238,8 @@ pub fn plan<C: ProviderConfigs>(
         slowest_cell_s: durations.iter().cloned().fold(0.0, f64::max),
         serial_s: durations.iter().sum(),
         parallel_s: match cpu_bound {
-            true => makespan(durations.clone(), concurrency).max(
-                durations.iter().sum::<f64>() / host_cores().min(concurrency.max(1)) as f64,
-            ),
+            true => makespan(durations.clone(), concurrency)
+                .max(durations.iter().sum::<f64>() / host_cores().min(concurrency.max(1)) as f64),
             false => makespan(durations, concurrency),
         },
         cost: None,
@@ -410,7 +409,11 @@ mod tests {
         let full = RawSpec::parse(preset("reported").unwrap(), "reported").unwrap();
         let p = plan(&full, &Virtual(lab().provider()), 20_000);
         // 3 TiB: 24,576 groups.
-        assert!((p.slowest_cell_s - 34.576).abs() < 1e-9, "{}", p.slowest_cell_s);
+        assert!(
+            (p.slowest_cell_s - 34.576).abs() < 1e-9,
+            "{}",
+            p.slowest_cell_s
+        );
         let serial = 4.0 * (10.0 + 16.384) + 4.0 * 34.576;
         assert!((p.serial_s - serial).abs() < 1e-9, "{}", p.serial_s);
         let cores = host_cores().min(p.concurrency) as f64;

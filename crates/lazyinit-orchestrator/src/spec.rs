@@ -172,7 +172,9 @@ fn knobs_table<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SpecKnobs, D::E
     let table = toml::Table::deserialize(d).map_err(|_| D::Error::custom(knobs_not_a_table()))?;
     toml::Value::Table(table)
         .try_into()
-        .map_err(|e: toml::de::Error| D::Error::custom(lazyinit_core::exit::one_line_text(e.message())))
+        .map_err(|e: toml::de::Error| {
+            D::Error::custom(lazyinit_core::exit::one_line_text(e.message()))
+        })
 }
 
 /// What to write instead of a `knobs` that is not a table.
@@ -537,7 +539,12 @@ mod tests {
     #[test]
     fn knobs_that_are_not_a_table_are_refused_saying_what_to_write() {
         let base = "name='x'\narches=['x86_64']\nhz=[100]\nsizes=['8GiB']\n";
-        for knobs in ["knobs = [512]", "knobs = []", "knobs = 512", "knobs = 'inode=512'"] {
+        for knobs in [
+            "knobs = [512]",
+            "knobs = []",
+            "knobs = 512",
+            "knobs = 'inode=512'",
+        ] {
             let e = RawSpec::parse(&format!("{base}{knobs}\n"), "t.toml")
                 .unwrap_err()
                 .to_string();

@@ -59,8 +59,9 @@ impl DbArg {
 /// an output, and never a run's evidence (`lazyinit_core::output`).
 pub fn check_db_out(flag: &'static str, url: &DbUrl) -> anyhow::Result<()> {
     match url {
-        DbUrl::Sqlite(p) => lazyinit_core::output::check_not_evidence(flag, p)
-            .map_err(|e| exit::refused(e).into()),
+        DbUrl::Sqlite(p) => {
+            lazyinit_core::output::check_not_evidence(flag, p).map_err(|e| exit::refused(e).into())
+        }
         DbUrl::Postgres(_) => Ok(()),
     }
 }
@@ -407,7 +408,9 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
         let name = f.display().to_string();
         let name = name.trim_end_matches('/');
         if let Some(holder) = in_progress(f) {
-            println!("{name}: a run in progress (its .lock {holder}): skipped; import it once it ends");
+            println!(
+                "{name}: a run in progress (its .lock {holder}): skipped; import it once it ends"
+            );
             continue;
         }
         match read_folder(f) {
@@ -464,7 +467,10 @@ fn in_progress(folder: &Path) -> Option<String> {
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     let pid = lazyinit_orchestrator::token::flock_holder(&locks, m.ino())?;
     let note = lock.read_to_string().unwrap_or_default();
-    Some(lazyinit_orchestrator::token::describe_holder(Some(pid), &note))
+    Some(lazyinit_orchestrator::token::describe_holder(
+        Some(pid),
+        &note,
+    ))
 }
 
 /// Whether `e` is a run folder's refusal for having no row yet.
@@ -655,7 +661,8 @@ pub fn live_import(
             let _ = tx.send(e);
             if done {
                 let (db, folder, qemu) = (url.clone(), folder.clone(), qemu.clone());
-                let r = tokio::task::spawn_blocking(move || import_whole(&db, &folder, &qemu)).await;
+                let r =
+                    tokio::task::spawn_blocking(move || import_whole(&db, &folder, &qemu)).await;
                 let mut st = kept.lock().unwrap();
                 match r {
                     Ok(Ok(cells)) => st.imported.extend(cells),
@@ -705,7 +712,10 @@ pub fn finish_live_import(
         Ok(_) => return Ok(()),
         Err(e) => e,
     };
-    let rows = RunFolder::new(folder).results_csv().rows().unwrap_or_default();
+    let rows = RunFolder::new(folder)
+        .results_csv()
+        .rows()
+        .unwrap_or_default();
     let missing: Vec<&str> = rows
         .iter()
         .map(|r| r.cell_id.as_str())
@@ -715,7 +725,12 @@ pub fn finish_live_import(
         // Every row went in with an import before: nothing is lost.
         return Ok(());
     }
-    let mut named = missing.iter().take(4).copied().collect::<Vec<_>>().join(", ");
+    let mut named = missing
+        .iter()
+        .take(4)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
     if missing.len() > 4 {
         named.push_str(&format!(" and {} more", missing.len() - 4));
     }
@@ -811,8 +826,14 @@ mod tests {
         // A history that takes them: the final import puts them in.
         let good = DbUrl::Sqlite(d.path().join("h.sqlite"));
         History::open(&good).unwrap();
-        assert_eq!(finish_live_import(&good, &run, qemu, &LiveImports::default()), Ok(()));
-        assert_eq!(History::open(&good).unwrap().stored_rows().unwrap().len(), n);
+        assert_eq!(
+            finish_live_import(&good, &run, qemu, &LiveImports::default()),
+            Ok(())
+        );
+        assert_eq!(
+            History::open(&good).unwrap().stored_rows().unwrap().len(),
+            n
+        );
         // The exit code says so.
         assert_eq!(code_with_rows_not_imported(exit::OK), exit::INFRASTRUCTURE);
         assert_eq!(

@@ -479,7 +479,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     );
     let (rx, live) = match &history {
         Some(url) => {
-            let (rx, live) = super::history::live_import(rx, url.clone(), out.clone(), qemu.clone());
+            let (rx, live) =
+                super::history::live_import(rx, url.clone(), out.clone(), qemu.clone());
             (rx, Some(live))
         }
         None => (rx, None),
