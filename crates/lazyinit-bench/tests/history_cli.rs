@@ -1749,7 +1749,7 @@ fn history_as_reader(args: &[&str]) -> Output {
     let mut c = match root {
         true => {
             let mut c = Command::new("runuser");
-            c.args(["-u", "nobody", "--"]).arg(bin());
+            c.args(["-u", "nobody", "--"]).arg(bin_for_nobody());
             c
         }
         false => Command::new(bin()),
@@ -1760,6 +1760,36 @@ fn history_as_reader(args: &[&str]) -> Output {
         .env_remove("LAZYINIT_HISTORY")
         .output()
         .unwrap()
+}
+
+/// The binary where `nobody` can run it: cargo's target folder may sit
+/// under a folder only root may enter (a clone under /root, as CI's).
+fn bin_for_nobody() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let b = d.path().join("lazyinit-bench");
+        std::fs::copy(bin(), &b).unwrap();
+        std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (d, b)
+    })
+    .1
+    .clone()
+}
+
+/// A copy of a committed run folder where `nobody` can read it.
+fn readable_copy(run: &Path) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let to = d.path().join("night");
+    let st = Command::new("cp").arg("-r").arg(run).arg(&to).status().unwrap();
+    assert!(st.success(), "cp -r {}", run.display());
+    let st = Command::new("chmod").args(["-R", "a+rX"]).arg(&to).status().unwrap();
+    assert!(st.success());
+    (d, to)
 }
 
 /// Issue 52: a history this user cannot write is read read-only (`show`
@@ -1779,7 +1809,8 @@ fn a_read_only_history_is_read_read_only_and_a_write_refused_naming_it() {
     assert!(history(&["import", "--db", &db, &nights[0]])
         .status
         .success());
-    let night1 = repo().join(&nights[1]).display().to_string();
+    let (_keep, night1) = readable_copy(&repo().join(&nights[1]));
+    let night1 = night1.display().to_string();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
     let before = std::fs::read(&path).unwrap();
     let listing = || {
