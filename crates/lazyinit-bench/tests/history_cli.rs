@@ -1785,9 +1785,18 @@ fn readable_copy(run: &Path) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let to = d.path().join("night");
-    let st = Command::new("cp").arg("-r").arg(run).arg(&to).status().unwrap();
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(run)
+        .arg(&to)
+        .status()
+        .unwrap();
     assert!(st.success(), "cp -r {}", run.display());
-    let st = Command::new("chmod").args(["-R", "a+rX"]).arg(&to).status().unwrap();
+    let st = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(&to)
+        .status()
+        .unwrap();
     assert!(st.success());
     (d, to)
 }

@@ -123,9 +123,11 @@ fn check_postgres(url: &str) -> Result<(), String> {
                         "{shown}: parameter {key}={value}: {key} must be {want}; fix the URL"
                     ));
                 }
-                None => return Err(format!(
+                None => {
+                    return Err(format!(
                     "{shown}: unknown parameter `{key}`: the parameters are {PARAMS}; fix the URL"
-                )),
+                ))
+                }
             }
         }
     }
