@@ -79,28 +79,54 @@ rc=$?
 set -e
 echo "refused: exit $rc" >&2
 python3 - "$out" "$rc" <<'PY'
-import csv, glob, os, sys
+import csv, glob, gzip, os, re, sys
 from collections import Counter
 out, rc = sys.argv[1], sys.argv[2]
-lines = ["| run | accel | z1 ms | target ms | L | ms/group | cycles (most common, us spread of the rest) | lazyinit s |",
+lines = ["| run | accel | z1 ms | target ms | L | ms/group | cycles (most common, ms; the rest within) | lazyinit s |",
          "|---|---|---:|---:|---:|---:|---|---:|"]
+same = {}  # the same cell's runs: z1 and cycles, to compare
 for d in sorted(glob.glob(os.path.join(out, "*/results.csv"))):
     name = os.path.basename(os.path.dirname(d))
     for r in csv.DictReader(open(d)):
         g = glob.glob(os.path.join(os.path.dirname(d), r["cell_id"], "groups.csv*"))
         cyc = ""
         if g:
-            rows = list(csv.DictReader(open(g[0])))
+            opener = gzip.open if g[0].endswith(".gz") else open
+            rows = list(csv.DictReader(opener(g[0], "rt")))
             t = [float(x["t_s"]) for x in rows]
             # The first group's interval starts at the mount, not a wake.
-            c = [round((b - a) * 1000, 3) for a, b in zip(t[1:], t[2:])]
+            # Nanoseconds where the trace had them (9 decimals in t_s).
+            c = [round((b - a) * 1000, 6) for a, b in zip(t[1:], t[2:])]
             top, n = Counter(c).most_common(1)[0]
             far = max(abs(x - top) for x in c) * 1000
-            cyc = f"{top:.3f} ({n} of {len(c)}; all within {far:.0f} us)"
-        lines.append(f"| {name} | {r['accel']} | {r['z1_ms'][:6]} | {r['z1_target_ms']} | {r['sleep_ticks']} | {float(r['ms_per_group']):.4f} | {cyc} | {float(r['lazyinit_s']):.4f} |")
+            cyc = f"{top:.6f} ({n} of {len(c)}; all within {far:.3f} us)"
+            # x86-quiet-1, x86-loaded-2, ...: one cell, four runs.
+            m = re.fullmatch(r"(x86|arm)-(quiet|loaded)-\d", name)
+            key = m and m.group(1)
+            if key:
+                same.setdefault(key, []).append((name, float(r["z1_ms"]), c))
+        lines.append(f"| {name} | {r['accel']} | {float(r['z1_ms']):.6f} | {r['z1_target_ms']} | {r['sleep_ticks']} | {float(r['ms_per_group']):.6f} | {cyc} | {float(r['lazyinit_s']):.6f} |")
 ref = open(os.path.join(out, "refused.log")).read().strip().splitlines()
 lines.append("")
 lines.append(f"A target on a step (ebs:3.6ms at HZ=250): exit {rc}: `{ref[-1] if ref else ''}`")
+lines.append("")
+lines.append("The same cell run again: z1's spread over the runs, and each cycle's")
+lines.append("largest difference from the same cycle of the first run.")
+lines.append("")
+lines.append("| cell | runs | z1 spread ns | cycles within us of run 1 (all) | cycles differing by more than 5 us |")
+lines.append("|---|---:|---:|---:|---|")
+for key, runs in sorted(same.items()):
+    z = [r[1] for r in runs]
+    base = runs[0][2]
+    worst, far = 0.0, []
+    for name, _, c in runs[1:]:
+        d = [abs(a - b) * 1000 for a, b in zip(base, c)]
+        if len(c) != len(base):
+            far.append(f"{name}: {len(c)} cycles, not {len(base)}")
+            continue
+        worst = max([worst] + d)
+        far += [f"{name} #{i + 2}: {x:.3f}" for i, x in enumerate(d) if x > 5]
+    lines.append(f"| {key} | {len(runs)} | {(max(z) - min(z)) * 1e6:.0f} | {worst:.3f} | {', '.join(far) or 'none'} |")
 open(os.path.join(out, "table.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -11,8 +11,8 @@ use std::time::Duration;
 use lazyinit_core::{Arch, Hz, Variant};
 
 use crate::protocol::{
-    CALIBRATE_SH, FACTS_SH, MKFS_SH, MOUNT_SH, POLL_SH, TRACE_SETUP_SH, WAIT_GROUPS_SH,
-    WARMUP_MKFS_SH,
+    CALIBRATE_SH, FACTS_SH, MKFS_SH, MOUNT_SH, POLL_SH, READ_TRACE_SH, TRACE_SETUP_SH,
+    WAIT_GROUPS_SH, WARMUP_MKFS_SH,
 };
 use crate::{GuestError, Remote, RemoteOutput};
 
@@ -164,6 +164,7 @@ impl FakeGuest {
             ("mount", MOUNT_SH),
             ("wait", WAIT_GROUPS_SH),
             ("poll", POLL_SH),
+            ("collect", READ_TRACE_SH),
         ];
         if let Some((name, _)) = by_text.iter().find(|(_, text)| script.ends_with(text)) {
             return Some(name);
@@ -266,6 +267,11 @@ impl FakeGuest {
                 } else {
                     format!("pid=\ngroups={}\n", self.traced)
                 }
+            }
+            "collect" if script.ends_with(READ_TRACE_SH) => {
+                let text = self.trace();
+                let raw = raw_read(&text);
+                format!("{text}{}\n{raw}", crate::parse::RAW_MARK)
             }
             "collect" => self.trace(),
             "kexec-load" => {
@@ -397,4 +403,13 @@ impl Remote for SharedGuest {
     fn upload(&mut self, local: &Path, remote: &str, mode: u32) -> Result<(), GuestError> {
         self.lock().upload(local, remote, mode)
     }
+}
+
+/// A text trace's events as `scripts/read-trace.sh`'s raw read prints
+/// them: pid, CPU, nanoseconds (here the text's microseconds).
+fn raw_read(text: &str) -> String {
+    text.lines()
+        .filter_map(crate::parse::text_pid_us)
+        .map(|(pid, us)| format!("{pid} 0 {} type: 1\n", us * 1000))
+        .collect()
 }

@@ -45,6 +45,88 @@ pub enum EventKind {
     SleepTimer(i64),
 }
 
+/// The line between a trace read as text and the same trace read raw
+/// (`scripts/read-trace.sh`): the text has each event's fields and a
+/// timestamp in whole microseconds, the raw read each event's pid, CPU and
+/// timestamp in nanoseconds, in the same order.
+pub const RAW_MARK: &str = "# lazyinit-bench: the same events, raw";
+
+/// A trace's events, in order, each timed to the nanosecond where the
+/// trace carries its raw read ([`RAW_MARK`]) and the two agree (else to
+/// the microsecond, as the text prints them).
+pub fn trace_events(trace: &str) -> Vec<TraceEvent> {
+    timed_events(trace).0
+}
+
+/// [`trace_events`], and whether they carry nanoseconds.
+fn timed_events(trace: &str) -> (Vec<TraceEvent>, bool) {
+    let (text, raw) = match trace.split_once(RAW_MARK) {
+        Some((t, r)) => (t, Some(r)),
+        None => (trace, None),
+    };
+    let lines: Vec<&str> = event_lines(text).collect();
+    let ns = raw.and_then(|r| raw_timestamps(&lines, r));
+    let events = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let mut e = trace_line(l)?;
+            if let Some(ns) = &ns {
+                e.ts = ns[i] as f64 / 1e9;
+            }
+            Some(e)
+        })
+        .collect();
+    (events, ns.is_some())
+}
+
+/// The lines of a trace that are events (not its `#` header, not blank).
+fn event_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+}
+
+/// Each text event line's timestamp in nanoseconds, from the raw read
+/// (`PID CPU NS ...` a line): None unless every text line has a raw line
+/// with its pid whose nanoseconds round to its microseconds (ftrace
+/// prints `(ns + 500) / 1000`). The raw read is made after the text one,
+/// so while tracing it may hold more events: only its first lines pair.
+fn raw_timestamps(text: &[&str], raw: &str) -> Option<Vec<u64>> {
+    let raw: Vec<&str> = event_lines(raw).collect();
+    if raw.len() < text.len() {
+        return None;
+    }
+    text.iter()
+        .zip(raw)
+        .map(|(t, r)| {
+            let mut f = r.split_whitespace();
+            let pid: u64 = f.next()?.parse().ok()?;
+            let ns: u64 = f.nth(1)?.parse().ok()?;
+            let (t_pid, t_us) = text_pid_us(t)?;
+            (pid == t_pid && (ns + 500) / 1000 == t_us).then_some(ns)
+        })
+        .collect()
+}
+
+/// A text line's pid and timestamp in whole microseconds.
+pub(crate) fn text_pid_us(line: &str) -> Option<(u64, u64)> {
+    let bracket = line.find("] ")?;
+    let pid = line[..bracket]
+        .rsplit_once('[')?
+        .0
+        .trim()
+        .rsplit_once('-')?
+        .1;
+    let head = line[bracket + 2..].split_once(": ")?.0;
+    let (secs, frac) = head.split_whitespace().last()?.split_once('.')?;
+    if frac.len() != 6 {
+        return None;
+    }
+    let us = secs.parse::<u64>().ok()?.checked_mul(1_000_000)? + frac.parse::<u64>().ok()?;
+    Some((pid.parse().ok()?, us))
+}
+
 /// Parses one trace line: `TASK-PID [CPU] FLAGS TIMESTAMP: EVENT: PAYLOAD`.
 pub fn trace_line(line: &str) -> Option<TraceEvent> {
     let line = line.trim_end_matches('\r');
@@ -101,6 +183,9 @@ pub struct TraceSummary {
     /// (the first `timer_start` of a process_timeout after each group
     /// event), in trace order.
     pub sleep_timers: Vec<i64>,
+    /// Whether the timestamps are nanoseconds (the trace carried its raw
+    /// read, [`RAW_MARK`]), not the text's whole microseconds.
+    pub ns: bool,
 }
 
 impl TraceSummary {
@@ -203,12 +288,14 @@ impl TraceSummary {
     }
     /// `group,t_s,zero_ms` CSV: each group's event time and zeroing time
     /// (empty when unknown), for the report's per-group plot.
+    /// With nanosecond timestamps, to the nanosecond.
     pub fn groups_csv(&self) -> String {
+        let (t_dp, z_dp) = if self.ns { (9, 6) } else { (6, 3) };
         let mut s = String::from("group,t_s,zero_ms\n");
         for (i, (g, t)) in self.groups.iter().enumerate() {
             match self.zero_s.get(i).copied().flatten() {
-                Some(z) => s.push_str(&format!("{g},{t:.6},{:.3}\n", z * 1000.0)),
-                None => s.push_str(&format!("{g},{t:.6},\n")),
+                Some(z) => s.push_str(&format!("{g},{t:.t_dp$},{:.z_dp$}\n", z * 1000.0)),
+                None => s.push_str(&format!("{g},{t:.t_dp$},\n")),
             }
         }
         s
@@ -219,29 +306,32 @@ impl TraceSummary {
 /// was not timed): one per mount of the calibration, whose later groups
 /// (run before the umount ended) are not first zeroings.
 pub fn first_zeroings_after(trace: &str, marker: &str) -> Vec<Option<f64>> {
+    let events = trace_events(trace);
+    let mut marks = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(&e.kind, EventKind::Marker(m) if m == marker))
+        .map(|(i, _)| i)
+        .peekable();
     let mut out = Vec::new();
-    let mut segment = String::new();
-    let mut started = false;
-    for line in trace.lines() {
-        if matches!(trace_line(line), Some(TraceEvent { kind: EventKind::Marker(ref m), .. }) if m == marker)
-        {
-            if started {
-                out.push(summarize(&segment).z1_s());
-            }
-            segment.clear();
-            started = true;
-        } else if started {
-            segment.push_str(line);
-            segment.push('\n');
-        }
-    }
-    if started {
-        out.push(summarize(&segment).z1_s());
+    while let Some(i) = marks.next() {
+        let end = marks.peek().copied().unwrap_or(events.len());
+        out.push(summarize_events(&events[i + 1..end]).z1_s());
     }
     out
 }
 
+/// What a trace says about one lazy-init run, timed to the nanosecond
+/// where it carries its raw read ([`trace_events`]).
 pub fn summarize(trace: &str) -> TraceSummary {
+    let (events, ns) = timed_events(trace);
+    TraceSummary {
+        ns,
+        ..summarize_events(&events)
+    }
+}
+
+fn summarize_events(events: &[TraceEvent]) -> TraceSummary {
     let mut s = TraceSummary::default();
     let mut seen = std::collections::HashSet::new();
     // The lazy-init thread's latest journal start not yet matched to a group.
@@ -252,7 +342,7 @@ pub fn summarize(trace: &str) -> TraceSummary {
     // process_timeout for each zeroing's I/O wait (`[timeout=15000]` at
     // HZ=250), inside the zeroing.
     let mut after_group = false;
-    for e in trace.lines().filter_map(trace_line) {
+    for e in events.iter().cloned() {
         match e.kind {
             EventKind::Group(g) => {
                 seen.insert(g);
@@ -496,6 +586,56 @@ mod tests {
         // Only the lazy-init thread's journal starts count.
         assert!((s.z1_s().unwrap() - 0.0035).abs() < 1e-9);
         assert!((s.median_zero_s().unwrap() - 0.00375).abs() < 1e-9);
+    }
+
+    /// TRACE's events read raw, as `scripts/read-trace.sh` prints them
+    /// after [`RAW_MARK`]: pid, CPU, nanoseconds; the journal starts 250
+    /// and 125 ns past the microsecond the text printed, group 1's event
+    /// 400 ns before it, group 2's on it.
+    const RAW: &str = "# tracer: nop\n\
+#\n\
+101 0 10000000000 # 0 lazyinit-mount-start\n\
+101 0 10050000000 # 0 lazyinit-mount-done\n\
+120 0 12996500250 type: 1200\n\
+99 0 12998000000 type: 1200\n\
+120 0 12999999600 type: 1300\n\
+120 0 13106000125 type: 1201\n\
+120 0 13110000000 type: 1300\n\
+120 0 13220000000 type: 1300\n\
+120 0 13230000000 type: 311\n";
+
+    #[test]
+    fn the_raw_read_times_events_to_the_nanosecond() {
+        let both = format!("{TRACE}{RAW_MARK}\n{RAW}");
+        let s = summarize(&both);
+        assert!(s.ns);
+        // z1 = 12.999999600 - 12.996500250 s, not the text's 3.500 ms.
+        assert_eq!(s.z1_s().map(|z| (z * 1e9).round()), Some(3_499_350.0));
+        assert_eq!(
+            s.groups_csv(),
+            "group,t_s,zero_ms\n1,12.999999600,3.499350\n2,13.110000000,3.999875\n3,13.220000000,\n"
+        );
+        // Read while tracing, the raw read may hold later events: the
+        // first lines pair.
+        let later = format!("{both}120 0 13300000000 type: 1300\n");
+        assert!(summarize(&later).ns);
+        // A raw read that does not pair (another pid, a timestamp that
+        // does not round to the text's, fewer events): the text's
+        // microseconds, said so.
+        for bad in [
+            RAW.replace("120 0 12996500250", "121 0 12996500250"),
+            RAW.replace("12996500250", "12996501250"),
+            RAW.replace("120 0 13230000000 type: 311\n", ""),
+        ] {
+            let s = summarize(&format!("{TRACE}{RAW_MARK}\n{bad}"));
+            assert!(!s.ns, "{bad}");
+            assert!((s.z1_s().unwrap() - 0.0035).abs() < 1e-9);
+            assert!(s.groups_csv().contains("1,13.000000,3.500\n"));
+        }
+        // The calibration's first zeroings too.
+        let z = first_zeroings_after(&both, "lazyinit-mount-done");
+        assert_eq!(z.len(), 1);
+        assert_eq!(z[0].map(|z| (z * 1e9).round()), Some(3_499_350.0));
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub(crate) const WAIT_GROUPS_SH: &str = include_str!("../../scripts/wait-groups.
 /// The whole trace so far; reading it does not stop tracing (with
 /// `pause-on-trace` off, as trace-setup.sh leaves it).
 pub(crate) const READ_TRACE: &str = "cat /sys/kernel/tracing/trace";
+/// The whole trace, read as text and then raw: its events timed to the
+/// nanosecond ([`crate::parse::trace_events`]). Read once the thread is
+/// gone.
+pub(crate) const READ_TRACE_SH: &str = include_str!("../../scripts/read-trace.sh");
 
 /// What the booted guest must be.
 #[derive(Debug, Clone)]

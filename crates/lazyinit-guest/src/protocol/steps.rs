@@ -9,7 +9,7 @@ use lazyinit_core::model;
 use lazyinit_core::writer::Evidence;
 
 use super::{
-    Expectation, Groups, Measurement, ProtocolOptions, MKFS_SH, MOUNT_SH, POLL_SH, READ_TRACE,
+    Expectation, Groups, Measurement, ProtocolOptions, MKFS_SH, MOUNT_SH, POLL_SH, READ_TRACE_SH,
     TRACE_SETUP_SH, WAIT_GROUPS_SH, WARMUP_MKFS_SH,
 };
 use crate::parse::{self, key_values};
@@ -348,7 +348,7 @@ pub(super) fn collect(
     ev: &mut Evidence,
 ) -> Result<(), GuestError> {
     let trace = check(
-        remote.exec(READ_TRACE, collect_timeout(groups.total))?,
+        remote.exec(READ_TRACE_SH, collect_timeout(groups.total))?,
         "collect trace",
     )?;
     let s = parse::summarize(&trace);
