@@ -64,6 +64,41 @@ pub fn run(cmd: &mut Command) -> Result<Vec<u8>, CommandError> {
     Ok(out.stdout)
 }
 
+/// [`run`] with `input` written to its stdin (from a thread of its own,
+/// so a command that writes while it reads cannot block on a full pipe).
+pub fn run_with_input(cmd: &mut Command, input: &[u8]) -> Result<Vec<u8>, CommandError> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let spawn = |source| CommandError::Spawn {
+        program: program.clone(),
+        source,
+    };
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn)?;
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let input = input.to_vec();
+    // A command that exits before reading it all closes the pipe: its exit
+    // status says what happened, not the write's error.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().map_err(spawn)?;
+    let _ = writer.join();
+    if !out.status.success() {
+        return Err(CommandError::Failed {
+            program,
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out.stdout)
+}
+
 /// [`run`], its stdout as text.
 pub fn run_text(cmd: &mut Command) -> Result<String, CommandError> {
     run(cmd).map(|o| String::from_utf8_lossy(&o).into_owned())
@@ -87,6 +122,22 @@ mod tests {
         );
         assert!(!e.not_found());
         let e = run(&mut Command::new("/nonexistent/tool")).unwrap_err();
+        assert!(e.not_found(), "{e}");
+    }
+
+    #[test]
+    fn input_reaches_stdin_and_a_failure_keeps_stderr() {
+        // More than a pipe holds, echoed back while it is written.
+        let input = vec![b'x'; 1 << 20];
+        let out = run_with_input(&mut Command::new("cat"), &input).unwrap();
+        assert_eq!(out.len(), input.len());
+        let e = run_with_input(
+            Command::new("sh").args(["-c", "echo no >&2; exit 4"]),
+            &input,
+        )
+        .unwrap_err();
+        assert_eq!(e.detail(), "no");
+        let e = run_with_input(&mut Command::new("/nonexistent/tool"), b"").unwrap_err();
         assert!(e.not_found(), "{e}");
     }
 

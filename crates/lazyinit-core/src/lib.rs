@@ -14,6 +14,7 @@ pub mod command;
 pub mod events;
 pub mod evidence;
 pub mod exit;
+pub mod git;
 pub mod identity;
 pub mod input;
 pub mod layout;
@@ -27,7 +28,7 @@ pub mod shell;
 pub mod size;
 pub mod stats;
 pub mod storage;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 /// serde, for the exported text macros (`open_name!`, `text_value!`).
@@ -59,6 +60,7 @@ pub mod ticks;
 pub mod writer;
 
 pub use cell::{Arch, Cell, Hz, KernelSource, Variant};
+pub use git::GitIdentity;
 pub use identity::{
     Accel, Axes, CellAxes, KernelId, MachineName, ProviderName, RowAxes, RowKernel, SourceId,
     StorageId, Testbed,

@@ -1,5 +1,6 @@
 //! Helpers of the tests of every crate (the `testing` feature, enabled in
-//! their dev-dependencies only): one copy of each instead of one a file.
+//! their dev-dependencies only, and core's own unit tests, without the
+//! PostgreSQL ones): one copy of each instead of one a file.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -59,6 +60,7 @@ pub fn output_text(o: &Output) -> String {
 pub const PG_ENV: &str = "LAZYINIT_TEST_POSTGRES";
 
 /// The server's URL: the test fails, never skips, without one.
+#[cfg(feature = "testing")]
 pub fn postgres_base() -> String {
     std::env::var(PG_ENV).unwrap_or_else(|_| {
         panic!("{PG_ENV} is not set: run scripts/history-postgres.sh (scripts/test.sh does) and export its URL")
@@ -67,6 +69,7 @@ pub fn postgres_base() -> String {
 
 /// A new, empty database on the test server, named from `tag`, the
 /// process and the time (tests of one binary run in parallel): its URL.
+#[cfg(feature = "testing")]
 pub fn fresh_postgres(tag: &str) -> String {
     let base = postgres_base();
     let name = format!(
