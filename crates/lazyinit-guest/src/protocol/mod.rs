@@ -35,7 +35,7 @@ use crate::{GuestError, Remote};
 #[cfg(any(test, feature = "fake"))]
 pub(crate) use calibrate::CALIBRATION_MARKER;
 pub use calibrate::{CALIBRATION_MOUNTS, COLD_MOUNTS};
-pub use retry::{sleep_ticks, z1_window, MAX_ATTEMPTS};
+pub use retry::{kept_window, sleep_ticks, z1_window, GUARD_BAND, MAX_ATTEMPTS};
 pub(crate) use steps::check;
 pub use steps::{script_with_args, trace_buffer_kb};
 pub use verify::verify_facts;
@@ -191,7 +191,9 @@ pub fn run(
     // The profile's window (the calibration aims at its target), and
     // whether the kept first zeroing (the row's z1) is in it: said in the
     // row, never silent.
-    let window = opts.z1_target.map(|t| z1_window(exp.hz, opts.wait_mult, t));
+    let window = opts
+        .z1_target
+        .map(|t| retry::kept_window(exp.hz, opts.wait_mult, t, opts.guest_paced));
     let mut calibrated_part = None;
     if let Some(dev) = &opts.warmup_device {
         opts.events
