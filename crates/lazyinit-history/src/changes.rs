@@ -197,8 +197,8 @@ impl CommitRange {
     /// there as ends that do not differ.
     pub fn of(series: &Series, metric: Metric, before: &RunRef, after: &RunRef) -> Option<Self> {
         let commit = |r: &RunRef| -> Option<String> {
-            lazyinit_kernel::gittree::identity_commit(r.kernel_identity.as_deref()?)
-                .map(String::from)
+            let git: lazyinit_core::GitIdentity = r.kernel_identity.as_deref()?.parse().ok()?;
+            Some(git.commit().to_string())
         };
         let (good, bad) = (commit(before)?, commit(after)?);
         if good == bad {

@@ -647,7 +647,7 @@ async fn prepare_tree(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<PathBuf
         .await?;
     }
     if let source::SourceKind::GitTree(root) = &plan.resolved.kind {
-        write_git_dirty(&tmp, &crate::gittree::dirty_names(root)?)?;
+        write_git_dirty(&tmp, &lazyinit_core::git::tree::dirty_names(root)?)?;
     }
     if let source::SourceKind::Tarball(_) = &plan.resolved.kind {
         // Before anything is built in it: what a git tree seeded from this
@@ -899,11 +899,12 @@ async fn seed_git_tree(
     root: &Path,
 ) -> Result<bool, KernelError> {
     let identity = plan.resolved.facts.identity.clone();
-    let Some(commit) = crate::gittree::identity_commit(&identity).map(str::to_string) else {
+    let Ok(git) = identity.parse::<lazyinit_core::GitIdentity>() else {
         return Ok(false);
     };
+    let commit = git.commit().to_string();
     // The commit's own identity, before the work tree's changes.
-    let clean = format!("git:{commit}");
+    let clean = git.base().to_string();
     let Some(from) = crate::seed::find(slot, ctx.spec.id.arch, ctx.spec.id.hz, root) else {
         return Ok(false);
     };
@@ -980,16 +981,17 @@ async fn sync_git_tree(
     let Some(old) = std::fs::read_to_string(&marker).ok() else {
         return Ok(false);
     };
-    let Some(from) = crate::gittree::identity_commit(old.trim()).map(str::to_string) else {
+    let Ok(from) = old.trim().parse::<lazyinit_core::GitIdentity>() else {
         return Ok(false);
     };
+    let from = from.commit();
     let old_dirty: Vec<String> = std::fs::read_to_string(tree.join(GIT_DIRTY_MARKER))
         .unwrap_or_default()
         .split('\0')
         .filter(|s| !s.is_empty())
         .map(String::from)
         .collect();
-    let Some(mut names) = crate::gittree::changed_since(root, &from, &old_dirty)? else {
+    let Some(mut names) = lazyinit_core::git::tree::changed_since(root, from, &old_dirty)? else {
         return Ok(false);
     };
     let patch_marker = tree.join(PATCH_MARKER);
@@ -1048,7 +1050,7 @@ async fn sync_git_tree(
         .await;
     let _ = std::fs::remove_file(&list);
     r?;
-    write_git_dirty(tree, &crate::gittree::dirty_names(root)?)?;
+    write_git_dirty(tree, &lazyinit_core::git::tree::dirty_names(root)?)?;
     std::fs::write(&marker, format!("{identity}\n")).map_err(|e| KernelError::io(&marker, e))?;
     Ok(true)
 }

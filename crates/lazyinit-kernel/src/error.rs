@@ -88,6 +88,34 @@ impl KernelError {
     }
 }
 
+/// Runs a command of the kernel crate with core's runner: its stdout, or
+/// a step error that keeps what it said.
+pub(crate) fn run(cmd: &mut std::process::Command, what: &str) -> Result<Vec<u8>, KernelError> {
+    use lazyinit_core::command::{self, CommandError};
+    command::run(cmd).map_err(|e| match e {
+        CommandError::Spawn { source, .. } => KernelError::Step(format!("{what}: {source}")),
+        e @ CommandError::Failed { .. } => {
+            KernelError::Step(format!("{what} failed: {}", e.detail()))
+        }
+    })
+}
+
+/// A git tree that is not one (or has no commit) is bad input; a file of
+/// it that cannot be read, an I/O error; a git command that failed, a
+/// step that failed, in git's words.
+impl From<lazyinit_core::git::GitError> for KernelError {
+    fn from(e: lazyinit_core::git::GitError) -> Self {
+        use lazyinit_core::git::GitError;
+        match e {
+            GitError::BadInput(m) => KernelError::BadInput(m),
+            GitError::Io { path, source } => KernelError::Io { path, source },
+            e @ (GitError::Spawn { .. } | GitError::Failed { .. }) => {
+                KernelError::Step(e.to_string())
+            }
+        }
+    }
+}
+
 /// Bad input 2 (the request), missing tool 4, else infrastructure 3.
 impl exit::ExitCode for KernelError {
     fn exit_code(&self) -> u8 {

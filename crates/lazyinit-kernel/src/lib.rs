@@ -31,7 +31,6 @@ pub mod emulator;
 pub mod error;
 pub mod fetch;
 pub mod fragments;
-pub mod gittree;
 pub mod seed;
 pub mod source;
 pub mod tools;

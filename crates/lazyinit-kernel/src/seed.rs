@@ -19,12 +19,11 @@
 //! user's repository is only read: the index lives in the slot.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use lazyinit_core::git::nul_list;
 use lazyinit_core::{Arch, Hz};
 
 use crate::error::KernelError;
-use crate::gittree::{nul_list, output};
 
 /// In a tarball's unpacked tree: the names of its own files (NUL-separated),
 /// recorded before anything is built in it.
@@ -107,21 +106,6 @@ pub fn find(slot: &Path, arch: Arch, hz: Hz, root: &Path) -> Option<PathBuf> {
     found.into_iter().next()
 }
 
-/// A git command over the copy `work_tree` with the repository whose git
-/// directory is `git_dir` and a private index: reads the repository,
-/// writes only the index and the copy.
-fn git_over(git_dir: &str, work_tree: &Path, index: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.arg("--git-dir")
-        .arg(git_dir)
-        .arg("--work-tree")
-        .arg(work_tree)
-        .env("GIT_INDEX_FILE", index)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .current_dir(work_tree);
-    c
-}
-
 /// The names the tarball had that the commit's index does not: to remove.
 pub fn only_in_seed(seed_files: &[String], commit_files: &[String]) -> Vec<String> {
     let keep: std::collections::HashSet<&str> = commit_files.iter().map(|s| s.as_str()).collect();
@@ -132,73 +116,26 @@ pub fn only_in_seed(seed_files: &[String], commit_files: &[String]) -> Vec<Strin
         .collect()
 }
 
-/// Brings the copy `tree` to `commit`'s content through a private index:
-/// writes what differs or is missing, removes the seed's own files the
-/// commit lacks. Returns (written, removed).
+/// Brings the copy `tree` to `commit`'s content through a private index
+/// (`lazyinit_core::git::clone::to_commit`: writes what differs or is
+/// missing), then removes the seed's own files the commit lacks. Returns
+/// (written, removed).
 pub fn to_commit(
     root: &Path,
     tree: &Path,
     index: &Path,
     commit: &str,
 ) -> Result<(usize, usize), KernelError> {
-    use std::io::Write;
-    let git_dir = String::from_utf8_lossy(&output(
-        Command::new("git")
-            .arg("-C")
-            .arg(root)
-            .args(["rev-parse", "--absolute-git-dir"]),
-        "git rev-parse --absolute-git-dir (seed)",
-    )?)
-    .trim()
-    .to_string();
-    let git = |args: &[&str]| {
-        let mut c = git_over(&git_dir, tree, index);
-        c.args(args);
-        c
-    };
-    let _ = std::fs::remove_file(index);
-    output(&mut git(&["read-tree", commit]), "git read-tree (seed)")?;
-    // Exits 1 when files need updating, which is what diff-files then lists.
-    let _ = git(&["update-index", "-q", "--refresh"]).output();
-    let differ = output(
-        &mut git(&["diff-files", "--name-only", "-z", "--no-renames"]),
-        "git diff-files (seed)",
-    )?;
-    let written = nul_list(&differ).len();
-    if written > 0 {
-        let mut c = git(&["checkout-index", "-f", "-z", "--stdin"]);
-        let mut child = c
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| KernelError::Step(format!("git checkout-index (seed): {e}")))?;
-        let mut stdin = child.stdin.take().expect("piped");
-        stdin
-            .write_all(&differ)
-            .map_err(|e| KernelError::Step(format!("git checkout-index (seed): {e}")))?;
-        drop(stdin);
-        let out = child
-            .wait_with_output()
-            .map_err(|e| KernelError::Step(format!("git checkout-index (seed): {e}")))?;
-        if !out.status.success() {
-            return Err(KernelError::Step(format!(
-                "git checkout-index (seed) failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-    }
-    let listed = output(&mut git(&["ls-files", "-z"]), "git ls-files (seed)")?;
+    let (written, commit_files) = lazyinit_core::git::clone::to_commit(root, tree, index, commit)?;
     let seed_files =
         std::fs::read(tree.join(FILES_MARKER)).map_err(|e| KernelError::io(tree, e))?;
-    let gone = only_in_seed(&nul_list(&seed_files), &nul_list(&listed));
+    let gone = only_in_seed(&nul_list(&seed_files), &commit_files);
     for n in &gone {
         let p = tree.join(n);
         if std::fs::symlink_metadata(&p).is_ok() {
             std::fs::remove_file(&p).map_err(|e| KernelError::io(&p, e))?;
         }
     }
-    let _ = std::fs::remove_file(index);
     Ok((written, gone.len()))
 }
 
@@ -284,20 +221,13 @@ mod tests {
              && printf 'added\\n' > fs/added.c && printf 'VERSION = 6\\n' > Makefile \
              && git init -q && git add -A && git commit -q -m c",
         );
-        let commit = String::from_utf8(
-            Command::new("git")
-                .args(["-C", repo.to_str().unwrap(), "rev-parse", "HEAD"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
+        let commit = lazyinit_core::git::resolve(&repo, "HEAD").unwrap();
         let before = std::fs::metadata(tree.join("fs/same.c"))
             .unwrap()
             .modified()
             .unwrap();
         let (written, removed) =
-            to_commit(&repo, &tree, &t.path().join("seed.index"), commit.trim()).unwrap();
+            to_commit(&repo, &tree, &t.path().join("seed.index"), &commit).unwrap();
         assert_eq!((written, removed), (2, 1));
         let read = |n: &str| std::fs::read_to_string(tree.join(n)).ok();
         assert_eq!(read("fs/changed.c").as_deref(), Some("new\n"));

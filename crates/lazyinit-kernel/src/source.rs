@@ -26,7 +26,7 @@ pub enum SourceKind {
     /// An unpacked kernel tree (copied into the build slot, never modified).
     Tree(PathBuf),
     /// A git work tree: identified by commit plus differences, and copied
-    /// as git lists its files (see [`crate::gittree`]).
+    /// as git lists its files (see [`lazyinit_core::git::tree`]).
     GitTree(PathBuf),
 }
 
@@ -80,7 +80,7 @@ pub fn locate(source: &KernelSource, cache_dir: &Path) -> Result<SourceKind, Ker
                         p.display()
                     )));
                 }
-                if crate::gittree::is_work_tree(p) {
+                if lazyinit_core::git::tree::is_work_tree(p) {
                     Ok(SourceKind::GitTree(p.clone()))
                 } else {
                     Ok(SourceKind::Tree(p.clone()))
@@ -156,7 +156,7 @@ fn write_memo(cache_dir: &Path, key: String, facts: &SourceFacts) -> Result<(), 
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>, KernelError> {
-    crate::gittree::output(cmd, what)
+    crate::error::run(cmd, what)
 }
 
 /// Read a tarball's identity, version and released variant (slow: hashes
@@ -305,7 +305,7 @@ pub fn resolve(source: &KernelSource, cache_dir: &Path) -> Result<ResolvedSource
             tree_text_facts(p, id, p)?
         }
         SourceKind::GitTree(p) => {
-            let id = crate::gittree::state(p)?.identity();
+            let id = lazyinit_core::git::tree::state(p)?.to_string();
             tree_text_facts(p, id, p)?
         }
     };
@@ -352,7 +352,7 @@ pub fn unpack(kind: &SourceKind, dest: &Path) -> Result<(), KernelError> {
         )
         .map(|_| ()),
         SourceKind::GitTree(src) => {
-            let list = crate::gittree::file_list(src)?;
+            let list = lazyinit_core::git::tree::file_list(src)?;
             let list_file = dest.with_extension("files");
             std::fs::write(&list_file, list).map_err(|e| KernelError::io(&list_file, e))?;
             let r = run(
