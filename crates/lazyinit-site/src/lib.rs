@@ -3,11 +3,12 @@
 //! one stylesheet, no script and nothing fetched from the network, so it
 //! opens from `file://` or any static host.
 //!
-//! [`SiteData`] is the input (plain serde structs: the history database
-//! or a JSON file); [`render`] turns it into pages (pure); [`publish`]
-//! writes them into a folder atomically.
+//! [`SiteData`] is the input (plain serde structs: the history database,
+//! read by [`history::from_history`], or a JSON file); [`render`] turns it
+//! into pages (pure); [`publish`] writes them into a folder atomically.
 
 pub mod data;
+pub mod history;
 mod html;
 mod index;
 mod publish;
