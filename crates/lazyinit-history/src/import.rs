@@ -3,7 +3,7 @@
 //! its files hold.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use lazyinit_core::cell::Cell;
 use lazyinit_core::identity::CellKey;
@@ -197,4 +197,132 @@ pub fn check_rows(rows: &[ResultRow], planned: &[Cell], run_id: &str) -> Result<
         }
     }
     Ok(())
+}
+
+/// What `import` makes of one folder it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Given {
+    /// A run folder (spec.toml there).
+    Run(PathBuf),
+    /// Not a run folder: why, and the run folders under it.
+    Holder { why: String, runs: Vec<PathBuf> },
+}
+
+/// A folder given to `import`: a run folder (its spec.toml there), or a
+/// folder holding runs, with why it is not one and every run folder
+/// (results.csv beside spec.toml) under it, sorted.
+pub fn classify(folder: &Path) -> Given {
+    if RunFolder::new(folder).spec_toml().is_file() {
+        return Given::Run(folder.to_path_buf());
+    }
+    let mut runs = Vec::new();
+    runs_under(folder, &mut runs);
+    Given::Holder {
+        why: not_a_run(folder),
+        runs,
+    }
+}
+
+/// Every run folder (results.csv beside spec.toml) under `dir`, sorted.
+fn runs_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for p in dirs {
+        let run = RunFolder::new(&p);
+        if run.spec_toml().is_file() && run.results_csv().is_file() {
+            out.push(p.clone());
+        }
+        runs_under(&p, out);
+    }
+}
+
+/// Why `folder` is not a run folder, in the words of what it holds.
+fn not_a_run(folder: &Path) -> String {
+    let run = RunFolder::new(folder);
+    if run.file(RunFolder::BISECT_ARGS).is_file() {
+        "a bisect's folder (its results.csv gathers the runs under runs/), no spec.toml".into()
+    } else if run.results_csv().is_file() {
+        "results.csv without a spec.toml".into()
+    } else {
+        "no spec.toml or results.csv".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(dir: &Path, names: &[&str]) {
+        std::fs::create_dir_all(dir).unwrap();
+        for n in names {
+            std::fs::write(dir.join(n), "").unwrap();
+        }
+    }
+
+    #[test]
+    fn a_folder_given_is_a_run_or_holds_the_runs_under_it_sorted() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        touch(&root.join("run"), &["spec.toml"]);
+        assert_eq!(classify(&root.join("run")), Given::Run(root.join("run")));
+        // Runs at any depth, sorted; a folder with only one of the two
+        // files is not one, and a run's own folders are looked in too.
+        touch(&root.join("nights/b"), &["spec.toml", "results.csv"]);
+        touch(&root.join("nights/a"), &["spec.toml", "results.csv"]);
+        touch(&root.join("nights/a/inner"), &["spec.toml", "results.csv"]);
+        touch(&root.join("nights/c"), &["results.csv"]);
+        touch(
+            &root.join("nights/d/deep/er"),
+            &["spec.toml", "results.csv"],
+        );
+        assert_eq!(
+            classify(&root.join("nights")),
+            Given::Holder {
+                why: "no spec.toml or results.csv".into(),
+                runs: vec![
+                    root.join("nights/a"),
+                    root.join("nights/a/inner"),
+                    root.join("nights/b"),
+                    root.join("nights/d/deep/er"),
+                ],
+            }
+        );
+    }
+
+    #[test]
+    fn a_folder_that_is_no_run_says_what_it_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let bisect = d.path().join("bisect");
+        touch(&bisect, &["bisect.args", "results.csv"]);
+        touch(&bisect.join("runs/s1"), &["spec.toml", "results.csv"]);
+        assert_eq!(
+            classify(&bisect),
+            Given::Holder {
+                why:
+                    "a bisect's folder (its results.csv gathers the runs under runs/), no spec.toml"
+                        .into(),
+                runs: vec![bisect.join("runs/s1")],
+            }
+        );
+        let csv = d.path().join("csv");
+        touch(&csv, &["results.csv"]);
+        let Given::Holder { why, runs } = classify(&csv) else {
+            panic!("not a run")
+        };
+        assert_eq!(
+            (why.as_str(), runs.len()),
+            ("results.csv without a spec.toml", 0)
+        );
+        // A folder that is not there holds no run.
+        let Given::Holder { runs, .. } = classify(&d.path().join("missing")) else {
+            panic!("not a run")
+        };
+        assert!(runs.is_empty());
+    }
 }

@@ -13,6 +13,7 @@ pub mod fake;
 pub mod gate;
 pub mod merge;
 pub mod plan;
+pub mod ran;
 pub mod record;
 pub mod runner;
 pub mod shard;

@@ -10,6 +10,7 @@ use lazyinit_core::output::Reads;
 use lazyinit_core::RunFolder;
 use lazyinit_history::changes::AlertState;
 use lazyinit_history::check;
+use lazyinit_history::import::{self, Given};
 use lazyinit_history::provenance::HostFacts;
 use lazyinit_history::render::{self, Format};
 use lazyinit_history::{Access, ChangeOptions, DbUrl, History, RunImport, SeriesFilter};
@@ -258,97 +259,11 @@ pub fn read_folder(folder: &Path) -> anyhow::Result<RunImport> {
 
 /// A run folder read and checked, with the cell ids its spec plans.
 pub fn read_run(folder: &Path) -> anyhow::Result<(RunImport, Vec<String>)> {
-    let name = folder.display().to_string();
-    let text = RunFolder::new(folder)
-        .spec_toml()
-        .read_text_bounded(lazyinit_core::input::MAX_SPEC_BYTES, "spec")
-        .map_err(|e| {
-            bad_input(format!(
-            "{name}: cannot read spec.toml ({e}): give a run folder (results.csv beside spec.toml)"
-        ))
-        })?;
-    // Parsed, not validated: the spec as it ran, whose kernel-config file
-    // (say) may be on another host.
-    let spec: providers::Spec = toml::from_str(&text).map_err(|e| {
-        bad_input(format!(
-            "{name}: spec.toml: {}",
-            exit::one_line_text(e.message())
-        ))
-    })?;
-    let cells = lazyinit_orchestrator::plan::cells(&spec);
-    // The hash covers a kernel config's content: without the file here,
-    // only the spec's name can be checked.
-    let run_id = match &spec.kernel_config {
-        Some(c) if !c.is_file() => {
-            let rows = RunFolder::new(folder)
-                .results_csv()
-                .untorn_rows()
-                .map_err(lazyinit_core::exit::refused)?;
-            let id = rows.first().map(|r| r.run_id.clone()).unwrap_or_default();
-            if !id.starts_with(&format!("{}-", spec.name)) {
-                return Err(bad_input(format!(
-                    "{name}: results.csv line 2: run_id `{id}` is not of spec `{}`",
-                    spec.name
-                ))
-                .into());
-            }
-            id
-        }
-        _ => spec.run_id(),
-    };
-    let planned = cells.iter().map(|c| c.id()).collect();
-    Ok((RunImport::read(folder, &cells, &run_id)?, planned))
-}
-
-/// What `import` makes of one folder it was given.
-enum Given {
-    /// A run folder (spec.toml there).
-    Run(PathBuf),
-    /// Not a run folder: why, and the run folders under it.
-    Holder { why: String, runs: Vec<PathBuf> },
-}
-
-/// Every run folder (results.csv beside spec.toml) under `dir`, sorted.
-fn runs_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    for p in dirs {
-        let run = RunFolder::new(&p);
-        if run.spec_toml().is_file() && run.results_csv().is_file() {
-            out.push(p.clone());
-        }
-        runs_under(&p, out);
-    }
-}
-
-/// Why `folder` is not a run folder, in the words of what it holds.
-fn not_a_run(folder: &Path) -> String {
-    let run = RunFolder::new(folder);
-    if run.file(RunFolder::BISECT_ARGS).is_file() {
-        "a bisect's folder (its results.csv gathers the runs under runs/), no spec.toml".into()
-    } else if run.results_csv().is_file() {
-        "results.csv without a spec.toml".into()
-    } else {
-        "no spec.toml or results.csv".into()
-    }
-}
-
-fn classify(folder: &Path) -> Given {
-    if RunFolder::new(folder).spec_toml().is_file() {
-        return Given::Run(folder.to_path_buf());
-    }
-    let mut runs = Vec::new();
-    runs_under(folder, &mut runs);
-    Given::Holder {
-        why: not_a_run(folder),
-        runs,
-    }
+    let ran = lazyinit_orchestrator::ran::read::<providers::Configs>(folder)?;
+    Ok((
+        RunImport::read(folder, &ran.cells, &ran.run_id)?,
+        ran.cell_ids(),
+    ))
 }
 
 pub async fn run(c: HistoryCmd) -> anyhow::Result<u8> {
@@ -376,7 +291,7 @@ fn import(a: ImportArgs) -> anyhow::Result<u8> {
     // said so, and the runs under it imported.
     let mut folders = Vec::new();
     for f in &a.folders {
-        match classify(f) {
+        match import::classify(f) {
             Given::Run(p) => folders.push(p),
             Given::Holder { why, runs } => {
                 let name = f.display().to_string();
