@@ -248,6 +248,18 @@ impl RunFolder {
         Self::BISECT_ARGS,
     ];
 
+    /// Whether `dir` is a run's results folder (a run's, a shard's or a
+    /// merge's: `run --out` resumes it): it holds one of
+    /// [`RunFolder::MARKS`] but a bisection's `bisect.args` (a link among
+    /// them counts where it leads: a dangling one is not there).
+    pub fn is_run_folder(dir: &Path) -> bool {
+        let f = Self::new(dir);
+        Self::MARKS
+            .iter()
+            .filter(|m| **m != Self::BISECT_ARGS)
+            .any(|m| f.path_of(*m).exists())
+    }
+
     /// A results folder's folders that hold evidence only (a merge's
     /// shards' files, a bisection's sample runs and skip notes).
     pub const EVIDENCE_DIRS: &'static [FileName] =
@@ -633,6 +645,26 @@ mod tests {
         assert!(p.as_os_str().len() <= 107);
         let ok = deep.socket_under(Path::new("/tmp/x"), CellFolder::VOLUME_NBD_SOCK);
         assert!(ok.starts_with("/tmp/x/"), "{}", ok.display());
+    }
+
+    #[test]
+    fn a_run_folder_is_one_of_the_marks_but_a_bisections() {
+        let d = tempfile::tempdir().unwrap();
+        for m in RunFolder::MARKS {
+            let dir = d.path().join(m.as_str());
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join(m.as_str()), "").unwrap();
+            let run = *m != RunFolder::BISECT_ARGS;
+            assert_eq!(RunFolder::is_run_folder(&dir), run, "{m}");
+            assert!(RunFolder::is_results_folder(&dir), "{m}");
+        }
+        // A report, a cell folder or a dangling link makes no run.
+        let dir = d.path().join("other");
+        std::fs::create_dir_all(dir.join("qemu-x86_64-debian-6.1-hz100-fix-8GiB-r1")).unwrap();
+        std::fs::write(dir.join("report.md"), "").unwrap();
+        std::os::unix::fs::symlink("/nonexistent", dir.join("results.csv")).unwrap();
+        assert!(!RunFolder::is_run_folder(&dir));
+        assert!(!RunFolder::is_run_folder(&d.path().join("missing")));
     }
 
     #[test]

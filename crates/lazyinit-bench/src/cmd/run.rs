@@ -317,24 +317,12 @@ fn check_out(out: &Path, args: &SpecArgs, spec: &Spec) -> anyhow::Result<()> {
     if let Some(c) = &spec.kernel_config {
         reads = reads.file(c);
     }
-    let run_files = [
-        RunFolder::RESULTS_CSV,
-        RunFolder::SPEC_TOML,
-        RunFolder::COMMAND_TXT,
-        RunFolder::LOCK,
-        RunFolder::SHARD_TOML,
-        RunFolder::MERGE_TOML,
-    ];
     lazyinit_core::output::guard_folder(
         "out",
         out,
         &reads,
         "a results folder (no results.csv, spec.toml or command.txt)",
-        |d| {
-            run_files
-                .iter()
-                .any(|f| RunFolder::new(d).file(*f).exists())
-        },
+        RunFolder::is_run_folder,
     )
     .map_err(|e| -> anyhow::Error { lazyinit_core::exit::refused(e).into() })?;
     check_results_header(out)
