@@ -125,6 +125,24 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), WriteError> {
     Ok(())
 }
 
+/// An exclusive lock on the file `path` (made, with its folder, if
+/// missing; never truncated), waited for and held for the life of the
+/// value: one process at a time past it, whoever else waits (a
+/// bisection's private clone of a repository). Unlike a folder's `.lock`
+/// ([`RunWriter::claim`]) it says nothing of its holder.
+pub fn lock_waiting(path: &Path) -> std::io::Result<nix::fcntl::Flock<File>> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| std::io::Error::other(format!("cannot lock {}: {e}", path.display())))
+}
+
 /// The held `.lock` of a folder (released when the last writer of it is
 /// dropped, or the process ends whatever way it ends).
 struct Held(#[allow(dead_code)] nix::fcntl::Flock<File>);
@@ -442,6 +460,38 @@ static_assertions::assert_not_impl_any!(CellWriter: Default, AsRef<Path>);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waited_lock_is_made_with_its_folder_and_held_until_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("cache/bisect/abc/clone.lock");
+        // flock(1) -n: exit 0 when it could take the lock, 1 when held.
+        let free = || {
+            std::process::Command::new("flock")
+                .arg("-n")
+                .arg(&path)
+                .arg("true")
+                .status()
+                .expect("flock (util-linux) runs")
+                .success()
+        };
+        let held = lock_waiting(&path).unwrap();
+        assert!(!free(), "held");
+        drop(held);
+        assert!(free(), "released");
+        // Taken again, its content kept (never truncated).
+        std::fs::write(&path, "kept").unwrap();
+        let again = lock_waiting(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "kept");
+        drop(again);
+        // A folder where the file should be: the open's error, as it was.
+        let dir = d.path().join("a-folder");
+        std::fs::create_dir(&dir).unwrap();
+        assert_eq!(
+            lock_waiting(&dir).unwrap_err().kind(),
+            std::io::ErrorKind::IsADirectory
+        );
+    }
 
     /// A `.lock` that is a link, a folder or a FIFO is refused with what
     /// to do, and a link's target is left as it was (issue 52).
