@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use lazyinit_core::exit::bad_input;
+use lazyinit_core::git::Range;
 
-use crate::git::Range;
 use crate::log::Step;
 use crate::outcome::Named;
 use crate::test::Level;
 use crate::test::{Exact, Judge};
-use crate::{next, Decision, Ends, Next, Outcome, Sample, Sprt, Verdict};
+use crate::{next, Decision, Ends, Graph, Next, Outcome, Sample, Sprt, Verdict};
 
 /// A commit made ready to measure, or why it cannot be.
 #[derive(Debug, Clone, PartialEq)]
@@ -323,8 +323,9 @@ pub async fn bisect<L: Lab>(
     let n = commits.len();
     let (sprt, mut steps) = ends(lab, s, &commits[0], &commits[n - 1]).await?;
     let mut verdicts = BTreeMap::from([(0, Verdict::Good), (n - 1, Verdict::Bad)]);
+    let graph = Graph::new(range.within());
     let found = loop {
-        match next(&range.graph, &verdicts) {
+        match next(&graph, &verdicts) {
             Next::Test(i) => {
                 let j = judge(lab, s.metric, &commits[i], "step", None, Some(&sprt)).await?;
                 verdicts.insert(i, j.verdict());
@@ -392,7 +393,6 @@ pub async fn bisect<L: Lab>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::Graph;
 
     /// A lab of a line of commits `c0..cN`: commit i measures `values[i]`
     /// (None: does not build), L 10 for every sample.
@@ -474,16 +474,7 @@ mod tests {
                 }
             })
             .collect();
-        let graph = Graph::new(
-            (0..n)
-                .map(|i| if i == 0 { vec![] } else { vec![i - 1] })
-                .collect(),
-        );
-        Range {
-            commits,
-            parents,
-            graph,
-        }
+        Range { commits, parents }
     }
 
     fn settings() -> Settings {

@@ -12,13 +12,13 @@
 //! - [`drive`]: the bisection from its ends to its answer, over a
 //!   [`drive::Lab`] that checks out, builds and measures a commit (the
 //!   CLI's lab builds kernels and boots guests; a test's reads a table).
-//! - [`git`]: the range and graph of a repository, read only, and the
-//!   private clone the steps are checked out in.
+//!
+//! The range, the commits' subjects and the private clone the steps are
+//! checked out in are git's: `lazyinit_core::git`.
 //!
 //! Nothing here builds or boots: the lab does. See `docs/bisect.md`.
 
 pub mod drive;
-pub mod git;
 pub mod log;
 pub mod outcome;
 pub mod search;

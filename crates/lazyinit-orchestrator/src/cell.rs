@@ -311,7 +311,7 @@ pub(crate) fn unlaunched(
 fn kernel_tree(source: &lazyinit_core::KernelSource) -> String {
     match source {
         lazyinit_core::KernelSource::Path(p) if p.join(".git").exists() => {
-            lazyinit_bisect::git::tree_identity(p)
+            lazyinit_core::git::tree_identity(p)
                 .map(|id| lazyinit_core::paths::tree_name(&id))
                 .unwrap_or_default()
         }

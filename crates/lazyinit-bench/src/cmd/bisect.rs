@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use lazyinit_bisect::drive::{self, Settings};
 use lazyinit_bisect::log::{bisect_log, table, Step};
-use lazyinit_bisect::{git, Verdict};
+use lazyinit_bisect::Verdict;
 use lazyinit_core::exit::{self, bad_input};
+use lazyinit_core::git;
 use lazyinit_core::{RunFolder, RunWriter, StorageProfile};
 
 use session::{CellArg, Metric, Session};

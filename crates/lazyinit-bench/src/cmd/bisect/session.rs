@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lazyinit_bisect::git::Worktree;
 use lazyinit_bisect::log::Step;
 use lazyinit_bisect::{Lab, Prepared, Sample};
+use lazyinit_core::git::Worktree;
 use lazyinit_core::results::{ResultRow, Status};
 use lazyinit_core::{
     Arch, ByteSize, Hz, KernelSource, RunFile, RunFolder, RunWriter, SourceId, StorageProfile,
@@ -96,7 +96,7 @@ impl Session {
         self.worktree.checkout(commit)?;
         // From the private clone: it holds the user's commits (borrowed) and
         // the reverts made there, which the user's repository never sees.
-        let text = lazyinit_bisect::git::show(&self.worktree.dir, commit, "fs/ext4/super.c");
+        let text = lazyinit_core::git::show(&self.worktree.dir, commit, "fs/ext4/super.c");
         let detected = text.as_deref().map_or(
             lazyinit_kernel::Detected::Unknown,
             lazyinit_kernel::variant::detect_file,
@@ -309,7 +309,7 @@ impl Lab for Session {
     }
 
     fn subject(&self, commit: &str) -> String {
-        lazyinit_bisect::git::subject(&self.worktree.dir, commit)
+        lazyinit_core::git::subject(&self.worktree.dir, commit)
     }
 
     fn revert_on(&mut self, bad: &str, culprit: &str) -> anyhow::Result<String> {
