@@ -179,12 +179,9 @@ pub fn remember_tarball(
 }
 
 fn tarball_facts(path: &Path) -> Result<SourceFacts, KernelError> {
-    let sum = run(Command::new("sha256sum").arg(path), "sha256sum")?;
-    let hex = String::from_utf8_lossy(&sum)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    let hex = std::fs::File::open(path)
+        .and_then(lazyinit_core::paths::sha256_hex_of)
+        .map_err(|e| KernelError::io(path, e))?;
     let tmp = tempfile::Builder::new()
         .prefix("lazyinit-kernel-")
         .tempdir()

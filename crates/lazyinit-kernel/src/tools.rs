@@ -38,7 +38,6 @@ pub fn required(arch: Arch) -> Vec<(String, String)> {
         ("patch", "patch"),
         ("tar", "tar"),
         ("xz", "xz-utils"),
-        ("sha256sum", "coreutils"),
         ("nice", "coreutils"),
     ] {
         v.push((p.to_string(), pkg.to_string()));
