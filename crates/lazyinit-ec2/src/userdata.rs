@@ -14,6 +14,7 @@
 //! (`machine::kexec_plan`, honoured by the guest's /init).
 
 use chrono::{DateTime, Utc};
+use lazyinit_core::command::CommandError;
 
 use crate::tags::rfc3339;
 
@@ -78,19 +79,18 @@ impl GuestKeys {
         };
         let dir = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
         let out = dir.path().join("host_openssh");
-        let run = std::process::Command::new("dropbearconvert")
-            .args(["dropbear", "openssh"])
-            .arg(host_private)
-            .arg(&out)
-            .output()
-            .map_err(|e| {
-                err(format!(
-                    "dropbearconvert: {e} (apt-get install dropbear-bin)"
-                ))
-            })?;
-        if !run.status.success() {
-            return Err(err(String::from_utf8_lossy(&run.stderr).trim().to_string()));
-        }
+        lazyinit_core::command::run(
+            std::process::Command::new("dropbearconvert")
+                .args(["dropbear", "openssh"])
+                .arg(host_private)
+                .arg(&out),
+        )
+        .map_err(|e| match e {
+            CommandError::Spawn { source, .. } => err(format!(
+                "dropbearconvert: {source} (apt-get install dropbear-bin)"
+            )),
+            e @ CommandError::Failed { .. } => err(e.detail()),
+        })?;
         let keys = GuestKeys {
             host_private: std::fs::read_to_string(&out).map_err(|e| err(e.to_string()))?,
             host_public: host_public.trim().to_string(),
