@@ -5,29 +5,31 @@
 //! history's gate and change points, the bisect's ends) takes them from
 //! here.
 //!
-//! Numerics come from statrs (Student t quantiles and CDF, sample variance,
-//! median); this file only combines them. The summaries return `None`
-//! where a statistic is undefined rather than NaN.
+//! Numerics come from statrs: the mean, the sample variance and standard
+//! deviation, the median, min and max, Student t quantiles and CDF. This
+//! file only combines them (the median absolute deviation, Welch's
+//! statistic and degrees of freedom, the ratio's interval, which statrs
+//! does not have) and says what an empty or one-value input gives. The
+//! summaries return `None` where a statistic is undefined rather than NaN.
 
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
-use statrs::statistics::{Data, Median, Statistics};
+use statrs::statistics::{Data, Median, OrderStatistics, Statistics};
 
 /// Confidence level of every interval the project reports.
 pub const CONFIDENCE: f64 = 0.95;
 
-/// The arithmetic mean; NaN for no values.
+/// The arithmetic mean (statrs); NaN for no values.
 pub fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
+    Statistics::mean(v)
 }
 
-/// Sample variance (n - 1); 0 for fewer than two values.
+/// Sample variance (n - 1, statrs); 0 for fewer than two values.
 pub fn variance(v: &[f64]) -> f64 {
     if v.len() < 2 {
         return 0.0;
     }
-    let m = mean(v);
-    v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64
+    Statistics::variance(v)
 }
 
 /// The mean and the sample standard deviation (0 for fewer than two
@@ -36,18 +38,16 @@ pub fn mean_sd(v: &[f64]) -> (f64, f64) {
     (mean(v), variance(v).sqrt())
 }
 
-/// The median (the mean of the middle two for an even count), sorting `v`
-/// in place; 0 for no values.
+/// The median (statrs: the mean of the middle two for an even count),
+/// reordering `v` in place; 0 for no values, NaN when one is NaN.
 pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_unstable_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    if v.is_empty() {
+        return 0.0;
     }
+    if v.iter().any(|x| x.is_nan()) {
+        return f64::NAN;
+    }
+    OrderStatistics::median(&mut Data::new(v))
 }
 
 /// The median and 1.4826 x the median absolute deviation (the standard
@@ -278,6 +278,8 @@ mod tests {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(median(&mut []), 0.0);
+        // Not a middle value that happens to sit beside a NaN.
+        assert!(median(&mut [1.0, f64::NAN, 2.0]).is_nan());
         // MAD of 1, 2, 3, 4, 100: median 3, deviations 2 1 0 1 97 -> 1.
         assert_eq!(robust(&[1.0, 2.0, 3.0, 4.0, 100.0]), (3.0, 1.4826));
         // R: 2 * pt(-2.262157, 9) = 0.05
