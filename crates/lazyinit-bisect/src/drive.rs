@@ -5,9 +5,10 @@
 //! bad end good) ([`bisect`]).
 //!
 //! What a commit costs, checking it out, building it as committed,
-//! booting and measuring it, is a [`Lab`]'s: the CLI's lab builds kernels
-//! and runs the project's runner on one cell; a test's lab reads samples
-//! from a table. Everything else here is the bisection itself.
+//! booting and measuring it, is a [`Lab`]'s: the orchestrator's lab
+//! (`lazyinit_orchestrator::bisect`) builds kernels and runs the project's
+//! runner on one cell; a test's lab reads samples from a table.
+//! Everything else here is the bisection itself.
 
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -11,7 +11,8 @@
 //!   `summary.txt` both come from it.
 //! - [`drive`]: the bisection from its ends to its answer, over a
 //!   [`drive::Lab`] that checks out, builds and measures a commit (the
-//!   CLI's lab builds kernels and boots guests; a test's reads a table).
+//!   orchestrator's lab, `lazyinit_orchestrator::bisect`, builds kernels
+//!   and boots guests; a test's reads a table).
 //!
 //! The range, the commits' subjects and the private clone the steps are
 //! checked out in are git's: `lazyinit_core::git`.

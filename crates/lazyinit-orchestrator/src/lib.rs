@@ -6,6 +6,7 @@
 //! orchestrator names none.
 
 pub mod artifacts;
+pub mod bisect;
 mod cell;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]

@@ -1,25 +1,21 @@
 //! `lazyinit-bench bisect` and `bisect-step`: from two commits of a kernel
 //! tree whose cell differs to the first commit that made the difference.
-//! The bisection is `lazyinit-bisect`'s (`drive`); this parses the
-//! arguments, opens the folder and the private clone, gives the driver
-//! its lab (`session`: kernels built, guests run) and prints (see
-//! `docs/bisect.md`).
-
-mod session;
+//! The bisection is the orchestrator's (`lazyinit_orchestrator::bisect`:
+//! the lab, over `lazyinit-bisect`'s search and test); this parses the
+//! arguments, resolves the clock, gives the lab this binary's providers
+//! and prints (see `docs/bisect.md`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lazyinit_bisect::drive::{self, Settings};
-use lazyinit_bisect::log::{bisect_log, table, Step};
-use lazyinit_bisect::Verdict;
-use lazyinit_core::exit::{self, bad_input};
-use lazyinit_core::git;
-use lazyinit_core::{RunFolder, RunWriter, StorageProfile};
+use lazyinit_bisect::log::table;
+use lazyinit_core::exit;
+use lazyinit_core::StorageProfile;
+use lazyinit_orchestrator::bisect::{Bisection, CellArg, Metric, Provided, Request, Runner, Say};
 
-use session::{CellArg, Metric, Session};
+use crate::cmd::providers::{self, Configs};
 
 #[derive(clap::Args, Debug)]
 pub struct Common {
@@ -88,29 +84,6 @@ pub struct StepArgs {
     pub common: Common,
 }
 
-/// Everything checked before anything is created.
-struct Opened {
-    session: Session,
-    range: git::Range,
-    head: String,
-    /// The private clone's lock, waited for: one bisection of a
-    /// repository at a time moves its worktree.
-    _clone_lock: nix::fcntl::Flock<std::fs::File>,
-}
-
-fn lock(path: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
-}
-
 /// The clock the samples run on: `auto` is the virtual clock where KVM
 /// cannot run the cell's arch on this host (so the guest runs under TCG),
 /// else the real clock (KVM, or TCG where the KVM probe fails at launch).
@@ -125,158 +98,58 @@ fn clock(c: &Common) -> lazyinit_qemu::Clock {
     }
 }
 
-/// The test's settings, from the arguments.
-fn settings(c: &Common) -> Settings {
-    Settings {
-        exact: !clock(c).is_real(),
+/// The bisection the arguments ask for.
+fn request(source: &Path, c: &Common) -> Request {
+    let clock = clock(c);
+    Request {
+        source: source.to_path_buf(),
+        good: c.good.clone(),
+        bad: c.bad.clone(),
+        cell: c.cell,
+        metric: c.metric,
+        out: c.out.clone(),
+        clock: (!clock.is_real()).then(|| clock.to_string()),
+        storage_profile: c.storage_profile,
+        boot_timeout: Duration::from_secs(c.boot_timeout),
         end_samples: c.end_samples,
         max_samples: c.max_samples,
         error_rate: c.error_rate,
-        per_tick: c
-            .metric
-            .per_tick(c.cell.hz, lazyinit_core::model::groups(c.cell.size)),
-        metric: c.metric.name(),
+        cache: lazyinit_core::paths::cache_dir(),
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
     }
 }
 
-/// A revision or range that is not one is bad input (exit 2).
-fn git_error(e: git::GitError) -> anyhow::Error {
-    match e {
-        git::GitError::BadInput(m) => bad_input(m).into(),
-        e => e.into(),
-    }
-}
-
-/// Takes `out` for a bisection of `args_line`: refused when it holds one
-/// of other arguments; else its writer (locked), the arguments written,
-/// and the command line appended to its `command.txt` (as `run` keeps
-/// them).
-fn claim_out(out: &Path, args_line: &str) -> anyhow::Result<RunWriter> {
-    let folder = RunFolder::new(out);
-    if let Ok(old) = folder.file(RunFolder::BISECT_ARGS).read_to_string() {
-        if old != args_line {
-            return Err(bad_input(format!(
-                "{} holds a bisection of other arguments ({}): give another --out",
-                out.display(),
-                old.lines().collect::<Vec<_>>().join(", ")
-            ))
-            .into());
-        }
-    }
-    let writer = RunWriter::claim(&folder).map_err(|e| match e {
-        // As `run` says of a busy folder: bad input, with the holder.
-        lazyinit_core::ClaimError::Busy { pid, .. } => anyhow::Error::from(bad_input(format!(
-            "{} is held by another bisect (pid {pid}): wait for it to end or give another --out",
-            out.display()
-        ))),
-        e => anyhow::Error::from(e),
-    })?;
-    writer.put(RunFolder::BISECT_ARGS, args_line)?;
-    let line: Vec<String> = std::env::args().collect();
-    writer.append(RunFolder::COMMAND_TXT, format!("{}\n", line.join(" ")))?;
-    Ok(writer)
-}
-
-fn open(source: &Path, c: &Common, cancel: Arc<AtomicBool>) -> anyhow::Result<Opened> {
-    settings(c).check()?;
-    let g = git_error;
-    let (repo, head) = git::head_of(source).map_err(g)?;
-    let good = git::resolve(&repo, &c.good).map_err(g)?;
-    let bad = git::resolve(&repo, &c.bad).map_err(g)?;
-    let range = git::range(&repo, &good, &bad).map_err(g)?;
-    let clock = clock(c);
-    // The real clock's folders and arguments as before (a bisection made
-    // before the virtual clock resumes); another clock's are its own.
-    let clock_tag = match clock.is_real() {
-        true => String::new(),
-        false => format!("-{}", clock.to_string().replace(':', "")),
-    };
-    let out = c.out.clone().unwrap_or_else(|| {
-        PathBuf::from("results").join(format!(
-            "bisect-{}-{}-{}-hz{}-{}{clock_tag}",
-            &good[..12],
-            &bad[..12],
-            c.cell.arch,
-            c.cell.hz,
-            c.cell.size
-        ))
+/// The bisection opened on this binary's providers, Ctrl-C stopping it.
+fn open(source: &Path, c: &Common) -> anyhow::Result<Bisection<Runner<Configs>>> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    super::run::install_signal_handler(cancel.clone(), None);
+    let make = Box::new(|spec: &providers::Spec| {
+        let keys = providers::run_keys(spec)?;
+        Ok(Provided {
+            provider: providers::provider(spec, keys.dir())?,
+            keys_dir: keys.dir().to_path_buf(),
+            keep: Box::new(keys),
+        })
     });
-    let mut args_line = format!(
-        "good {good}\nbad {bad}\ncell {}\nmetric {}\nstorage-profile {}\nrepo {}\n",
-        c.cell,
-        c.metric.name(),
-        c.storage_profile
-            .map_or("default".into(), |p| p.to_string()),
-        repo.display()
-    );
-    if !clock.is_real() {
-        args_line.push_str(&format!("clock {clock}\n"));
-    }
-    // Never in, over or holding the source tree, and never a folder that
-    // is not a bisection's: checked before anything is made.
-    let reads = lazyinit_core::output::Reads::new().tree(source).tree(&repo);
-    lazyinit_core::output::guard_folder(
-        "out",
-        &out,
-        &reads,
-        "a bisection's folder (no bisect.args)",
-        |d| RunFolder::new(d).file(RunFolder::BISECT_ARGS).is_file(),
-    )
-    .map_err(exit::refused)?;
-    let out = claim_out(&out, &args_line)?;
-    let canon = repo.canonicalize().unwrap_or(repo.clone());
-    let hash = lazyinit_core::paths::sha256_hex(canon.display().to_string());
-    let base = lazyinit_core::paths::cache_dir()
-        .join("bisect")
-        .join(&hash[..12]);
-    let clone_lock = lock(&base.join("clone.lock"))?;
-    let worktree = git::Worktree::open(&repo, &base.join("linux"), &good)?;
-    // A test hook: samples read from a file of the checked-out commit
-    // instead of built and booted (see Session::fake).
-    let fake = std::env::var("LAZYINIT_BISECT_FAKE_MEASURE").ok();
-    Ok(Opened {
-        session: Session {
-            out,
-            cell: c.cell,
-            metric: c.metric,
-            storage_profile: c.storage_profile,
-            clock,
-            boot_timeout: Duration::from_secs(c.boot_timeout),
-            worktree,
-            cancel,
-            rows: Vec::new(),
-            fake,
-            variant: lazyinit_core::Variant::NoFix,
-        },
-        range,
-        head,
-        _clone_lock: clone_lock,
-    })
+    let say: Say = Arc::new(|line: &str| eprintln!("{line}"));
+    Bisection::open(request(source, c), Runner::new(make, cancel), say)
 }
 
 pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
     let started = Instant::now();
-    let cancel = Arc::new(AtomicBool::new(false));
-    super::run::install_signal_handler(cancel.clone(), None);
-    let Opened {
-        mut session,
-        range,
-        _clone_lock,
-        ..
-    } = open(&a.source, &a.common, cancel)?;
-    let s = &mut session;
-    let n = range.commits.len();
+    let mut b = open(&a.source, &a.common)?;
+    let n = b.range.commits.len();
     eprintln!(
         "bisect: {n} commits ({} steps without skips on a line) on {}, results in {}",
         lazyinit_bisect::search::expected_steps(n),
         a.common.cell,
-        s.out.folder().root().display()
+        b.out.folder().root().display()
     );
-    let (outcome, steps) = drive::bisect(s, &range, &settings(&a.common), a.confirm_revert).await?;
+    let (outcome, steps) = b.bisect(a.confirm_revert).await?;
     let total = started.elapsed().as_secs_f64();
     let answer = outcome.line();
-    write_outputs(s, &steps, &format!("{answer} (wall {total:.0} s this run)"))?;
-    println!("{}", table(&steps, s.metric.name()));
+    b.record(&steps, &format!("{answer} (wall {total:.0} s this run)"))?;
+    println!("{}", table(&steps, a.common.metric.name()));
     println!("{answer}");
     Ok(outcome.exit_code())
 }
@@ -285,77 +158,12 @@ pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {
 /// boot, or decide); any error exits 255, which makes `git bisect run` stop
 /// (its codes 1-127 would read as "bad").
 pub async fn bisect_step(a: StepArgs) -> anyhow::Result<u8> {
-    match step_inner(a).await {
+    let step = async { open(&a.source, &a.common)?.step().await };
+    match step.await {
         Ok(c) => Ok(c),
         Err(e) => {
             let code = crate::fail::report(&e);
             Ok(if code == exit::INTERRUPTED { code } else { 255 })
         }
     }
-}
-
-async fn step_inner(a: StepArgs) -> anyhow::Result<u8> {
-    let cancel = Arc::new(AtomicBool::new(false));
-    super::run::install_signal_handler(cancel.clone(), None);
-    let Opened {
-        mut session,
-        range,
-        head,
-        _clone_lock,
-    } = open(&a.source, &a.common, cancel)?;
-    let s = &mut session;
-    let commits = &range.commits;
-    let set = settings(&a.common);
-    let (sprt, mut steps) = drive::ends(s, &set, &commits[0], &commits[commits.len() - 1]).await?;
-    let j = drive::judge(s, set.metric, &head, "step", None, Some(&sprt)).await?;
-    let code = match j.verdict() {
-        Verdict::Good => 0,
-        Verdict::Bad => 1,
-        Verdict::Skip => 125,
-    };
-    let line = format!(
-        "{} {} {} samples {} {}\n",
-        j.step.commit,
-        j.step.verdict,
-        j.step.samples,
-        j.step.value.map_or("-".into(), |v| format!("{v:.2}")),
-        j.step.reason
-    );
-    s.out.append(RunFolder::BISECT_STEP_LOG, line)?;
-    // The table shows every step of the `git bisect run` so far, not
-    // only this call's: earlier calls' steps are kept beside it.
-    let kept = s.out.folder().file(RunFolder::BISECT_STEPS_JSONL);
-    let (judged, dropped) =
-        lazyinit_bisect::log::add_step(&kept.text().unwrap_or_default(), &j.step);
-    if dropped > 0 {
-        eprintln!(
-            "warning: {} line(s) of {} did not parse and were dropped",
-            dropped,
-            kept.display()
-        );
-    }
-    s.out.put_whole(
-        RunFolder::BISECT_STEPS_JSONL,
-        lazyinit_bisect::log::steps_jsonl(&judged),
-    )?;
-    steps.extend(judged);
-    write_outputs(s, &steps, &format!("step {}: exit {code}", &head[..12]))?;
-    Ok(code)
-}
-
-/// Rewrite the folder's summary files from the steps so far (each written
-/// whole, then renamed: a reader never sees half a file).
-pub(crate) fn write_outputs(s: &Session, steps: &[Step], answer: &str) -> anyhow::Result<()> {
-    let good = steps.first().map_or("", |s| s.commit.as_str());
-    let bad = steps.get(1).map_or("", |s| s.commit.as_str());
-    s.out
-        .put_whole(RunFolder::BISECT_LOG, bisect_log(good, bad, steps, answer))?;
-    s.out.put_whole(
-        RunFolder::STEPS_MD,
-        format!("{}\n{answer}\n", table(steps, s.metric.name())),
-    )?;
-    s.out
-        .put_whole(RunFolder::SUMMARY_TXT, format!("{answer}\n"))?;
-    s.out.put_rows(RunFolder::RESULTS_CSV, &s.rows)?;
-    Ok(())
 }
