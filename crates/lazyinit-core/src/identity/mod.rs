@@ -20,6 +20,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::cell::{Arch, Hz, KernelSource, Variant};
+use crate::git::GitIdentity;
 use crate::provider::KernelProfile;
 use crate::size::ByteSize;
 use crate::storage::StorageProfile;
@@ -226,18 +227,17 @@ text_value!(Accel);
 text_order!(Accel);
 
 /// The kernel source a row names: a [`KernelSource`] the harness builds,
-/// a commit of a git tree (`git:<sha>`, a bisect's step), or any other
-/// text (kept as it is).
+/// a git tree's state ([`GitIdentity`]: `git:<commit>`, a bisect's step,
+/// or `git:<commit>+<diff>`), or any other text (kept as it is, `git:main`
+/// included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceId {
     Source(KernelSource),
-    Commit(String),
+    Git(GitIdentity),
     Other(String),
 }
 
 impl SourceId {
-    const COMMIT_PREFIX: &'static str = "git:";
-
     /// The source to build, when the text names one.
     pub fn kernel_source(&self) -> Option<&KernelSource> {
         match self {
@@ -251,7 +251,7 @@ impl fmt::Display for SourceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SourceId::Source(s) => s.fmt(f),
-            SourceId::Commit(c) => write!(f, "{}{c}", SourceId::COMMIT_PREFIX),
+            SourceId::Git(g) => g.fmt(f),
             SourceId::Other(s) => f.write_str(s),
         }
     }
@@ -259,8 +259,11 @@ impl fmt::Display for SourceId {
 
 impl From<&str> for SourceId {
     fn from(s: &str) -> Self {
-        if let Some(c) = s.strip_prefix(SourceId::COMMIT_PREFIX) {
-            return SourceId::Commit(c.to_string());
+        if s.starts_with(GitIdentity::PREFIX) {
+            return match s.parse() {
+                Ok(g) => SourceId::Git(g),
+                Err(_) => SourceId::Other(s.to_string()),
+            };
         }
         // Only the canonical text is a source: `debian` (an alias of
         // debian-6.1) stays the text it was.
@@ -576,7 +579,23 @@ mod tests {
             SourceId::from("debian-6.1"),
             SourceId::Source(KernelSource::Debian61)
         );
-        assert_eq!(SourceId::from("git:abc"), SourceId::Commit("abc".into()));
+        // A git tree's state is typed (its one reader: GitIdentity's), with
+        // or without its changes; `git:` text that is not one is kept.
+        let full = "116c914995f624ae685e0b59d43b1b39fb456e70";
+        for text in [
+            format!("git:{full}"),
+            format!("git:{full}+0123456789abcdef"),
+        ] {
+            assert_eq!(
+                SourceId::from(text.as_str()),
+                SourceId::Git(text.parse().unwrap())
+            );
+            assert_eq!(SourceId::from(text.as_str()).to_string(), text);
+        }
+        for text in ["git:abc", "git:main", "git:a/b", "git:"] {
+            assert_eq!(SourceId::from(text), SourceId::Other(text.into()));
+            assert_eq!(SourceId::from(text).to_string(), text);
+        }
         assert_eq!(SourceId::from("debian"), SourceId::Other("debian".into()));
         for s in [
             "ebs",

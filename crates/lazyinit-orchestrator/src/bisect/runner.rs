@@ -12,7 +12,7 @@ use std::time::Instant;
 use lazyinit_bisect::Sample;
 use lazyinit_core::provider::Provider;
 use lazyinit_core::results::{ResultRow, Status};
-use lazyinit_core::{KernelSource, RunFile, RunFolder, SourceId, Variant};
+use lazyinit_core::{GitIdentity, KernelSource, RunFile, RunFolder, SourceId, Variant};
 use lazyinit_kernel::{KernelError, KernelSpec};
 
 use super::{Bench, Request, SampleAsk, Say};
@@ -203,7 +203,7 @@ impl<C: ProviderConfigs> Bench for Runner<C> {
             }
         };
         let mut kept = row.clone();
-        kept.axes.source = SourceId::Commit(a.commit.to_string());
+        kept.axes.source = SourceId::Git(GitIdentity::of_commit(a.commit)?);
         self.rows.push(kept);
         if row.status != Status::Ok {
             return Ok(Err(format!("does not measure: {}", row.error)));
