@@ -9,6 +9,7 @@
 //! ([`writer`]), the statistics every judge uses ([`stats`]), and the one
 //! seam that has several implementations, the [`provider::Provider`].
 
+pub mod aside;
 pub mod cell;
 pub mod command;
 pub mod events;

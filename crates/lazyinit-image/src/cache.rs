@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use lazyinit_core::aside::{is_aside, Aside};
 use lazyinit_core::paths::sha256_hex;
 use lazyinit_core::Arch;
 use serde::{Deserialize, Serialize};
@@ -81,31 +82,29 @@ pub fn load(dir: &Path) -> Result<Option<ImageArtifact>, ImageError> {
     }
 }
 
-/// Writes the image and manifest next to each other in `work`, then moves
-/// them into place in one rename, so readers never see half an image.
+/// Writes the image and manifest next to each other beside `dir`, then
+/// moves them into place in one rename (core's `aside`), so readers never
+/// see half an image nor a moment with none. An intact image already there
+/// stays (a concurrent builder's identical result is as good as ours)
+/// unless `force`; a damaged one is replaced.
 pub fn store(
     dir: &Path,
-    work: &Path,
     gz: &[u8],
     manifest: &ImageManifest,
+    force: bool,
 ) -> Result<PathBuf, ImageError> {
-    let out = work.join("out");
-    std::fs::create_dir_all(&out).map_err(|e| ImageError::io("create", &out, e))?;
+    let name = dir.file_name().expect("image dirs have a name");
+    let aside = Aside::new(dir, &format!("tmp-{}-", name.to_string_lossy()))
+        .map_err(|e| ImageError::io("create a folder beside", dir, e))?;
+    let out = aside.path();
     std::fs::write(out.join(IMAGE), gz)
         .map_err(|e| ImageError::io("write", &out.join(IMAGE), e))?;
     let json = serde_json::to_string_pretty(manifest).expect("a manifest always serializes");
     std::fs::write(out.join(MANIFEST), json)
         .map_err(|e| ImageError::io("write", &out.join(MANIFEST), e))?;
-    let parent = dir.parent().expect("image dirs have a parent");
-    std::fs::create_dir_all(parent).map_err(|e| ImageError::io("create", parent, e))?;
-    // A damaged or forced-out entry goes first; a concurrent builder's
-    // identical result is just as good as ours.
-    let _ = std::fs::remove_dir_all(dir);
-    if let Err(e) = std::fs::rename(&out, dir) {
-        if !dir.join(MANIFEST).exists() {
-            return Err(ImageError::io("move the image into", dir, e));
-        }
-    }
+    aside
+        .publish(|d| !force && matches!(load(d), Ok(Some(_))))
+        .map_err(|e| ImageError::io("move the image into", dir, e))?;
     Ok(dir.join(IMAGE))
 }
 
@@ -117,6 +116,9 @@ pub fn list(cache_dir: &Path) -> Result<Vec<ImageArtifact>, ImageError> {
     };
     let mut out = Vec::new();
     for entry in entries.flatten() {
+        if is_aside(&entry.file_name()) {
+            continue;
+        }
         if let Some(found) = load(&entry.path())? {
             out.push(found);
         }
@@ -150,7 +152,6 @@ mod tests {
     #[test]
     fn store_then_load_and_list() {
         let cache = tempfile::tempdir().unwrap();
-        let work = tempfile::tempdir().unwrap();
         let gz = b"not really gzip".to_vec();
         let k = key(Arch::X86_64, &[]);
         let m = ImageManifest {
@@ -165,14 +166,28 @@ mod tests {
             created: "2026-01-01T00:00:00Z".into(),
         };
         let dir = image_dir(cache.path(), Arch::X86_64, &k);
-        let path = store(&dir, work.path(), &gz, &m).unwrap();
+        let path = store(&dir, &gz, &m, false).unwrap();
         let found = load(&dir).unwrap().unwrap();
         assert!(found.cached);
         assert_eq!(found.path, path);
         assert_eq!(found.manifest, m);
         assert_eq!(list(cache.path()).unwrap().len(), 1);
-        // A damaged image is a miss, not a silent hit.
+        // A second builder's image: the intact first one stays, unless forced.
+        let other = ImageManifest {
+            created: "2026-01-02T00:00:00Z".into(),
+            ..m.clone()
+        };
+        store(&dir, &gz, &other, false).unwrap();
+        assert_eq!(load(&dir).unwrap().unwrap().manifest, m);
+        store(&dir, &gz, &other, true).unwrap();
+        assert_eq!(load(&dir).unwrap().unwrap().manifest, other);
+        // A damaged image is a miss, not a silent hit, and is replaced.
         std::fs::write(&path, b"garbage").unwrap();
         assert!(load(&dir).unwrap().is_none());
+        store(&dir, &gz, &m, false).unwrap();
+        assert_eq!(load(&dir).unwrap().unwrap().manifest, m);
+        // Nothing left beside the entry.
+        let names: Vec<_> = std::fs::read_dir(dir.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
     }
 }

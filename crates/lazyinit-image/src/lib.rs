@@ -111,7 +111,7 @@ pub fn build_blocking(arch: Arch, opts: &ImageOptions) -> Result<ImageArtifact, 
         build_seconds: started.elapsed().as_secs_f64(),
         created: chrono::Utc::now().to_rfc3339(),
     };
-    let path = cache::store(&dir, work.path(), &gz, &manifest)?;
+    let path = cache::store(&dir, &gz, &manifest, opts.force)?;
     Ok(ImageArtifact {
         path,
         manifest,

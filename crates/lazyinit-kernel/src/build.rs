@@ -1278,17 +1278,11 @@ fn publish(
     config_changes: Option<&str>,
     log: &Path,
 ) -> Result<(), KernelError> {
-    let parent = final_dir.parent().unwrap();
-    std::fs::create_dir_all(parent).map_err(|e| KernelError::io(parent, e))?;
-    // Gone with `tmp_dir` unless renamed into place.
-    let tmp_dir = tempfile::Builder::new()
-        .prefix(&format!(
-            ".tmp-{}-",
-            final_dir.file_name().unwrap().to_string_lossy()
-        ))
-        .tempdir_in(parent)
-        .map_err(|e| KernelError::io(parent, e))?;
-    let tmp = tmp_dir.path();
+    // Gone unless published.
+    let name = final_dir.file_name().unwrap().to_string_lossy();
+    let aside = lazyinit_core::aside::Aside::new(final_dir, &format!("tmp-{name}-"))
+        .map_err(|e| KernelError::io(final_dir.parent().unwrap(), e))?;
+    let tmp = aside.path();
     let w = |name: &str, bytes: &[u8]| {
         let p = tmp.join(name);
         std::fs::write(&p, bytes).map_err(|e| KernelError::io(&p, e))
@@ -1306,12 +1300,12 @@ fn publish(
         "manifest.json",
         &serde_json::to_vec_pretty(manifest).expect("manifest serialises"),
     )?;
-    match std::fs::rename(tmp, final_dir) {
-        Ok(()) => Ok(()),
-        // Someone published the same key first: theirs is as good.
-        Err(_) if cache::load(final_dir).is_some() => Ok(()),
-        Err(e) => Err(KernelError::io(final_dir, e)),
-    }
+    // Someone published the same key first: theirs is as good (a damaged
+    // entry is replaced).
+    aside
+        .publish(|d| cache::load(d).is_some())
+        .map(drop)
+        .map_err(|e| KernelError::io(final_dir, e))
 }
 
 /// The build future must be Send so callers can spawn it.

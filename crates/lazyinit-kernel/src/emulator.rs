@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use lazyinit_core::aside::Aside;
 use lazyinit_core::Arch;
 use serde::{Deserialize, Serialize};
 
@@ -206,12 +207,15 @@ pub fn cached(cache_dir: &Path) -> Result<Option<VirtualQemu>, KernelError> {
 
 fn find(cache_dir: &Path, key: &str) -> Option<VirtualQemu> {
     let dir = root(cache_dir).join(format!("{QEMU_VERSION}-{key}"));
-    let whole =
-        dir.join("manifest.json").is_file() && BINARIES.iter().all(|b| dir.join(b).is_file());
-    whole.then(|| VirtualQemu {
+    whole(&dir).then(|| VirtualQemu {
         dir,
         key: key.to_string(),
     })
+}
+
+/// Whether a built QEMU's folder has its manifest and both binaries.
+fn whole(dir: &Path) -> bool {
+    dir.join("manifest.json").is_file() && BINARIES.iter().all(|b| dir.join(b).is_file())
 }
 
 fn say(progress: &Option<ProgressFn>, what: String) {
@@ -361,10 +365,7 @@ fn python(root: &Path, log: &Path, progress: &Option<ProgressFn>) -> Result<Path
         progress,
         format!("python packages for configure: {}", PY_PACKAGES.join(", ")),
     );
-    let tmp = tempfile::Builder::new()
-        .prefix(".pyvenv-")
-        .tempdir_in(root)
-        .map_err(|e| KernelError::io(root, e))?;
+    let tmp = Aside::new(&venv, "pyvenv-").map_err(|e| KernelError::io(root, e))?;
     step(
         Command::new("python3").args(["-m", "venv"]).arg(tmp.path()),
         log,
@@ -381,13 +382,13 @@ fn python(root: &Path, log: &Path, progress: &Option<ProgressFn>) -> Result<Path
     // it), so the folder moves into place whole; pip's own scripts, which
     // name the old path, are not used again.
     std::fs::write(tmp.path().join(".complete"), "").map_err(|e| KernelError::io(tmp.path(), e))?;
-    let _ = std::fs::remove_dir_all(&venv);
-    std::fs::rename(tmp.keep(), &venv).map_err(|e| KernelError::io(&venv, e))?;
+    tmp.publish(|d| d.join(".complete").is_file())
+        .map_err(|e| KernelError::io(&venv, e))?;
     Ok(py)
 }
 
 /// The two binaries, the build's log and its manifest, moved into the
-/// cache whole (`.new-<key>` renamed to `<version>-<key>`).
+/// cache whole (`.new-<key>-…` renamed to `<version>-<key>`).
 fn publish(
     root: &Path,
     build: &Path,
@@ -396,12 +397,13 @@ fn publish(
     compiler: &str,
     t0: std::time::Instant,
 ) -> Result<PathBuf, KernelError> {
-    let new = root.join(format!(".new-{key}"));
-    std::fs::create_dir_all(&new).map_err(|e| KernelError::io(&new, e))?;
+    let dest = root.join(format!("{QEMU_VERSION}-{key}"));
+    let aside = Aside::new(&dest, &format!("new-{key}-")).map_err(|e| KernelError::io(root, e))?;
+    let new = aside.path();
     for b in BINARIES {
         std::fs::copy(build.join(b), new.join(b)).map_err(|e| KernelError::io(&new.join(b), e))?;
     }
-    std::fs::copy(log, new.join("build.log")).map_err(|e| KernelError::io(&new, e))?;
+    std::fs::copy(log, new.join("build.log")).map_err(|e| KernelError::io(new, e))?;
     let manifest = QemuManifest {
         version: QEMU_VERSION.into(),
         key: key.into(),
@@ -414,9 +416,10 @@ fn publish(
     };
     let text = serde_json::to_string_pretty(&manifest)
         .map_err(|e| KernelError::Step(format!("the QEMU manifest: {e}")))?;
-    std::fs::write(new.join("manifest.json"), text).map_err(|e| KernelError::io(&new, e))?;
-    let dest = root.join(format!("{QEMU_VERSION}-{key}"));
-    std::fs::rename(&new, &dest).map_err(|e| KernelError::io(&dest, e))?;
+    std::fs::write(new.join("manifest.json"), text).map_err(|e| KernelError::io(new, e))?;
+    aside
+        .publish(whole)
+        .map_err(|e| KernelError::io(&dest, e))?;
     Ok(dest)
 }
 

@@ -11,6 +11,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use lazyinit_core::aside::Aside;
 use lazyinit_core::exit;
 
 use crate::error::SshError;
@@ -121,29 +122,24 @@ impl Keys {
         let dir = state_dir.join(KEYS_DIR);
         if !dir.join(KNOWN_HOSTS).exists() {
             create_dir_private(state_dir)?;
-            // A private folder of an unpredictable name (0700), gone with
-            // `tmp` unless renamed into place.
-            let tmp = tempfile::Builder::new()
-                .prefix(&format!(".{KEYS_DIR}.tmp-"))
-                .permissions(fs::Permissions::from_mode(0o700))
-                .tempdir_in(state_dir)
-                .map_err(|source| SshError::KeyFile {
-                    action: "create a temporary key folder in",
-                    path: state_dir.to_path_buf(),
-                    source,
+            // A private folder of an unpredictable name (0700), gone
+            // unless published; someone else's keys, there first, are the
+            // keys (a folder without its known_hosts is replaced).
+            let tmp =
+                Aside::with_mode(&dir, &format!("{KEYS_DIR}.tmp-"), 0o700).map_err(|source| {
+                    SshError::KeyFile {
+                        action: "create a temporary key folder in",
+                        path: state_dir.to_path_buf(),
+                        source,
+                    }
                 })?;
-            let made = generate(tmp.path()).and_then(|()| match fs::rename(tmp.path(), &dir) {
-                Ok(()) => Ok(()),
-                // Someone else won the race: theirs are the keys.
-                Err(_) if dir.join(KNOWN_HOSTS).exists() => Ok(()),
-                Err(source) => Err(SshError::KeyFile {
+            generate(tmp.path())?;
+            tmp.publish(|d| d.join(KNOWN_HOSTS).exists())
+                .map_err(|source| SshError::KeyFile {
                     action: "move new keys into",
                     path: dir.clone(),
                     source,
-                }),
-            });
-            drop(tmp);
-            made?;
+                })?;
             tracing::info!(dir = %dir.display(), "generated the project's SSH keys");
         }
         Keys::load(&dir)
