@@ -69,7 +69,7 @@ pub use identity::{
 pub use layout::{CellFolder, FileName, RunFile, RunFolder};
 pub use provider::KernelProfile;
 pub use size::ByteSize;
-pub use storage::StorageProfile;
+pub use storage::{Noise, StorageProfile};
 pub use writer::{CellWriter, ClaimError, RunWriter, WriteError};
 
 /// Version of the harness, recorded in every result row.

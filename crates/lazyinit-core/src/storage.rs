@@ -30,16 +30,55 @@ pub enum StorageProfile {
     /// The first zeroing z1 is brought to a target by calibrating, on each
     /// guest, the part of a zeroing that is the guest's own: `ebs` centres
     /// [`EBS_NOMINAL_Z1`] in its L interval at the cell's HZ
-    /// ([`centred_z1`]); `ebs:D` aims at D exactly.
-    Ebs { z1: Option<Duration> },
+    /// ([`centred_z1`]); `ebs:D` aims at D exactly. With `noise`
+    /// (`ebs:D,sd=S,seed=N`), each zero request's hold is drawn around the
+    /// calibrated one (virtual clock only).
+    Ebs {
+        z1: Option<Duration>,
+        noise: Option<Noise>,
+    },
+}
+
+/// Noise on purpose, on the virtual clock: each zero request is held the
+/// profile's hold plus `sd` times a draw of the standard normal
+/// distribution (never less than 0), the draws a fixed function of the
+/// seed and of the request's rank (QEMU's zero-hold filter: splitmix64,
+/// Box-Muller). Repetition r of a cell draws from seed + r - 1, so that
+/// n runs are n samples, not n copies, and the same spec gives the same
+/// samples on every host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Noise {
+    pub sd: Duration,
+    pub seed: u64,
+}
+
+impl Noise {
+    /// The seed repetition `repetition` (from 1) draws from.
+    pub fn seed_for(&self, repetition: u32) -> u64 {
+        self.seed.wrapping_add(u64::from(repetition.max(1) - 1))
+    }
 }
 
 impl StorageProfile {
+    /// `ebs`: the centred target, no noise.
+    pub const EBS: StorageProfile = StorageProfile::Ebs {
+        z1: None,
+        noise: None,
+    };
+
     /// The z1 the calibration aims at for a cell, if this profile has one.
     pub fn z1_target(&self, hz: Hz, wait_mult: u32) -> Option<Duration> {
         match *self {
-            StorageProfile::Ebs { z1: Some(d) } => Some(d),
-            StorageProfile::Ebs { z1: None } => Some(centred_z1(EBS_NOMINAL_Z1, hz, wait_mult)),
+            StorageProfile::Ebs { z1: Some(d), .. } => Some(d),
+            StorageProfile::Ebs { z1: None, .. } => Some(centred_z1(EBS_NOMINAL_Z1, hz, wait_mult)),
+            _ => None,
+        }
+    }
+
+    /// The noise drawn into each zero request's hold, if any.
+    pub fn noise(&self) -> Option<Noise> {
+        match *self {
+            StorageProfile::Ebs { noise, .. } => noise,
             _ => None,
         }
     }
@@ -90,7 +129,7 @@ fn fmt_delay(d: Duration) -> String {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown storage profile `{0}`: use ebs, ebs:D (a z1 target such as ebs:3.1ms), latency:D (1us to 1000ms, e.g. latency:2.2ms), none, unsafe or iops:N (N > 0)")]
+#[error("unknown storage profile `{0}`: use ebs, ebs:D (a z1 target such as ebs:3.1ms), either with noise on the virtual clock (ebs:3.4ms,sd=0.1ms,seed=1: sd 1us to 1000ms, seed 0 to 2^64-1), latency:D (1us to 1000ms, e.g. latency:2.2ms), none, unsafe or iops:N (N > 0)")]
 pub struct BadStorageProfile(pub String);
 
 impl std::str::FromStr for StorageProfile {
@@ -101,7 +140,9 @@ impl std::str::FromStr for StorageProfile {
         Ok(match s {
             "" | "none" => StorageProfile::None,
             "unsafe" => StorageProfile::Unsafe,
-            "ebs" => StorageProfile::Ebs { z1: None },
+            _ if s == "ebs" || s.starts_with("ebs:") || s.starts_with("ebs,") => {
+                parse_ebs(&s[3..]).ok_or_else(bad)?
+            }
             _ => {
                 if let Some(n) = s.strip_prefix("iops:") {
                     match n.parse::<u64>() {
@@ -110,16 +151,36 @@ impl std::str::FromStr for StorageProfile {
                     }
                 } else if let Some(d) = s.strip_prefix("latency:") {
                     StorageProfile::Latency(parse_delay(d).ok_or_else(bad)?)
-                } else if let Some(d) = s.strip_prefix("ebs:") {
-                    StorageProfile::Ebs {
-                        z1: Some(parse_delay(d).ok_or_else(bad)?),
-                    }
                 } else {
                     return Err(bad());
                 }
             }
         })
     }
+}
+
+/// What follows `ebs`: nothing, `:D`, then optionally `,sd=S,seed=N` (both,
+/// in that order, so that the text written back is the text read).
+fn parse_ebs(rest: &str) -> Option<StorageProfile> {
+    let (target, noise) = match rest.split_once(',') {
+        Some((t, n)) => (t, Some(n)),
+        None => (rest, None),
+    };
+    let z1 = match target {
+        "" => None,
+        t => Some(parse_delay(t.strip_prefix(':')?)?),
+    };
+    let noise = match noise {
+        None => None,
+        Some(n) => {
+            let (sd, seed) = n.split_once(',')?;
+            Some(Noise {
+                sd: parse_delay(sd.strip_prefix("sd=")?)?,
+                seed: seed.strip_prefix("seed=")?.parse().ok()?,
+            })
+        }
+    };
+    Some(StorageProfile::Ebs { z1, noise })
 }
 
 impl fmt::Display for StorageProfile {
@@ -129,8 +190,16 @@ impl fmt::Display for StorageProfile {
             StorageProfile::Unsafe => f.write_str("unsafe"),
             StorageProfile::Iops(n) => write!(f, "iops:{n}"),
             StorageProfile::Latency(d) => write!(f, "latency:{}", fmt_delay(*d)),
-            StorageProfile::Ebs { z1: None } => f.write_str("ebs"),
-            StorageProfile::Ebs { z1: Some(d) } => write!(f, "ebs:{}", fmt_delay(*d)),
+            StorageProfile::Ebs { z1, noise } => {
+                f.write_str("ebs")?;
+                if let Some(d) = z1 {
+                    write!(f, ":{}", fmt_delay(*d))?;
+                }
+                if let Some(n) = noise {
+                    write!(f, ",sd={},seed={}", fmt_delay(n.sd), n.seed)?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -256,6 +325,9 @@ mod tests {
             "ebs",
             "ebs:3.1ms",
             "ebs:3150us",
+            "ebs,sd=50us,seed=0",
+            "ebs:3.4ms,sd=100us,seed=18446744073709551615",
+            "ebs,sd=1.5ms,seed=3",
         ] {
             let p: StorageProfile = s.parse().unwrap();
             assert_eq!(p.to_string(), s, "{s}");
@@ -264,8 +336,17 @@ mod tests {
         assert_eq!(
             "ebs:3.1ms".parse::<StorageProfile>().unwrap(),
             StorageProfile::Ebs {
-                z1: Some(Duration::from_micros(3100))
+                z1: Some(Duration::from_micros(3100)),
+                noise: None,
             }
+        );
+        let noisy: StorageProfile = "ebs:3.4ms,sd=0.1ms,seed=7".parse().unwrap();
+        let n = noisy.noise().unwrap();
+        assert_eq!((n.sd, n.seed), (Duration::from_micros(100), 7));
+        assert_eq!((n.seed_for(1), n.seed_for(3)), (7, 9));
+        assert_eq!(
+            noisy.z1_target(hz(250), 10),
+            Some(Duration::from_micros(3400))
         );
         for bad in [
             "latency:0ms",
@@ -276,6 +357,12 @@ mod tests {
             "ebs:",
             "ebs:fast",
             "fast",
+            "ebsx",
+            "ebs:3.4ms,sd=0.1ms",
+            "ebs:3.4ms,seed=1,sd=0.1ms",
+            "ebs:3.4ms,sd=0ms,seed=1",
+            "ebs:3.4ms,sd=0.1ms,seed=-1",
+            "ebs:3.4ms,sd=0.1ms,seed=1,",
         ] {
             let e = bad.parse::<StorageProfile>().unwrap_err();
             assert!(e.to_string().contains("ebs:D"), "{bad}: {e}");
@@ -285,23 +372,33 @@ mod tests {
     #[test]
     fn ebs_centres_its_target_in_the_l_interval() {
         // HZ=250, W=10: 3.4 ms is L=8, whose interval is [3.2, 3.6) ms.
-        let t = StorageProfile::Ebs { z1: None }
-            .z1_target(hz(250), 10)
-            .unwrap();
+        let t = StorageProfile::Ebs {
+            z1: None,
+            noise: None,
+        }
+        .z1_target(hz(250), 10)
+        .unwrap();
         assert_eq!(t, Duration::from_micros(3400));
         // HZ=100: L=3, interval [3, 4) ms, middle 3.5 ms.
-        let t = StorageProfile::Ebs { z1: None }
-            .z1_target(hz(100), 10)
-            .unwrap();
+        let t = StorageProfile::Ebs {
+            z1: None,
+            noise: None,
+        }
+        .z1_target(hz(100), 10)
+        .unwrap();
         assert_eq!(t, Duration::from_micros(3500));
         // HZ=1000: L=34, [3.4, 3.5) ms.
-        let t = StorageProfile::Ebs { z1: None }
-            .z1_target(hz(1000), 10)
-            .unwrap();
+        let t = StorageProfile::Ebs {
+            z1: None,
+            noise: None,
+        }
+        .z1_target(hz(1000), 10)
+        .unwrap();
         assert_eq!(t, Duration::from_micros(3450));
         // A user's target is taken as it is.
         let t = StorageProfile::Ebs {
             z1: Some(Duration::from_micros(3100)),
+            noise: None,
         }
         .z1_target(hz(250), 10);
         assert_eq!(t, Some(Duration::from_micros(3100)));
@@ -329,7 +426,8 @@ mod tests {
         assert_eq!(
             s.p,
             StorageProfile::Ebs {
-                z1: Some(Duration::from_micros(3200))
+                z1: Some(Duration::from_micros(3200)),
+                noise: None,
             }
         );
         assert_eq!(toml::to_string(&s).unwrap().trim(), "p = \"ebs:3.2ms\"");

@@ -445,7 +445,7 @@ impl Provider for Ec2Provider {
     fn check_storage(&self, p: &lazyinit_core::StorageProfile) -> Result<(), ProviderError> {
         use lazyinit_core::StorageProfile;
         match p {
-            StorageProfile::None | StorageProfile::Ebs { z1: None } => Ok(()),
+            StorageProfile::None | StorageProfile::Ebs { z1: None, noise: None } => Ok(()),
             other => Err(ProviderError::BadInput(format!(
                 "storage profile `{other}` is not available on EC2: the EBS volume is the storage (use `ebs` or `none`)"
             ))),

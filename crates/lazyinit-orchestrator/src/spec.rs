@@ -197,7 +197,7 @@ fn default_wait_mult() -> u32 {
     lazyinit_core::cell::DEFAULT_WAIT_MULT
 }
 fn default_profile() -> lazyinit_core::StorageProfile {
-    lazyinit_core::StorageProfile::Ebs { z1: None }
+    lazyinit_core::StorageProfile::EBS
 }
 fn default_poll() -> Duration {
     Duration::from_secs(5)
@@ -464,11 +464,19 @@ pub fn preset(name: &str) -> Option<&'static str> {
         "smoke" => Some(include_str!("../../../specs/smoke.toml")),
         "calibrate-z1" => Some(include_str!("../../../specs/calibrate-z1.toml")),
         "nightly" => Some(include_str!("../../../specs/nightly.toml")),
+        "noisy" => Some(include_str!("../../../specs/noisy.toml")),
         _ => None,
     }
 }
 
-pub const PRESETS: &[&str] = &["quick", "reported", "smoke", "calibrate-z1", "nightly"];
+pub const PRESETS: &[&str] = &[
+    "quick",
+    "reported",
+    "smoke",
+    "calibrate-z1",
+    "nightly",
+    "noisy",
+];
 
 /// A spec with its provider tables untyped: the orchestrator's own tests.
 #[cfg(test)]

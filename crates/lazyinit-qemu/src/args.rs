@@ -148,6 +148,16 @@ pub struct Storage {
     pub cache: &'static str,
     pub throttle: Option<Throttle>,
     pub latency: Option<crate::nbd::LatencyProfile>,
+    /// The virtual clock's noise on purpose: each zero request's hold
+    /// drawn around the hold (`ebs:D,sd=S,seed=N`), the cell's own seed.
+    pub noise: Option<HoldNoise>,
+}
+
+/// The zero-hold filter's `jitter-ns` and `seed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldNoise {
+    pub sd_ns: u64,
+    pub seed: u64,
 }
 
 impl Default for Storage {
@@ -156,6 +166,7 @@ impl Default for Storage {
             cache: "writeback",
             throttle: None,
             latency: None,
+            noise: None,
         }
     }
 }
@@ -172,6 +183,7 @@ pub enum VolumeSource<'a> {
         file: &'a Path,
         hold_ns: u64,
         hold_id: &'a str,
+        noise: Option<HoldNoise>,
     },
 }
 
@@ -208,9 +220,13 @@ impl VolumeSource<'_> {
                 file,
                 hold_ns,
                 hold_id,
+                noise,
             } => {
+                let noise = noise
+                    .map(|n| format!(",jitter-ns={},seed={}", n.sd_ns, n.seed))
+                    .unwrap_or_default();
                 let mut d = OsString::from(format!(
-                    "driver=zero-hold,hold-id={hold_id},hold-ns={hold_ns},io-ns={VCLOCK_IO_NS},file.driver=file,file.filename="
+                    "driver=zero-hold,hold-id={hold_id},hold-ns={hold_ns}{noise},io-ns={VCLOCK_IO_NS},file.driver=file,file.filename="
                 ));
                 d.push(file);
                 d.push(file_opts.replace(",aio=", ",file.aio="));
@@ -400,6 +416,7 @@ mod tests {
                 cache: "unsafe",
                 throttle: Some(Throttle { iops_total: 500 }),
                 latency: None,
+                noise: None,
             },
         ));
         assert!(t.contains("cache=unsafe"));
@@ -422,6 +439,7 @@ mod tests {
                 file: Path::new("/v/vol.raw"),
                 hold_ns: 3_370_000,
                 hold_id: "zero-hold",
+                noise: None,
             },
             Storage {
                 cache: "unsafe",
@@ -431,6 +449,24 @@ mod tests {
         assert_eq!(
             s,
             "-drive driver=zero-hold,hold-id=zero-hold,hold-ns=3370000,io-ns=1000000,file.driver=file,file.filename=/v/vol.raw,file.aio=threads,if=none,id=vol0,cache=unsafe,discard=unmap,detect-zeroes=unmap -device virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile=,ioeventfd=off"
+        );
+        // Noise on purpose: the filter draws each hold from the seed.
+        let noise = Some(HoldNoise {
+            sd_ns: 100_000,
+            seed: 9,
+        });
+        let s = joined(&volume_args(
+            VolumeSource::ZeroHold {
+                file: Path::new("/v/vol.raw"),
+                hold_ns: 3_370_000,
+                hold_id: "zero-hold",
+                noise,
+            },
+            Storage::default(),
+        ));
+        assert!(
+            s.starts_with("-drive driver=zero-hold,hold-id=zero-hold,hold-ns=3370000,jitter-ns=100000,seed=9,io-ns="),
+            "{s}"
         );
         let i = joined(&icount_args(0, &["/usr/share/qemu".into()]));
         assert_eq!(i, "-icount shift=0,sleep=off -L /usr/share/qemu");

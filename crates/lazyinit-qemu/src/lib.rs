@@ -110,10 +110,14 @@ pub fn storage_for(profile: &StorageProfile, cell: &Cell) -> args::Storage {
             latency: Some(nbd::LatencyProfile::Fixed(d)),
             ..Default::default()
         },
-        StorageProfile::Ebs { .. } => args::Storage {
+        StorageProfile::Ebs { noise, .. } => args::Storage {
             latency: profile
                 .z1_target(cell.hz, cell.wait_mult)
                 .map(nbd::LatencyProfile::Z1Target),
+            noise: noise.map(|n| args::HoldNoise {
+                sd_ns: n.sd.as_nanos() as u64,
+                seed: n.seed_for(cell.repetition),
+            }),
             ..Default::default()
         },
     }
@@ -290,7 +294,11 @@ impl QemuProvider {
             });
         }
         for c in cells {
-            let Some(target) = storage.z1_target(c.hz, c.wait_mult) else {
+            // With noise the z1 is drawn, near a step or not: on purpose.
+            let Some(target) = storage
+                .z1_target(c.hz, c.wait_mult)
+                .filter(|_| storage.noise().is_none())
+            else {
                 continue;
             };
             if let Some(step) = clock::near_step(target, c.hz.get(), c.wait_mult) {
@@ -412,6 +420,19 @@ impl Provider for QemuProvider {
                     tool: arch.qemu_binary().into(),
                     install: format!("run scripts/setup-host.sh (or: apt-get install -t bookworm-backports {pkg})"),
                 });
+            }
+        }
+        if storage.noise().is_some() {
+            let real: Vec<String> = Arch::ALL
+                .into_iter()
+                .filter(|&a| self.real_possible(a) && cells.iter().any(|c| c.arch == a))
+                .map(|a| a.to_string())
+                .collect();
+            if !real.is_empty() {
+                return Err(ProviderError::BadInput(format!(
+                    "storage profile `{storage}` draws noise into each zero request's hold, which only the virtual clock does, and {} cells may run on the real clock here: use clock = \"virtual\" (or --clock virtual), or drop `,sd=...,seed=...`",
+                    real.join(" and ")
+                )));
             }
         }
         if self.virtual_possible() {
@@ -684,6 +705,55 @@ mod tests {
         assert_eq!(
             st("ebs:3.1ms", 100).latency,
             Some(nbd::LatencyProfile::Z1Target(Duration::from_micros(3100)))
+        );
+        // Noise: repetition r draws from seed + r - 1.
+        let noisy: StorageProfile = "ebs:3.4ms,sd=0.1ms,seed=7".parse().unwrap();
+        let seeds: Vec<_> = (1..=3)
+            .map(|r| {
+                let c = Cell {
+                    repetition: r,
+                    ..cell(250)
+                };
+                storage_for(&noisy, &c).noise
+            })
+            .collect();
+        let n = |seed| {
+            Some(args::HoldNoise {
+                sd_ns: 100_000,
+                seed,
+            })
+        };
+        assert_eq!(seeds, vec![n(7), n(8), n(9)]);
+        assert_eq!(st("ebs:3.4ms", 250).noise, None);
+    }
+
+    /// Noise in the hold is the virtual clock's: refused, in one line,
+    /// where a cell may run on the real clock.
+    #[tokio::test]
+    async fn noise_needs_the_virtual_clock() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = QemuProvider::new(QemuConfig {
+            volume_dir: Some(tmp.path().join("vols")),
+            clock: Clock::Real,
+            ..Default::default()
+        });
+        let cell = Cell {
+            provider: "qemu".into(),
+            axes: lazyinit_core::Axes::new(
+                Arch::Arm64,
+                lazyinit_core::KernelSource::Debian61,
+                lazyinit_core::Hz::new(100).unwrap(),
+                lazyinit_core::Variant::Fix,
+                lazyinit_core::ByteSize(64 << 30),
+            ),
+            repetition: 1,
+        };
+        let noisy: StorageProfile = "ebs,sd=0.1ms,seed=1".parse().unwrap();
+        let e = p.preflight(&[cell], &noisy).await.unwrap_err().to_string();
+        assert!(
+            e.contains("only the virtual clock does, and arm64 cells may run on the real clock here: use clock = \"virtual\"")
+                && !e.contains('\n'),
+            "{e}"
         );
     }
 

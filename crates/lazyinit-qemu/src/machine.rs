@@ -96,6 +96,7 @@ impl QemuMachine {
                 file,
                 hold_ns: d.as_nanos() as u64,
                 hold_id: HOLD_ID,
+                noise: c.storage.noise,
             },
             None => args::VolumeSource::File(file),
         };

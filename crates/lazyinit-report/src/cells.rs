@@ -44,6 +44,11 @@ pub struct ReportedValue {
     /// Measured mean minus reported.
     pub diff: f64,
     pub diff_pct: f64,
+    /// With noise on purpose in the storage profile (`ebs:D,sd=S,seed=N`)
+    /// and at least two runs: whether the 2021 figure lies within the
+    /// runs' range [min, max]. Left out otherwise (outputs as before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_range: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -205,7 +210,20 @@ pub fn reported_for(key: &CellKey, metric: Metric, mean: Option<f64>) -> Option<
         value,
         diff: mean - value,
         diff_pct: (mean / value - 1.0) * 100.0,
+        in_range: None,
     })
+}
+
+/// Whether the 2021 figure lies within the runs' range, for a cell whose
+/// storage profile draws noise into its holds and that has two runs or
+/// more: its n runs are then a spread, not n copies.
+fn in_range(key: &CellKey, summary: Option<&Summary>, reported: f64) -> Option<bool> {
+    let noisy = matches!(
+        key.testbed.storage,
+        lazyinit_core::identity::StorageId::Profile(p) if p.noise().is_some()
+    );
+    let s = summary.filter(|s| noisy && s.n >= 2)?;
+    Some((s.min..=s.max).contains(&reported))
 }
 
 /// Groups rows by configuration and summarises each cell, in key order.
@@ -258,7 +276,12 @@ pub fn aggregate(rows: &[ResultRow], metric: Metric) -> Vec<CellStats> {
                 .filter(|c| !c.is_empty())
                 .map(|c| crate::stats::mean(&c));
             let model = model_for(&key, &sleep_ticks, crossed, metric);
-            let reported = reported_for(&key, metric, summary.as_ref().map(|s| s.mean));
+            let reported = reported_for(&key, metric, summary.as_ref().map(|s| s.mean)).map(|r| {
+                ReportedValue {
+                    in_range: in_range(&key, summary.as_ref(), r.value),
+                    ..r
+                }
+            });
             CellStats {
                 failed: rows.len() - ok.len(),
                 missing_metric: ok.len() - values.len(),
@@ -370,9 +393,10 @@ pub(crate) mod tests_support {
 
 #[cfg(test)]
 mod tests {
-    use super::tests_support::key;
+    use super::tests_support::{key, row};
     use super::*;
     use lazyinit_core::size::{GIB, TIB};
+    use lazyinit_core::{Axes, ByteSize, Hz};
 
     #[test]
     fn nofix_model_follows_the_measured_multiple_of_w() {
@@ -423,6 +447,41 @@ mod tests {
         // Runs that disagree on L: no measured L, so no crossings either.
         let d = model_for(&k, &[10, 20], Some(0.25), Metric::MsPerGroup);
         assert_eq!((d.crossed_ticks, d.value), (None, d.ticks_only));
+    }
+
+    /// With noise on purpose, n runs are a spread: the report says whether
+    /// the 2021 figure lies in it; without noise it says nothing.
+    #[test]
+    fn a_noisy_cells_runs_say_whether_2021_lies_in_their_range() {
+        let rows = |storage: &str, secs: &[f64]| -> Vec<ResultRow> {
+            secs.iter()
+                .enumerate()
+                .map(|(i, &s)| {
+                    let mut r = row("debian-6.1", s);
+                    r.testbed.storage = storage.into();
+                    r.axes = Axes::new(
+                        Arch::X86_64,
+                        "debian-6.1".into(),
+                        Hz::new(250).unwrap(),
+                        Variant::NoFix,
+                        ByteSize(2 * TIB),
+                    );
+                    r.repetition = i as u32 + 1;
+                    r
+                })
+                .collect()
+        };
+        let noisy = "ebs:3.4ms,sd=200us,seed=1";
+        let in_range = |storage: &str, secs: &[f64]| {
+            let c = aggregate(&rows(storage, secs), Metric::LazyinitS);
+            assert_eq!(c.len(), 1);
+            c[0].reported.as_ref().unwrap().in_range
+        };
+        // 2021: 743 s.
+        assert_eq!(in_range(noisy, &[735.0, 750.0, 741.0]), Some(true));
+        assert_eq!(in_range(noisy, &[723.0, 724.0, 726.0]), Some(false));
+        assert_eq!(in_range(noisy, &[735.0]), None, "one run is no range");
+        assert_eq!(in_range("ebs", &[735.0, 750.0]), None, "no noise");
     }
 
     #[test]

@@ -425,7 +425,7 @@ mod tests {
     /// label says so: never pooled with the real clock's.
     #[test]
     fn the_virtual_clock_is_its_own_series() {
-        let real = key(StorageProfile::Ebs { z1: None }, 10, false);
+        let real = key(StorageProfile::EBS, 10, false);
         let mut virt = real.clone();
         virt.testbed.accel = Accel::from("tcg-icount0");
         assert_eq!(
@@ -447,7 +447,7 @@ mod tests {
     /// their defaults quiet in labels and ids, may follow them.
     #[test]
     fn the_table_writes_the_texts_it_always_wrote() {
-        let k = key(StorageProfile::Ebs { z1: None }, 10, false);
+        let k = key(StorageProfile::EBS, 10, false);
         assert_eq!(
             k.series_id(),
             "qemu/qemu-x86_64/tcg/x86_64/debian-6.1/hz250/fix/64GiB/w10/ebs/measured"
@@ -539,7 +539,7 @@ mod tests {
         };
         let mut wider: Vec<KeyField> = FIELDS.into_iter().collect();
         wider.push(FIFTH_GROUP);
-        let k = key(StorageProfile::Ebs { z1: None }, 10, false);
+        let k = key(StorageProfile::EBS, 10, false);
         assert_eq!(k.series_id_of(&wider), k.series_id());
         let mut big = k.clone();
         big.axes.volume = ByteSize(128 << 30);

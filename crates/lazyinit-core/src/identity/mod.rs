@@ -609,7 +609,7 @@ mod tests {
         }
         assert_eq!(
             StorageId::from("ebs"),
-            StorageId::Profile(StorageProfile::Ebs { z1: None })
+            StorageId::Profile(StorageProfile::EBS)
         );
         assert!(StorageId::from("").is_none() && StorageId::from("none").is_none());
         assert!(!StorageId::from("ebs").is_none());

@@ -83,7 +83,7 @@ fn table(out: &mut String, r: &Report, lab: &Labeller) {
                 None => out.push_str(" – | – | – | – |"),
                 Some(c) => {
                     let (rep, diff) = match &c.reported {
-                        Some(rv) => (num(rv.value), pct(rv.diff_pct)),
+                        Some(rv) => (num(rv.value), pct(rv.diff_pct) + in_range(rv.in_range)),
                         None => ("–".into(), "–".into()),
                     };
                     write!(
@@ -242,6 +242,16 @@ pub fn render(r: &Report) -> String {
         }
     }
     out
+}
+
+/// Where the 2021 figure lies against a noisy cell's runs (nothing for
+/// other cells).
+fn in_range(r: Option<bool>) -> &'static str {
+    match r {
+        Some(true) => " (in the runs' range)",
+        Some(false) => " (outside the runs' range)",
+        None => "",
+    }
 }
 
 #[cfg(test)]
