@@ -185,7 +185,7 @@ pub fn build_dir_name(
 /// another config rebuilds everything), shared by both variants: Kbuild
 /// rebuilds only what the variant's patch touches. The `cloud` profile (the
 /// `qemu` one plus NVMe and ENA) has a slot of its own beside it, named with
-/// `-cloud` (build.rs), seeded by a copy of this one: a profile switch in
+/// `-cloud` (build/mod.rs), seeded by a copy of this one: a profile switch in
 /// one shared tree made the twin's cells and the QEMU tests recompile most
 /// of it in turn (docs/ci.md).
 pub fn slot_dir(

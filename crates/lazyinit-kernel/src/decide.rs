@@ -1,6 +1,6 @@
 //! What a kernel build decides, as pure functions of what it found: which
 //! tree is reused or unpacked again, which patch goes in or out, and which
-//! built kernel is refused. `build.rs` does what these say.
+//! built kernel is refused. `build/` does what these say.
 
 use std::path::Path;
 

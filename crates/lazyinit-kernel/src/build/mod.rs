@@ -1,0 +1,350 @@
+//! One build, start to finish: resolve the source, compute the key, and on
+//! a miss lock the slot, prepare the tree, switch the variant, configure,
+//! verify, make, and publish the result atomically.
+//!
+//! Here the plan and the build's order; beside it, by concern: `make`
+//! (running the build's commands, make and its recovery), `lock` (the
+//! slot lock), `tree` (unpacking and seeding the slot's tree), `gitsync`
+//! (a git tree's incremental sync), `patches` (the variant), `configure`,
+//! and `publish` (into the cache).
+
+mod configure;
+mod gitsync;
+mod lock;
+mod make;
+mod patches;
+mod publish;
+mod tree;
+
+use configure::*;
+use gitsync::*;
+pub(crate) use lock::lock_file;
+use lock::*;
+use make::*;
+use patches::*;
+use publish::*;
+use tree::*;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Instant;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::cache::{self, Manifest};
+use crate::decide;
+use crate::error::KernelError;
+use crate::fragments;
+use crate::source::{self, ResolvedSource};
+use crate::tools;
+use crate::userconfig;
+use crate::variant::{self, Method, Patch};
+use crate::{BuildEvent, BuildOptions, KernelArtifact, KernelSpec};
+
+const SOURCE_MARKER: &str = ".lazyinit-source";
+const PATCH_MARKER: &str = ".lazyinit-patch";
+/// In a copy of a git tree: the names that differed from its commit when
+/// copied (NUL-separated), which the next incremental sync recopies.
+const GIT_DIRTY_MARKER: &str = ".lazyinit-git-dirty";
+
+/// Everything decided before touching a build tree.
+pub(crate) struct Plan {
+    pub resolved: ResolvedSource,
+    pub method: Method,
+    pub patches: Vec<Patch>,
+    pub merged: String,
+    /// A user's config as the base (`--config`), read and checked.
+    pub base: Option<userconfig::BaseConfig>,
+    pub compiler: String,
+    pub key: String,
+    pub slug: String,
+    pub final_dir: PathBuf,
+}
+
+pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelError> {
+    let resolved = source::resolve(&spec.id.source, cache_dir)?;
+    let planned = if spec.as_committed {
+        Ok(variant::plan_as_committed(
+            resolved.facts.released,
+            spec.id.variant,
+        ))
+    } else {
+        variant::plan(
+            resolved.facts.released,
+            spec.id.variant,
+            &resolved.facts.version,
+        )
+    };
+    let (method, patches) = planned.map_err(|detail| KernelError::Patch {
+        source_name: spec.id.source.to_string(),
+        version: resolved.facts.version.clone(),
+        variant: spec.id.variant.to_string(),
+        detail,
+    })?;
+    let base = spec
+        .config
+        .as_deref()
+        .map(userconfig::BaseConfig::read)
+        .transpose()?;
+    let merged = match &base {
+        None => fragments::merged_config(
+            spec.id.arch,
+            spec.id.hz,
+            spec.id.variant,
+            spec.id.profile,
+            &resolved.facts.version,
+        ),
+        Some(b) => {
+            // What the user's file alone shows is refused before any work.
+            let refusals = userconfig::refuse_before(&fragments::parse(&b.text), spec.id.arch);
+            if !refusals.is_empty() {
+                return Err(KernelError::Unmeasurable {
+                    config: b.path.display().to_string(),
+                    refusals: refusals.iter().map(|r| r.to_string()).collect(),
+                });
+            }
+            fragments::render(&userconfig::needs(
+                spec.id.arch,
+                spec.id.hz,
+                spec.id.variant,
+                spec.id.profile,
+            ))
+        }
+    };
+    let compiler = tools::compiler_version(spec.id.arch)?;
+    let material = cache::key_material(
+        &resolved.facts.identity,
+        spec.id.arch,
+        spec.id.profile,
+        spec.id.hz,
+        spec.id.variant,
+        method,
+        &patches,
+        &merged,
+        &compiler,
+        base.as_ref().map(|b| b.sha256.as_str()),
+    );
+    let key = cache::cache_key(&material);
+    let slug = cache::source_slug(&spec.id.source);
+    let final_dir = cache::builds_dir(cache_dir).join(cache::build_dir_name(
+        &slug,
+        spec.id.arch,
+        spec.id.hz,
+        spec.id.variant,
+        spec.id.profile,
+        &key,
+    ));
+    Ok(Plan {
+        resolved,
+        method,
+        patches,
+        merged,
+        base,
+        compiler,
+        key,
+        slug,
+        final_dir,
+    })
+}
+
+pub(crate) fn artifact_at(dir: &Path) -> Option<KernelArtifact> {
+    let (manifest, manifest_path) = cache::load(dir)?;
+    Some(KernelArtifact {
+        image: dir.join(&manifest.image_file),
+        manifest_path,
+        manifest,
+    })
+}
+
+fn read(path: &Path) -> Result<String, KernelError> {
+    std::fs::read_to_string(path).map_err(|e| KernelError::io(path, e))
+}
+
+pub(crate) async fn build(
+    spec: &KernelSpec,
+    opts: &BuildOptions,
+) -> Result<KernelArtifact, KernelError> {
+    tools::check(spec.id.arch)?;
+    fetch_source(spec, opts).await?;
+    let cache_dir = opts.cache_dir.clone();
+    let spec_c = spec.clone();
+    let plan = tokio::task::spawn_blocking(move || plan(&spec_c, &cache_dir))
+        .await
+        .map_err(|e| KernelError::Step(format!("planning the build: {e}")))??;
+    if let Some(a) = artifact_at(&plan.final_dir) {
+        return Ok(a);
+    }
+
+    let qemu_slot = cache::slot_dir(
+        &opts.cache_dir,
+        &plan.slug,
+        spec.id.arch,
+        spec.id.hz,
+        plan.base.as_ref().map(|b| b.sha256.as_str()),
+    );
+    // A slot per profile: the cloud profile's configuration differs (NVMe,
+    // ENA, ACPI, EFI), and one tree switched between the two recompiled
+    // most of itself at each switch (the twin's cells and the QEMU tests,
+    // in turn, in CI). Its first build is seeded from the QEMU slot.
+    let slot = match spec.id.profile {
+        fragments::Profile::Qemu => qemu_slot.clone(),
+        p => {
+            let mut name = qemu_slot.file_name().unwrap_or_default().to_os_string();
+            name.push(format!("-{p}"));
+            qemu_slot.with_file_name(name)
+        }
+    };
+    let slot_c = slot.clone();
+    // Another process may be building in this slot: wait for it, then
+    // look again, it may have built exactly this.
+    let _lock = tokio::task::spawn_blocking(move || lock_slot(&slot_c))
+        .await
+        .map_err(|e| KernelError::Step(format!("locking the build slot: {e}")))??;
+    if let Some(a) = artifact_at(&plan.final_dir) {
+        return Ok(a);
+    }
+    let ctx = Ctx {
+        spec,
+        opts,
+        log: slot.join("build.log"),
+        lock_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&*_lock)),
+    };
+    if slot != qemu_slot && !slot.join("linux").exists() {
+        seed_profile_slot(&ctx, &qemu_slot, &slot).await?;
+    }
+    if let Some(mut gone) = clear_unfinished_make(&slot)? {
+        gone.sort();
+        let shown: Vec<String> = gone
+            .iter()
+            .take(8)
+            .map(|p| p.display().to_string())
+            .collect();
+        let more = if gone.len() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        };
+        ctx.step(format!(
+            "a make was cut short in this slot: {} files it wrote after it started removed, to be made again ({}{more})",
+            gone.len(),
+            shown.join(", ")
+        ));
+    }
+    if slot.join("linux").is_dir() {
+        rebase_tree(&ctx, &slot.join("linux"), &slot).await?;
+    }
+    let _ = std::fs::remove_file(&ctx.log);
+    let built = make(&ctx, &plan, &slot).await?;
+    let changes = match (&built.configured.report, &plan.base) {
+        (Some(r), Some(b)) => Some(r.render(&b.origin())),
+        _ => None,
+    };
+    ctx.step("publish");
+    let manifest = manifest(spec, &plan, &built);
+    publish(
+        &plan.final_dir,
+        &manifest,
+        &built.image,
+        &built.configured.text,
+        &plan.merged,
+        changes.as_deref(),
+        &ctx.log,
+    )?;
+    artifact_at(&plan.final_dir).ok_or_else(|| {
+        KernelError::Step(format!(
+            "{} vanished right after publishing",
+            plan.final_dir.display()
+        ))
+    })
+}
+
+/// A kernel made in its slot, checked, not yet published.
+struct Built {
+    configured: Configured,
+    patch: Option<Patch>,
+    release: String,
+    localversion: String,
+    image_file: String,
+    image: Vec<u8>,
+    build_seconds: f64,
+    /// The compiled `ext4_run_li_request`'s reading.
+    text: variant::Detected,
+}
+
+/// What the cache records of a build.
+fn manifest(spec: &KernelSpec, plan: &Plan, b: &Built) -> Manifest {
+    let report = b.configured.report.as_ref();
+    Manifest {
+        id: spec.id.clone(),
+        source_identity: plan.resolved.facts.identity.clone(),
+        source_version: plan.resolved.facts.version.clone(),
+        debian_package: plan.resolved.debian_package.clone(),
+        kernel_release: b.release.clone(),
+        localversion: b.localversion.clone(),
+        variant_method: plan.method,
+        patch: b.patch.map(|p| p.name.to_string()),
+        patch_sha256: b.patch.map(|p| lazyinit_core::paths::sha256_hex(p.text)),
+        released_variant: plan.resolved.facts.released.variant(),
+        committed_text: spec.as_committed.then_some(b.text),
+        config_sha256: lazyinit_core::paths::sha256_hex(&b.configured.text),
+        config_origin: plan
+            .base
+            .as_ref()
+            .map_or_else(|| cache::FRAGMENTS_ORIGIN.to_string(), |b| b.origin()),
+        config_set: report
+            .map(|r| r.set.iter().map(|c| c.to_string()).collect())
+            .unwrap_or_default(),
+        config_followed: report.map_or(0, |r| r.followed.len()),
+        fragment_sha256: lazyinit_core::paths::sha256_hex(&plan.merged),
+        image_file: b.image_file.clone(),
+        image_sha256: lazyinit_core::paths::sha256_hex(&b.image),
+        image_bytes: b.image.len() as u64,
+        compiler: plan.compiler.clone(),
+        build_seconds: b.build_seconds,
+        built_at: chrono::Utc::now(),
+        cache_key: plan.key.clone(),
+        recipe_version: cache::RECIPE_VERSION,
+    }
+}
+
+/// Download what a source needs first: an upstream tarball by version, or
+/// a Debian package the host's apt does not carry (debian-5.10).
+async fn fetch_source(spec: &KernelSpec, opts: &BuildOptions) -> Result<(), KernelError> {
+    if let lazyinit_core::KernelSource::Version(v) = &spec.id.source {
+        let fo = crate::fetch::FetchOptions {
+            mirror: opts.mirror.clone(),
+            progress: opts.progress.clone(),
+            ..Default::default()
+        };
+        crate::fetch::fetch_version(v, &opts.cache_dir, &fo).await?;
+    }
+    if let Some(pkg) = crate::debian::package_for(&spec.id.source) {
+        if matches!(
+            source::locate(&spec.id.source, &opts.cache_dir),
+            Err(KernelError::NotFetched(_))
+        ) {
+            let cache_dir = opts.cache_dir.clone();
+            let progress = opts.progress.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::debian::fetch(&cache_dir, &pkg, progress.as_ref())
+            })
+            .await
+            .map_err(|e| KernelError::Step(format!("fetching {}: {e}", pkg.name)))??;
+        }
+    }
+    Ok(())
+}
+
+fn image_target(spec: &KernelSpec) -> &'static str {
+    match spec.id.arch {
+        lazyinit_core::Arch::X86_64 => "bzImage",
+        lazyinit_core::Arch::Arm64 => "Image",
+    }
+}
+
+/// The build future must be Send so callers can spawn it.
+#[allow(dead_code)]
+fn assert_send(spec: &KernelSpec, opts: &BuildOptions) {
+    fn is_send<T: Send>(_: T) {}
+    is_send(build(spec, opts));
+}
