@@ -431,16 +431,7 @@ fn build_blocking(
     progress: &Option<ProgressFn>,
 ) -> Result<(), KernelError> {
     let t0 = std::time::Instant::now();
-    // Stale work of a builder killed before us (we hold the lock).
-    for e in std::fs::read_dir(root)
-        .map_err(|e| KernelError::io(root, e))?
-        .flatten()
-    {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n.starts_with(".build-") || n.starts_with(".pyvenv-") || n.starts_with(".new-") {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
+    remove_stale_work(root)?;
     let work = tempfile::Builder::new()
         .prefix(".build-")
         .tempdir_in(root)
@@ -458,19 +449,7 @@ fn build_blocking(
         "unpacking the QEMU source",
     )?;
     let src = work.path().join(format!("qemu-{QEMU_VERSION}"));
-    for (name, text) in PATCHES {
-        say(progress, format!("apply {name}"));
-        let patch = work.path().join(name);
-        std::fs::write(&patch, text).map_err(|e| KernelError::io(&patch, e))?;
-        step(
-            Command::new("patch")
-                .args(["-p1", "--batch", "--forward", "-i"])
-                .arg(&patch)
-                .current_dir(&src),
-            &log,
-            &format!("applying {name}"),
-        )?;
-    }
+    apply_patches(work.path(), &src, &log, progress)?;
     let build = src.join("build");
     std::fs::create_dir_all(&build).map_err(|e| KernelError::io(&build, e))?;
     say(progress, "configure QEMU".into());
@@ -503,6 +482,43 @@ fn build_blocking(
             dest.display()
         ),
     );
+    Ok(())
+}
+
+/// Stale work of a builder killed before us (the caller holds the lock).
+fn remove_stale_work(root: &Path) -> Result<(), KernelError> {
+    for e in std::fs::read_dir(root)
+        .map_err(|e| KernelError::io(root, e))?
+        .flatten()
+    {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with(".build-") || n.starts_with(".pyvenv-") || n.starts_with(".new-") {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    Ok(())
+}
+
+/// The harness's patches on the unpacked source `src`, in order.
+fn apply_patches(
+    work: &Path,
+    src: &Path,
+    log: &Path,
+    progress: &Option<ProgressFn>,
+) -> Result<(), KernelError> {
+    for (name, text) in PATCHES {
+        say(progress, format!("apply {name}"));
+        let patch = work.join(name);
+        std::fs::write(&patch, text).map_err(|e| KernelError::io(&patch, e))?;
+        step(
+            Command::new("patch")
+                .args(["-p1", "--batch", "--forward", "-i"])
+                .arg(&patch)
+                .current_dir(src),
+            log,
+            &format!("applying {name}"),
+        )?;
+    }
     Ok(())
 }
 

@@ -63,54 +63,13 @@ pub(crate) struct Plan {
 
 pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelError> {
     let resolved = source::resolve(&spec.id.source, cache_dir)?;
-    let planned = if spec.as_committed {
-        Ok(variant::plan_as_committed(
-            resolved.facts.released,
-            spec.id.variant,
-        ))
-    } else {
-        variant::plan(
-            resolved.facts.released,
-            spec.id.variant,
-            &resolved.facts.version,
-        )
-    };
-    let (method, patches) = planned.map_err(|detail| KernelError::Patch {
-        source_name: spec.id.source.to_string(),
-        version: resolved.facts.version.clone(),
-        variant: spec.id.variant.to_string(),
-        detail,
-    })?;
+    let (method, patches) = variant_plan(spec, &resolved)?;
     let base = spec
         .config
         .as_deref()
         .map(userconfig::BaseConfig::read)
         .transpose()?;
-    let merged = match &base {
-        None => fragments::merged_config(
-            spec.id.arch,
-            spec.id.hz,
-            spec.id.variant,
-            spec.id.profile,
-            &resolved.facts.version,
-        ),
-        Some(b) => {
-            // What the user's file alone shows is refused before any work.
-            let refusals = userconfig::refuse_before(&fragments::parse(&b.text), spec.id.arch);
-            if !refusals.is_empty() {
-                return Err(KernelError::Unmeasurable {
-                    config: b.path.display().to_string(),
-                    refusals: refusals.iter().map(|r| r.to_string()).collect(),
-                });
-            }
-            fragments::render(&userconfig::needs(
-                spec.id.arch,
-                spec.id.hz,
-                spec.id.variant,
-                spec.id.profile,
-            ))
-        }
-    };
+    let merged = merged_fragment(spec, &resolved, base.as_ref())?;
     let compiler = tools::compiler_version(spec.id.arch)?;
     let material = cache::key_material(
         &resolved.facts.identity,
@@ -147,6 +106,66 @@ pub(crate) fn plan(spec: &KernelSpec, cache_dir: &Path) -> Result<Plan, KernelEr
     })
 }
 
+/// How the tree reaches the asked variant, and the patches to try.
+fn variant_plan(
+    spec: &KernelSpec,
+    resolved: &ResolvedSource,
+) -> Result<(Method, Vec<Patch>), KernelError> {
+    let planned = if spec.as_committed {
+        Ok(variant::plan_as_committed(
+            resolved.facts.released,
+            spec.id.variant,
+        ))
+    } else {
+        variant::plan(
+            resolved.facts.released,
+            spec.id.variant,
+            &resolved.facts.version,
+        )
+    };
+    planned.map_err(|detail| KernelError::Patch {
+        source_name: spec.id.source.to_string(),
+        version: resolved.facts.version.clone(),
+        variant: spec.id.variant.to_string(),
+        detail,
+    })
+}
+
+/// The configuration fragment the build applies: the harness's merged
+/// fragments, or with a user's config only the harness's needs (the
+/// user's file refused first when it alone shows it cannot be measured).
+fn merged_fragment(
+    spec: &KernelSpec,
+    resolved: &ResolvedSource,
+    base: Option<&userconfig::BaseConfig>,
+) -> Result<String, KernelError> {
+    Ok(match base {
+        None => fragments::merged_config(
+            spec.id.arch,
+            spec.id.hz,
+            spec.id.variant,
+            spec.id.profile,
+            &resolved.facts.version,
+        ),
+        Some(b) => {
+            // What the user's file alone shows is refused before any work.
+            let refusals = userconfig::refuse_before(&fragments::parse(&b.text), spec.id.arch);
+            if !refusals.is_empty() {
+                return Err(KernelError::Unmeasurable {
+                    config: b.path.display().to_string(),
+                    refusals: refusals.iter().map(|r| r.to_string()).collect(),
+                });
+            }
+            fragments::render(&userconfig::needs(
+                spec.id.arch,
+                spec.id.hz,
+                spec.id.variant,
+                spec.id.profile,
+            ))
+        }
+    })
+}
+
 pub(crate) fn artifact_at(dir: &Path) -> Option<KernelArtifact> {
     let (manifest, manifest_path) = cache::load(dir)?;
     Some(KernelArtifact {
@@ -175,25 +194,7 @@ pub(crate) async fn build(
         return Ok(a);
     }
 
-    let qemu_slot = cache::slot_dir(
-        &opts.cache_dir,
-        &plan.slug,
-        spec.id.arch,
-        spec.id.hz,
-        plan.base.as_ref().map(|b| b.sha256.as_str()),
-    );
-    // A slot per profile: the cloud profile's configuration differs (NVMe,
-    // ENA, ACPI, EFI), and one tree switched between the two recompiled
-    // most of itself at each switch (the twin's cells and the QEMU tests,
-    // in turn, in CI). Its first build is seeded from the QEMU slot.
-    let slot = match spec.id.profile {
-        fragments::Profile::Qemu => qemu_slot.clone(),
-        p => {
-            let mut name = qemu_slot.file_name().unwrap_or_default().to_os_string();
-            name.push(format!("-{p}"));
-            qemu_slot.with_file_name(name)
-        }
-    };
+    let (qemu_slot, slot) = slots(spec, opts, &plan);
     let slot_c = slot.clone();
     // Another process may be building in this slot: wait for it, then
     // look again, it may have built exactly this.
@@ -212,23 +213,8 @@ pub(crate) async fn build(
     if slot != qemu_slot && !slot.join("linux").exists() {
         seed_profile_slot(&ctx, &qemu_slot, &slot).await?;
     }
-    if let Some(mut gone) = clear_unfinished_make(&slot)? {
-        gone.sort();
-        let shown: Vec<String> = gone
-            .iter()
-            .take(8)
-            .map(|p| p.display().to_string())
-            .collect();
-        let more = if gone.len() > shown.len() {
-            ", ..."
-        } else {
-            ""
-        };
-        ctx.step(format!(
-            "a make was cut short in this slot: {} files it wrote after it started removed, to be made again ({}{more})",
-            gone.len(),
-            shown.join(", ")
-        ));
+    if let Some(gone) = clear_unfinished_make(&slot)? {
+        say_cleared(&ctx, gone);
     }
     if slot.join("linux").is_dir() {
         rebase_tree(&ctx, &slot.join("linux"), &slot).await?;
@@ -256,6 +242,51 @@ pub(crate) async fn build(
             plan.final_dir.display()
         ))
     })
+}
+
+/// The QEMU profile's slot for this source, arch and HZ, and the build's
+/// own (the same for the QEMU profile).
+fn slots(spec: &KernelSpec, opts: &BuildOptions, plan: &Plan) -> (PathBuf, PathBuf) {
+    let qemu_slot = cache::slot_dir(
+        &opts.cache_dir,
+        &plan.slug,
+        spec.id.arch,
+        spec.id.hz,
+        plan.base.as_ref().map(|b| b.sha256.as_str()),
+    );
+    // A slot per profile: the cloud profile's configuration differs (NVMe,
+    // ENA, ACPI, EFI), and one tree switched between the two recompiled
+    // most of itself at each switch (the twin's cells and the QEMU tests,
+    // in turn, in CI). Its first build is seeded from the QEMU slot.
+    let slot = match spec.id.profile {
+        fragments::Profile::Qemu => qemu_slot.clone(),
+        p => {
+            let mut name = qemu_slot.file_name().unwrap_or_default().to_os_string();
+            name.push(format!("-{p}"));
+            qemu_slot.with_file_name(name)
+        }
+    };
+    (qemu_slot, slot)
+}
+
+/// Says which files a cut make's recovery removed (the first 8).
+fn say_cleared(ctx: &Ctx<'_>, mut gone: Vec<PathBuf>) {
+    gone.sort();
+    let shown: Vec<String> = gone
+        .iter()
+        .take(8)
+        .map(|p| p.display().to_string())
+        .collect();
+    let more = if gone.len() > shown.len() {
+        ", ..."
+    } else {
+        ""
+    };
+    ctx.step(format!(
+        "a make was cut short in this slot: {} files it wrote after it started removed, to be made again ({}{more})",
+        gone.len(),
+        shown.join(", ")
+    ));
 }
 
 /// A kernel made in its slot, checked, not yet published.
