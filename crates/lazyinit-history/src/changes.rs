@@ -508,12 +508,9 @@ mod tests {
         }
     }
 
-    /// Which open alerts `changes` closes, over a generated history of
-    /// 100 runs (the L change planted at run 60 of x86_64 fix 2 TiB, the
-    /// 2% at run 80 of arm64 no fix 3 TiB).
-    #[test]
-    fn unsupported_alerts_are_the_open_ones_no_change_point_backs() {
-        let rows: Vec<StoredRow> = crate::generate::history(100, 5)
+    /// A generated history's rows, as the store reads them back.
+    fn generated_rows(runs: usize, seed: u64) -> Vec<StoredRow> {
+        crate::generate::history(runs, seed)
             .into_iter()
             .flat_map(|r| {
                 let key = crate::import::run_key(&r.rows).unwrap();
@@ -526,8 +523,15 @@ mod tests {
                     folder: String::new(),
                 })
             })
-            .collect();
-        let series = build(&rows, Metric::FromFirstGroupS, None);
+            .collect()
+    }
+
+    /// Which open alerts `changes` closes, over a generated history of
+    /// 100 runs (the L change planted at run 60 of x86_64 fix 2 TiB, the
+    /// 2% at run 80 of arm64 no fix 3 TiB).
+    #[test]
+    fn unsupported_alerts_are_the_open_ones_no_change_point_backs() {
+        let series = build(&generated_rows(100, 5), Metric::FromFirstGroupS, None);
         let opts = ChangeOptions::default();
         let found = find(&series, &opts);
         let l = series

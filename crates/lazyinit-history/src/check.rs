@@ -26,7 +26,7 @@
 //! Each failure raises an alert (kept with its state); `history ack`
 //! acknowledging it, or marking it invalid, lets the gate pass again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use lazyinit_core::exit;
 use lazyinit_core::results::Status;
@@ -475,22 +475,7 @@ pub fn judge_series_in(
     };
     let value = upto.points[at].value;
     let mut found = changes::of_series(&upto, opts);
-    // A change point whose runs since are mostly of a loaded host is the
-    // load, not a regression (yet): set aside, the level is the one before.
-    let mut set_aside = None;
-    if let Some(c) = found.last() {
-        let after = &upto.points[c.index..=at];
-        let loaded = after.iter().filter(|p| load.loaded(p).is_some()).count();
-        if c.sleep_moved.is_none() && loaded * 2 >= after.len() {
-            set_aside = Some(format!(
-                "the change point at {} ({:+.2}%) is set aside: {loaded} of the {} run(s) since it were of a loaded host",
-                c.first_run.run_key,
-                c.change_pct,
-                after.len()
-            ));
-            found.pop();
-        }
-    }
+    let set_aside = set_aside_if_loaded(&mut found, &upto, at, load);
     let since = found.last().map_or(0, |c| c.index);
     let kept = level_runs(&upto, since, at, opts);
     let in_level = &kept[kept.len().saturating_sub(LEVEL_RUNS)..];
@@ -507,37 +492,14 @@ pub fn judge_series_in(
         .collect();
     let loaded_out = in_level.len() - in_level.iter().filter(|j| unloaded.contains(j)).count();
     let same = of_conditions(&upto, &unloaded, run);
-    let time_level = if same.len() >= MIN_HISTORY {
-        Level::of(&same.iter().map(|p| (*p).clone()).collect::<Vec<_>>())
-    } else {
-        let last = &unloaded[unloaded.len().saturating_sub(LEVEL_RUNS)..];
-        Level::of(
-            &last
-                .iter()
-                .map(|&j| upto.points[j].clone())
-                .collect::<Vec<_>>(),
-        )
-        .or_else(|| level.clone())
-    };
+    let time_level = time_level_of(&upto, &unloaded, &same, &level);
     let mut suspects: Vec<Change> = found.last().cloned().into_iter().collect();
     let judged = at - since >= MIN_HISTORY;
     let mut not_judged = None;
     if let (true, Some(l), Some(t)) = (judged, &level, &time_level) {
         if let Some(c) = off_level(&upto, since, at, l, t, opts) {
-            let why = if c.sleep_moved.is_some() {
-                None
-            } else if same.len() < MIN_HISTORY {
-                Some(other_conditions(run, &points, same.len()))
-            } else {
-                load.loaded(run)
-            };
-            match why {
-                Some(w) => {
-                    not_judged = Some(format!(
-                        "{w}; {:+.2}% off its level on time, not judged so and left out of the level's time",
-                        c.change_pct
-                    ))
-                }
+            match not_judged_why(&c, run, &points, same.len(), load) {
+                Some(w) => not_judged = Some(w),
                 None => suspects.push(c),
             }
         }
@@ -575,6 +537,80 @@ pub fn judge_series_in(
         changes: Vec::new(),
     };
     Some((verdict, suspects))
+}
+
+/// A change point whose runs since are mostly of a loaded host is the
+/// load, not a regression (yet): set aside (taken off `found`, so the
+/// level is the one before), and why.
+fn set_aside_if_loaded(
+    found: &mut Vec<Change>,
+    upto: &Series,
+    at: usize,
+    load: &HostLoad,
+) -> Option<String> {
+    let mut set_aside = None;
+    if let Some(c) = found.last() {
+        let after = &upto.points[c.index..=at];
+        let loaded = after.iter().filter(|p| load.loaded(p).is_some()).count();
+        if c.sleep_moved.is_none() && loaded * 2 >= after.len() {
+            set_aside = Some(format!(
+                "the change point at {} ({:+.2}%) is set aside: {loaded} of the {} run(s) since it were of a loaded host",
+                c.first_run.run_key,
+                c.change_pct,
+                after.len()
+            ));
+            found.pop();
+        }
+    }
+    set_aside
+}
+
+/// The level a run's time is judged against: its conditions' runs of a
+/// host not loaded when there are enough, else the last unloaded runs of
+/// the level, else the level.
+fn time_level_of(
+    upto: &Series,
+    unloaded: &[usize],
+    same: &[&Point],
+    level: &Option<Level>,
+) -> Option<Level> {
+    if same.len() >= MIN_HISTORY {
+        Level::of(&same.iter().map(|p| (*p).clone()).collect::<Vec<_>>())
+    } else {
+        let last = &unloaded[unloaded.len().saturating_sub(LEVEL_RUNS)..];
+        Level::of(
+            &last
+                .iter()
+                .map(|&j| upto.points[j].clone())
+                .collect::<Vec<_>>(),
+        )
+        .or_else(|| level.clone())
+    }
+}
+
+/// Why a run off its level on time is not judged so (too few runs of its
+/// conditions, or a loaded host), or None: it is a suspect. An L that
+/// moved is always judged.
+fn not_judged_why(
+    c: &Change,
+    run: &Point,
+    points: &[Point],
+    same: usize,
+    load: &HostLoad,
+) -> Option<String> {
+    let why = if c.sleep_moved.is_some() {
+        None
+    } else if same < MIN_HISTORY {
+        Some(other_conditions(run, points, same))
+    } else {
+        load.loaded(run)
+    };
+    why.map(|w| {
+        format!(
+            "{w}; {:+.2}% off its level on time, not judged so and left out of the level's time",
+            c.change_pct
+        )
+    })
 }
 
 /// Settles a verdict once the suspects' alerts are known.
@@ -863,6 +899,37 @@ impl Baseline {
     }
 }
 
+/// The run ids, start days and kernels (releases and `sources`) of `rows`.
+fn held<'a>(
+    rows: &[&'a StoredRow],
+    sources: &'a [String],
+) -> (BTreeSet<&'a str>, BTreeSet<&'a str>, BTreeSet<&'a str>) {
+    let mut runs = BTreeSet::new();
+    let mut days = BTreeSet::new();
+    let mut kernels = BTreeSet::new();
+    for s in sources {
+        kernels.insert(s.as_str());
+    }
+    for r in rows {
+        runs.insert(r.row.run_id.as_str());
+        days.insert(r.run_started_at.get(..10).unwrap_or(&r.run_started_at));
+        kernels.insert(r.row.kernel_release.as_str());
+    }
+    (runs, days, kernels)
+}
+
+/// The first six non-empty names of `set`, and how many more.
+fn few(set: &BTreeSet<&str>) -> String {
+    let mut v: Vec<&str> = set.iter().copied().filter(|s| !s.is_empty()).collect();
+    let more = v.len().saturating_sub(6);
+    v.truncate(6);
+    let mut t = v.join(", ");
+    if more > 0 {
+        t.push_str(&format!(" and {more} more"));
+    }
+    t
+}
+
 /// Refuses (reading only, before the candidate is imported) a
 /// `--baseline` selector that chooses no run but the candidate
 /// (`candidate`, its key): one line naming the selector and what the
@@ -886,31 +953,11 @@ pub fn refuse_empty_baseline(
         if others.iter().any(|r| b.matches(r, &labelled)) {
             continue;
         }
-        let mut runs = std::collections::BTreeSet::new();
-        let mut days = std::collections::BTreeSet::new();
-        let mut kernels = std::collections::BTreeSet::new();
         let sources: Vec<String> = others
             .iter()
             .map(|r| r.row.axes.source.to_string())
             .collect();
-        for s in &sources {
-            kernels.insert(s.as_str());
-        }
-        for r in &others {
-            runs.insert(r.row.run_id.as_str());
-            days.insert(r.run_started_at.get(..10).unwrap_or(&r.run_started_at));
-            kernels.insert(r.row.kernel_release.as_str());
-        }
-        let few = |set: &std::collections::BTreeSet<&str>| {
-            let mut v: Vec<&str> = set.iter().copied().filter(|s| !s.is_empty()).collect();
-            let more = v.len().saturating_sub(6);
-            v.truncate(6);
-            let mut t = v.join(", ");
-            if more > 0 {
-                t.push_str(&format!(" and {more} more"));
-            }
-            t
-        };
+        let (runs, days, kernels) = held(&others, &sources);
         let holds = if others.is_empty() {
             "the history holds no other run".to_string()
         } else {

@@ -60,6 +60,109 @@ impl Drop for Sqlite {
     }
 }
 
+/// Whether the history file at `path` exists; what is not a history's
+/// place (a folder, a device, a file that is not SQLite's, a missing
+/// folder, a missing file a reading command was given) is refused.
+fn check_place(path: &Path, access: Access) -> Result<bool, HistoryError> {
+    let not = |why: String| HistoryError::NotAHistory {
+        db: format!("--db sqlite:{}", path.display()),
+        why,
+    };
+    let exists = match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {
+            return Err(not(format!(
+                "a folder, not a history file: give a file's path, e.g. sqlite:{}",
+                path.join("history.sqlite").display()
+            )))
+        }
+        Ok(m) if !m.is_file() => {
+            return Err(not(
+                "not a regular file (a device, a FIFO or a socket): give a history file's path"
+                    .into(),
+            ))
+        }
+        Ok(m) => {
+            if m.len() > 0 && !has_sqlite_header(path)? {
+                return Err(not(
+                    "not a SQLite database (a text file?): give a history's path, or a new file's"
+                        .into(),
+                ));
+            }
+            true
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => {
+            return Err(HistoryError::db(
+                format!("cannot open {}", path.display()),
+                DbError::Io(e),
+            ))
+        }
+    };
+    if !exists {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(dir) = dir.filter(|d| !d.is_dir()) {
+            return Err(not(format!(
+                "its folder {} does not exist (a typo?): nothing was created",
+                dir.display()
+            )));
+        }
+        if access == Access::Read {
+            return Err(not(
+                "no such file, and this command creates none: give an existing history, or import a run first (history import)"
+                    .into(),
+            ));
+        }
+    }
+    Ok(exists)
+}
+
+/// The connection: read-only where this user may not write, immutable
+/// where SQLite could make no -shm; `absent` is how many of -wal and -shm
+/// were not there before.
+fn connect(
+    path: &Path,
+    dir: &Path,
+    exists: bool,
+    read_only_open: bool,
+    absent: usize,
+) -> Result<rusqlite::Connection, HistoryError> {
+    use rusqlite::OpenFlags as F;
+    let flags = match (exists, read_only_open) {
+        (true, true) => F::SQLITE_OPEN_READ_ONLY | F::SQLITE_OPEN_NO_MUTEX,
+        // An existing file is opened as it is (never created anew
+        // should it vanish in between).
+        (true, false) => F::SQLITE_OPEN_READ_WRITE | F::SQLITE_OPEN_NO_MUTEX,
+        (false, _) => F::default(),
+    };
+    // SQLite cannot read a WAL database read-only where it can make
+    // no -shm (a folder this user cannot write) unless told the file
+    // is immutable. With no -wal there, no connection has it open and
+    // every commit is in the file; a writer that starts meanwhile
+    // writes to its log, and the file changes only at a checkpoint.
+    let immutable = read_only_open && !writable(dir) && absent == 2;
+    let conn = if immutable {
+        let mut uri = String::from("file:");
+        for c in path.to_string_lossy().chars() {
+            match c {
+                '%' => uri.push_str("%25"),
+                '?' => uri.push_str("%3f"),
+                '#' => uri.push_str("%23"),
+                c => uri.push(c),
+            }
+        }
+        uri.push_str("?immutable=1");
+        rusqlite::Connection::open_with_flags(uri, flags | F::SQLITE_OPEN_URI)
+    } else {
+        rusqlite::Connection::open_with_flags(path, flags)
+    };
+    conn.map_err(|e| {
+        HistoryError::db(
+            format!("cannot open {}", path.display()),
+            DbError::Sqlite(e),
+        )
+    })
+}
+
 /// The first 16 bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -74,52 +177,7 @@ impl Sqlite {
             db: format!("--db sqlite:{}", path.display()),
             why,
         };
-        let exists = match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => {
-                return Err(not(format!(
-                    "a folder, not a history file: give a file's path, e.g. sqlite:{}",
-                    path.join("history.sqlite").display()
-                )))
-            }
-            Ok(m) if !m.is_file() => {
-                return Err(not(
-                    "not a regular file (a device, a FIFO or a socket): give a history file's path"
-                        .into(),
-                ))
-            }
-            Ok(m) => {
-                if m.len() > 0 && !has_sqlite_header(path)? {
-                    return Err(not(
-                        "not a SQLite database (a text file?): give a history's path, or a new file's"
-                            .into(),
-                    ));
-                }
-                true
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => {
-                return Err(HistoryError::db(
-                    format!("cannot open {}", path.display()),
-                    DbError::Io(e),
-                ))
-            }
-        };
-        if !exists {
-            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-            if let Some(dir) = dir.filter(|d| !d.is_dir()) {
-                return Err(not(format!(
-                    "its folder {} does not exist (a typo?): nothing was created",
-                    dir.display()
-                )));
-            }
-            if access == Access::Read {
-                return Err(not(
-                    "no such file, and this command creates none: give an existing history, or import a run first (history import)"
-                        .into(),
-                ));
-            }
-        }
-        use rusqlite::OpenFlags as F;
+        let exists = check_place(path, access)?;
         // A history this user cannot write (the file, or its folder where
         // the WAL's -wal and -shm go): a command that reads opens it
         // read-only; one that writes is refused, naming it.
@@ -145,40 +203,7 @@ impl Sqlite {
             .map(|s| side(s))
             .filter(|p| std::fs::symlink_metadata(p).is_err())
             .collect();
-        let flags = match (exists, read_only_open) {
-            (true, true) => F::SQLITE_OPEN_READ_ONLY | F::SQLITE_OPEN_NO_MUTEX,
-            // An existing file is opened as it is (never created anew
-            // should it vanish in between).
-            (true, false) => F::SQLITE_OPEN_READ_WRITE | F::SQLITE_OPEN_NO_MUTEX,
-            (false, _) => F::default(),
-        };
-        // SQLite cannot read a WAL database read-only where it can make
-        // no -shm (a folder this user cannot write) unless told the file
-        // is immutable. With no -wal there, no connection has it open and
-        // every commit is in the file; a writer that starts meanwhile
-        // writes to its log, and the file changes only at a checkpoint.
-        let immutable = read_only_open && !writable(&dir) && before.len() == 2;
-        let conn = if immutable {
-            let mut uri = String::from("file:");
-            for c in path.to_string_lossy().chars() {
-                match c {
-                    '%' => uri.push_str("%25"),
-                    '?' => uri.push_str("%3f"),
-                    '#' => uri.push_str("%23"),
-                    c => uri.push(c),
-                }
-            }
-            uri.push_str("?immutable=1");
-            rusqlite::Connection::open_with_flags(uri, flags | F::SQLITE_OPEN_URI)
-        } else {
-            rusqlite::Connection::open_with_flags(path, flags)
-        };
-        let conn = conn.map_err(|e| {
-            HistoryError::db(
-                format!("cannot open {}", path.display()),
-                DbError::Sqlite(e),
-            )
-        })?;
+        let conn = connect(path, &dir, exists, read_only_open, before.len())?;
         // A nightly's live import and a person's `history show` may meet:
         // wait for the other's write instead of failing.
         conn.busy_timeout(Duration::from_secs(30)).map_err(err)?;

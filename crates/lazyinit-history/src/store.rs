@@ -793,6 +793,35 @@ fn sharded_key(db: &mut dyn Backend, run: &RunImport) -> Result<Option<String>, 
         .map(|(_, key)| key))
 }
 
+/// The run's rows with their cells' facts; how many were new.
+fn insert_rows(db: &mut dyn Backend, key: &str, run: &RunImport) -> Result<usize, HistoryError> {
+    let names: Vec<&str> = KINDS.iter().map(|(n, _)| *n).collect();
+    let sql = format!(
+        "INSERT INTO result_rows (\"run_key\", {}, {}) VALUES ($1, {}) ON CONFLICT DO NOTHING",
+        quoted(&names),
+        quoted(FACT_COLUMNS),
+        placeholders(2, names.len() + FACT_COLUMNS.len())
+    );
+    let mut added = 0;
+    for row in &run.rows {
+        let f = run.cells.get(&row.cell_id).cloned().unwrap_or_default();
+        let mut values = vec![Value::from(key)];
+        values.extend(row_values(row)?);
+        values.extend([
+            f.kernel_build.into(),
+            f.source_identity.into(),
+            f.source_version.into(),
+            f.config_sha256.into(),
+            f.patch_sha256.into(),
+            f.guest_facts.into(),
+            f.storage_calibration.into(),
+            f.qemu_cmdline.into(),
+        ]);
+        added += db.execute(&sql, &values)? as usize;
+    }
+    Ok(added)
+}
+
 fn insert_run(
     db: &mut dyn Backend,
     key: &str,
@@ -857,30 +886,7 @@ fn insert_run(
             earliest.unwrap_or_default().into(),
         ],
     )?;
-    let names: Vec<&str> = KINDS.iter().map(|(n, _)| *n).collect();
-    let sql = format!(
-        "INSERT INTO result_rows (\"run_key\", {}, {}) VALUES ($1, {}) ON CONFLICT DO NOTHING",
-        quoted(&names),
-        quoted(FACT_COLUMNS),
-        placeholders(2, names.len() + FACT_COLUMNS.len())
-    );
-    let mut added = 0;
-    for row in &run.rows {
-        let f = run.cells.get(&row.cell_id).cloned().unwrap_or_default();
-        let mut values = vec![Value::from(key)];
-        values.extend(row_values(row)?);
-        values.extend([
-            f.kernel_build.into(),
-            f.source_identity.into(),
-            f.source_version.into(),
-            f.config_sha256.into(),
-            f.patch_sha256.into(),
-            f.guest_facts.into(),
-            f.storage_calibration.into(),
-            f.qemu_cmdline.into(),
-        ]);
-        added += db.execute(&sql, &values)? as usize;
-    }
+    let added = insert_rows(db, key, run)?;
     Ok(ImportOutcome {
         run_key: key.to_string(),
         folder: run.folder.clone(),
