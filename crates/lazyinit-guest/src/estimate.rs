@@ -42,15 +42,7 @@ pub(crate) fn early_stop(
     let Some(after) = opts.estimate_after else {
         return Ok(false);
     };
-    // The virtual clock has measured the whole run by now, in seconds of
-    // host: nothing to estimate.
-    if opts.guest_paced {
-        opts.events.note(
-            &opts.cell_id,
-            format!(
-                "estimate-after {after}: the virtual clock measures the whole run, not an estimate"
-            ),
-        );
+    if on_the_virtual_clock(opts, after) {
         return Ok(false);
     }
     // The groups of the first check run with the host to this guest alone:
@@ -75,13 +67,7 @@ pub(crate) fn early_stop(
             "read the trace so far",
         )?;
         drop(critical.take());
-        let s = parse::summarize(&trace);
-        let (Some(done), Some(first)) = (s.mount_done, s.first_group()) else {
-            return Err(GuestError::Parse {
-                step: "read the trace so far",
-                what: "no mount marker or no group event in the trace".into(),
-            });
-        };
+        let (s, done, first) = summarized(&trace)?;
         let t_s: Vec<f64> = s.groups.iter().map(|g| g.1).collect();
         let tr = Trace {
             hz: exp.hz,
@@ -114,6 +100,33 @@ pub(crate) fn early_stop(
     log.push_str("the next check would be past the last group: measured\n");
     ev.estimate_log = Some(log);
     Ok(false)
+}
+
+/// The virtual clock has measured the whole run by now, in seconds of
+/// host: nothing to estimate (said so).
+fn on_the_virtual_clock(opts: &ProtocolOptions, after: u64) -> bool {
+    if opts.guest_paced {
+        opts.events.note(
+            &opts.cell_id,
+            format!(
+                "estimate-after {after}: the virtual clock measures the whole run, not an estimate"
+            ),
+        );
+    }
+    opts.guest_paced
+}
+
+/// The trace so far, summarized, with the end of the mount and the first
+/// group on its clock.
+fn summarized(trace: &str) -> Result<(parse::TraceSummary, f64, f64), GuestError> {
+    let s = parse::summarize(trace);
+    let (Some(done), Some(first)) = (s.mount_done, s.first_group()) else {
+        return Err(GuestError::Parse {
+            step: "read the trace so far",
+            what: "no mount marker or no group event in the trace".into(),
+        });
+    };
+    Ok((s, done, first))
 }
 
 /// The cycle locked: say so, and fill the row from the estimate and the

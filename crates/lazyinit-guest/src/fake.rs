@@ -211,48 +211,12 @@ impl FakeGuest {
                 f.insert("release".into(), self.release());
                 f.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
             }
-            "calibrate" => {
-                let mut tr = String::from("# tracer: nop\n");
-                for (i, us) in self.calibration_us.iter().enumerate() {
-                    let t0 = 10.0 + i as f64;
-                    tr.push_str(&format!(
-                        "  sh-1 [000] ..... {:.6}: tracing_mark_write: {}\n",
-                        t0 - 0.5,
-                        crate::protocol::CALIBRATION_MARKER
-                    ));
-                    tr.push_str(&format!("  ext4lazyinit-{i} [000] ..... {t0:.6}: ext4_journal_start: dev 254,16 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0x0\n"));
-                    let t1 = t0 + *us as f64 / 1e6;
-                    tr.push_str(&format!("  ext4lazyinit-{i} [000] ..... {t1:.6}: ext4_lazy_itable_init: dev 254,16 group {i}\n"));
-                }
-                tr
-            }
+            "calibrate" => self.calibration_trace(),
             "wait" => {
                 self.waits += 1;
                 "seen=2\ngap_us=44000\n".into()
             }
-            "first-zeroing" => {
-                self.reads += 1;
-                let us = match self.first_zeroings_us.is_empty() {
-                    true => ZERO_US,
-                    false => self.first_zeroings_us.remove(0),
-                };
-                self.kept_us = us;
-                // The first groups so far, each followed by the sleep the
-                // kernel armed (its timer), as trace-setup.sh traces them.
-                let l = self.slept();
-                let cycle = (l + 1) as f64 * self.hz.tick_s();
-                let mut t = String::new();
-                for g in 0..3u64 {
-                    let ts = 102.0 + g as f64 * cycle;
-                    let z = match g {
-                        0 => us as f64 / 1e6,
-                        _ => ZERO_S,
-                    };
-                    t.push_str(&format!("  ext4lazyinit-120 [000] ..... {:.6}: ext4_journal_start: dev 254,0 blocks 1\n  ext4lazyinit-120 [000] ..... {ts:.6}: ext4_lazy_itable_init: dev 254,0 group {}\n", ts - z, g + 1));
-                    t.push_str(&timer(ts, g, l));
-                }
-                t
-            }
+            "first-zeroing" => self.first_zeroing(),
             "mkfs" => format!(
                 "mkfs_s=1.50\nblocks={}\nblocks_per_group=32768\nzeroed={}\n",
                 self.groups * 32768,
@@ -301,6 +265,50 @@ impl FakeGuest {
             "find-volume" => format!("{NVME_NODE}\n"),
             _ => String::new(),
         }
+    }
+
+    /// The calibration's trace: one first zeroing per scratch mount, of
+    /// the lengths given.
+    fn calibration_trace(&self) -> String {
+        let mut tr = String::from("# tracer: nop\n");
+        for (i, us) in self.calibration_us.iter().enumerate() {
+            let t0 = 10.0 + i as f64;
+            tr.push_str(&format!(
+                "  sh-1 [000] ..... {:.6}: tracing_mark_write: {}\n",
+                t0 - 0.5,
+                crate::protocol::CALIBRATION_MARKER
+            ));
+            tr.push_str(&format!("  ext4lazyinit-{i} [000] ..... {t0:.6}: ext4_journal_start: dev 254,16 blocks 1, rsv_blocks 0, revoke_creds 8, caller 0x0\n"));
+            let t1 = t0 + *us as f64 / 1e6;
+            tr.push_str(&format!("  ext4lazyinit-{i} [000] ..... {t1:.6}: ext4_lazy_itable_init: dev 254,16 group {i}\n"));
+        }
+        tr
+    }
+
+    /// The measured mount's first groups so far, the kept first zeroing
+    /// the next of those given (or the default).
+    fn first_zeroing(&mut self) -> String {
+        self.reads += 1;
+        let us = match self.first_zeroings_us.is_empty() {
+            true => ZERO_US,
+            false => self.first_zeroings_us.remove(0),
+        };
+        self.kept_us = us;
+        // The first groups so far, each followed by the sleep the
+        // kernel armed (its timer), as trace-setup.sh traces them.
+        let l = self.slept();
+        let cycle = (l + 1) as f64 * self.hz.tick_s();
+        let mut t = String::new();
+        for g in 0..3u64 {
+            let ts = 102.0 + g as f64 * cycle;
+            let z = match g {
+                0 => us as f64 / 1e6,
+                _ => ZERO_S,
+            };
+            t.push_str(&format!("  ext4lazyinit-120 [000] ..... {:.6}: ext4_journal_start: dev 254,0 blocks 1\n  ext4lazyinit-120 [000] ..... {ts:.6}: ext4_lazy_itable_init: dev 254,0 group {}\n", ts - z, g + 1));
+            t.push_str(&timer(ts, g, l));
+        }
+        t
     }
 
     /// The sleep L the kernel sets on the kept first zeroing (its

@@ -154,99 +154,116 @@ pub const SHARD_VAR: &str = "LAZYINIT_SHARD";
 /// array (`SLURM_ARRAY_TASK_ID` counted from `SLURM_ARRAY_TASK_MIN` in
 /// steps of `SLURM_ARRAY_TASK_STEP`).
 pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<(Shard, String), ShardError> {
-    let num = |var: &'static str| -> Result<Option<u64>, ShardError> {
-        match get(var) {
-            None => Ok(None),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| ShardError::NotANumber {
-                    var,
-                    // Quoted: a newline or escape in it stays on the line.
-                    value: v.escape_debug().to_string(),
-                }),
-        }
-    };
-    // A count out of range, said with the variable that gave it.
-    let count = |var: &str, n: u64| -> Result<u64, ShardError> {
-        check_count(n).map_err(|e| ShardError::Engine(format!("{var}={n}: {e}")))?;
-        Ok(n)
-    };
+    let get: &dyn Fn(&str) -> Option<String> = &get;
     if let Some(v) = get(SHARD_VAR) {
         let s: Shard = v
             .parse()
             .map_err(|e| ShardError::Engine(format!("{SHARD_VAR}: {e}")))?;
         return Ok((s, format!("{SHARD_VAR}={s}")));
     }
-    if let Some(i) = num("JOB_COMPLETION_INDEX")? {
-        let n = num(COUNT_VAR)?.ok_or(ShardError::NoCount {
-            index_var: "JOB_COMPLETION_INDEX",
-            count_var: COUNT_VAR,
-            hint: "set it to the Indexed Job's `completions` in the pod's env",
-        })?;
-        let n = count(COUNT_VAR, n)?;
-        // From 0: 0 to n - 1 (compared, never added to: u64::MAX is in range
-        // of the comparison).
-        if i >= n {
-            return Err(past_count(
-                "JOB_COMPLETION_INDEX",
-                i,
-                COUNT_VAR,
-                n,
-                0,
-                " (LAZYINIT_SHARD_COUNT is the Indexed Job's `completions`)",
-            ));
-        }
-        let s = checked(i + 1, n)?;
-        return Ok((
-            s,
-            format!(
-                "JOB_COMPLETION_INDEX={i} (from 0) and {COUNT_VAR}={n}: a Kubernetes Indexed Job"
-            ),
-        ));
+    if let Some(i) = num(get, "JOB_COMPLETION_INDEX")? {
+        return kubernetes(get, i);
     }
-    if let Some(i) = num("CI_NODE_INDEX")? {
-        let n = num("CI_NODE_TOTAL")?.ok_or(ShardError::NoCount {
-            index_var: "CI_NODE_INDEX",
-            count_var: "CI_NODE_TOTAL",
-            hint: "GitLab sets both for a job with `parallel: N`",
-        })?;
-        let n = count("CI_NODE_TOTAL", n)?;
-        if i == 0 || i > n {
-            return Err(past_count("CI_NODE_INDEX", i, "CI_NODE_TOTAL", n, 1, ""));
-        }
-        let s = checked(i, n)?;
-        return Ok((
-            s,
-            format!("CI_NODE_INDEX={i} (from 1) and CI_NODE_TOTAL={n}: GitLab `parallel:`"),
-        ));
+    if let Some(i) = num(get, "CI_NODE_INDEX")? {
+        return gitlab(get, i);
     }
-    if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
-        let n = num("SLURM_ARRAY_TASK_COUNT")?.ok_or(ShardError::NoCount {
-            index_var: "SLURM_ARRAY_TASK_ID",
-            count_var: "SLURM_ARRAY_TASK_COUNT",
-            hint: "submit with sbatch --array=0-(N-1)",
-        })?;
-        let n = count("SLURM_ARRAY_TASK_COUNT", n)?;
-        let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-        let step = num("SLURM_ARRAY_TASK_STEP")?.unwrap_or(1).max(1);
-        let from_min = id.checked_sub(min).filter(|d| d % step == 0);
-        let Some(d) = from_min.map(|d| d / step).filter(|d| *d < n) else {
-            // The last task's id, saturating (a step of u64::MAX).
-            let last = min.saturating_add((n - 1).saturating_mul(step));
-            return Err(ShardError::Engine(format!(
-                "SLURM_ARRAY_TASK_ID={id} is not one of the SLURM_ARRAY_TASK_COUNT={n} tasks from SLURM_ARRAY_TASK_MIN={min} in steps of {step} (ids {min} to {last}): submit a contiguous array, sbatch --array=0-{}",
-                n - 1
-            )));
-        };
-        let s = checked(d + 1, n)?;
-        return Ok((
-            s,
-            format!("SLURM_ARRAY_TASK_ID={id} from SLURM_ARRAY_TASK_MIN={min} and SLURM_ARRAY_TASK_COUNT={n}: a Slurm array"),
-        ));
+    if let Some(id) = num(get, "SLURM_ARRAY_TASK_ID")? {
+        return slurm(get, id);
     }
     Err(ShardError::NoEngine)
+}
+
+/// A variable's number, if set.
+fn num(get: &dyn Fn(&str) -> Option<String>, var: &'static str) -> Result<Option<u64>, ShardError> {
+    match get(var) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| ShardError::NotANumber {
+                var,
+                // Quoted: a newline or escape in it stays on the line.
+                value: v.escape_debug().to_string(),
+            }),
+    }
+}
+
+/// A count out of range, said with the variable that gave it.
+fn count(var: &str, n: u64) -> Result<u64, ShardError> {
+    check_count(n).map_err(|e| ShardError::Engine(format!("{var}={n}: {e}")))?;
+    Ok(n)
+}
+
+/// A Kubernetes Indexed Job's shard, `JOB_COMPLETION_INDEX` being `i`.
+fn kubernetes(get: &dyn Fn(&str) -> Option<String>, i: u64) -> Result<(Shard, String), ShardError> {
+    let n = num(get, COUNT_VAR)?.ok_or(ShardError::NoCount {
+        index_var: "JOB_COMPLETION_INDEX",
+        count_var: COUNT_VAR,
+        hint: "set it to the Indexed Job's `completions` in the pod's env",
+    })?;
+    let n = count(COUNT_VAR, n)?;
+    // From 0: 0 to n - 1 (compared, never added to: u64::MAX is in range
+    // of the comparison).
+    if i >= n {
+        return Err(past_count(
+            "JOB_COMPLETION_INDEX",
+            i,
+            COUNT_VAR,
+            n,
+            0,
+            " (LAZYINIT_SHARD_COUNT is the Indexed Job's `completions`)",
+        ));
+    }
+    let s = checked(i + 1, n)?;
+    Ok((
+        s,
+        format!("JOB_COMPLETION_INDEX={i} (from 0) and {COUNT_VAR}={n}: a Kubernetes Indexed Job"),
+    ))
+}
+
+/// GitLab `parallel:`'s shard, `CI_NODE_INDEX` being `i`.
+fn gitlab(get: &dyn Fn(&str) -> Option<String>, i: u64) -> Result<(Shard, String), ShardError> {
+    let n = num(get, "CI_NODE_TOTAL")?.ok_or(ShardError::NoCount {
+        index_var: "CI_NODE_INDEX",
+        count_var: "CI_NODE_TOTAL",
+        hint: "GitLab sets both for a job with `parallel: N`",
+    })?;
+    let n = count("CI_NODE_TOTAL", n)?;
+    if i == 0 || i > n {
+        return Err(past_count("CI_NODE_INDEX", i, "CI_NODE_TOTAL", n, 1, ""));
+    }
+    let s = checked(i, n)?;
+    Ok((
+        s,
+        format!("CI_NODE_INDEX={i} (from 1) and CI_NODE_TOTAL={n}: GitLab `parallel:`"),
+    ))
+}
+
+/// A Slurm array's shard, `SLURM_ARRAY_TASK_ID` being `id`.
+fn slurm(get: &dyn Fn(&str) -> Option<String>, id: u64) -> Result<(Shard, String), ShardError> {
+    let n = num(get, "SLURM_ARRAY_TASK_COUNT")?.ok_or(ShardError::NoCount {
+        index_var: "SLURM_ARRAY_TASK_ID",
+        count_var: "SLURM_ARRAY_TASK_COUNT",
+        hint: "submit with sbatch --array=0-(N-1)",
+    })?;
+    let n = count("SLURM_ARRAY_TASK_COUNT", n)?;
+    let min = num(get, "SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+    let step = num(get, "SLURM_ARRAY_TASK_STEP")?.unwrap_or(1).max(1);
+    let from_min = id.checked_sub(min).filter(|d| d % step == 0);
+    let Some(d) = from_min.map(|d| d / step).filter(|d| *d < n) else {
+        // The last task's id, saturating (a step of u64::MAX).
+        let last = min.saturating_add((n - 1).saturating_mul(step));
+        return Err(ShardError::Engine(format!(
+            "SLURM_ARRAY_TASK_ID={id} is not one of the SLURM_ARRAY_TASK_COUNT={n} tasks from SLURM_ARRAY_TASK_MIN={min} in steps of {step} (ids {min} to {last}): submit a contiguous array, sbatch --array=0-{}",
+            n - 1
+        )));
+    };
+    let s = checked(d + 1, n)?;
+    Ok((
+        s,
+        format!("SLURM_ARRAY_TASK_ID={id} from SLURM_ARRAY_TASK_MIN={min} and SLURM_ARRAY_TASK_COUNT={n}: a Slurm array"),
+    ))
 }
 
 /// An engine's index outside its count, in the engine's own variables:

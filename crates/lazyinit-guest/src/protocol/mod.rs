@@ -159,15 +159,7 @@ pub fn run(
     remote.set_cancel(opts.cancel.clone());
 
     opts.events.phase(cell, Phase::Verify);
-    let facts_text = check(remote.exec(FACTS_SH, Duration::from_secs(120))?, "facts")?;
-    let facts = key_values(&facts_text);
-    // What the guest said it is, kept beside the row as evidence.
-    ev.facts = Some(facts_text);
-    verify_facts(&facts, exp)?;
-    let mut m = Measurement {
-        clocksource: facts["clocksource"].clone(),
-        ..Default::default()
-    };
+    let mut m = verify(remote, exp, ev)?;
 
     steps::interrupted(opts)?;
     opts.events.phase(cell, Phase::Mkfs);
@@ -188,29 +180,8 @@ pub fn run(
         true => unpaced(),
         false => opts.gate.measuring(),
     };
-    // The profile's window (the calibration aims at its target), and
-    // whether the kept first zeroing (the row's z1) is in it: said in the
-    // row, never silent.
-    let window = opts
-        .z1_target
-        .map(|t| retry::kept_window(exp.hz, opts.wait_mult, t, opts.guest_paced));
-    let mut calibrated_part = None;
-    if let Some(dev) = &opts.warmup_device {
-        opts.events
-            .note(cell, "calibrating the first zeroing on the scratch disk");
-        if let Some(c) = calibrate::calibrate(remote, opts, dev, &mount_opts, ev)? {
-            m.z1_target_ms = Some(ms(c.z1_target));
-            m.guest_part_ms = Some(ms(c.guest_part));
-            calibrated_part = Some(c.guest_part);
-            // Told before the measured mount, not after its attempts: a
-            // host that moves the first zeroing by more than the window
-            // is unlikely to hold the target's L.
-            let samples = ev.storage.calibration.as_ref().map(|n| &n.samples[..]);
-            if let Some(w) = samples.zip(window).and_then(|(s, w)| noisy_host(s, w)) {
-                opts.events.note(cell, w);
-            }
-        }
-    }
+    let window = window(exp, opts);
+    let calibrated_part = calibrate_on_scratch(remote, opts, &mount_opts, window, &mut m, ev)?;
     steps::arm_trace(remote, &kb)?;
     // The critical span: the mount and the first zeroing(s), after the
     // random 0-5 s start delay and the bitmap prefetch, which set the sleep
@@ -252,6 +223,64 @@ pub fn run(
     steps::collect(remote, exp, opts, groups, &mut m, ev)?;
     retry::record_window(&mut m, window);
     Ok(m)
+}
+
+/// The profile's window (the calibration aims at its target), and
+/// whether the kept first zeroing (the row's z1) is in it: said in the
+/// row, never silent.
+fn window(exp: &Expectation, opts: &ProtocolOptions) -> Option<(f64, f64)> {
+    opts.z1_target
+        .map(|t| retry::kept_window(exp.hz, opts.wait_mult, t, opts.guest_paced))
+}
+
+/// What the guest says it is (kept in `ev`), checked against what was
+/// asked; the row's measurement starts with its clocksource.
+fn verify(
+    remote: &mut dyn Remote,
+    exp: &Expectation,
+    ev: &mut Evidence,
+) -> Result<Measurement, GuestError> {
+    let facts_text = check(remote.exec(FACTS_SH, Duration::from_secs(120))?, "facts")?;
+    let facts = key_values(&facts_text);
+    // What the guest said it is, kept beside the row as evidence.
+    ev.facts = Some(facts_text);
+    verify_facts(&facts, exp)?;
+    Ok(Measurement {
+        clocksource: facts["clocksource"].clone(),
+        ..Default::default()
+    })
+}
+
+/// The first zeroing calibrated on the scratch disk, when the guest has
+/// one: its target and guest part in the row, and the guest part the
+/// measured mount's hold aims with.
+fn calibrate_on_scratch(
+    remote: &mut dyn Remote,
+    opts: &ProtocolOptions,
+    mount_opts: &str,
+    window: Option<(f64, f64)>,
+    m: &mut Measurement,
+    ev: &mut Evidence,
+) -> Result<Option<Duration>, GuestError> {
+    let cell = &opts.cell_id;
+    let mut calibrated_part = None;
+    if let Some(dev) = &opts.warmup_device {
+        opts.events
+            .note(cell, "calibrating the first zeroing on the scratch disk");
+        if let Some(c) = calibrate::calibrate(remote, opts, dev, mount_opts, ev)? {
+            m.z1_target_ms = Some(ms(c.z1_target));
+            m.guest_part_ms = Some(ms(c.guest_part));
+            calibrated_part = Some(c.guest_part);
+            // Told before the measured mount, not after its attempts: a
+            // host that moves the first zeroing by more than the window
+            // is unlikely to hold the target's L.
+            let samples = ev.storage.calibration.as_ref().map(|n| &n.samples[..]);
+            if let Some(w) = samples.zip(window).and_then(|(s, w)| noisy_host(s, w)) {
+                opts.events.note(cell, w);
+            }
+        }
+    }
+    Ok(calibrated_part)
 }
 
 /// The warning a calibration gives when its warm first zeroings (the
