@@ -323,6 +323,44 @@ fn which(binary: &str) -> bool {
         .unwrap_or(false)
 }
 
+impl QemuProvider {
+    /// The cell's sparse volume and, with the warm-up on, its scratch disk,
+    /// in the run's own volume folder (a leftover of an interrupted
+    /// earlier attempt replaced).
+    fn cell_volumes(
+        &self,
+        req: &LaunchRequest,
+    ) -> Result<(volume::SparseVolume, Option<volume::SparseVolume>), ProviderError> {
+        let run_folder = req.folder.path().parent().unwrap_or(req.folder.path());
+        let own = self.run_volumes(run_folder, &req.run_id);
+        let volume_path = own.join(format!("{}.raw", req.cell.id()));
+        let _ = std::fs::remove_file(&volume_path); // a leftover of an interrupted earlier attempt
+        let vol =
+            volume::SparseVolume::create(volume_path.clone(), req.cell.volume).map_err(|e| {
+                ProviderError::infra(format!(
+                    "cannot create the volume {}: {e}",
+                    volume_path.display()
+                ))
+            })?;
+        let warm = if self.config.warmup {
+            let p = own.join(format!("{}.warmup.raw", req.cell.id()));
+            let _ = std::fs::remove_file(&p);
+            Some(
+                volume::SparseVolume::create(p.clone(), lazyinit_core::ByteSize(SCRATCH_BYTES))
+                    .map_err(|e| {
+                        ProviderError::infra(format!(
+                            "cannot create the warm-up disk {}: {e}",
+                            p.display()
+                        ))
+                    })?,
+            )
+        } else {
+            None
+        };
+        Ok((vol, warm))
+    }
+}
+
 #[async_trait]
 impl Provider for QemuProvider {
     fn name(&self) -> &str {
@@ -591,32 +629,7 @@ impl Provider for QemuProvider {
         let accel = self
             .accel_for(req.cell.arch, &req.kernel_image, &req.folder)
             .await?;
-        let run_folder = req.folder.path().parent().unwrap_or(req.folder.path());
-        let own = self.run_volumes(run_folder, &req.run_id);
-        let volume_path = own.join(format!("{}.raw", req.cell.id()));
-        let _ = std::fs::remove_file(&volume_path); // a leftover of an interrupted earlier attempt
-        let vol =
-            volume::SparseVolume::create(volume_path.clone(), req.cell.volume).map_err(|e| {
-                ProviderError::infra(format!(
-                    "cannot create the volume {}: {e}",
-                    volume_path.display()
-                ))
-            })?;
-        let warm = if self.config.warmup {
-            let p = own.join(format!("{}.warmup.raw", req.cell.id()));
-            let _ = std::fs::remove_file(&p);
-            Some(
-                volume::SparseVolume::create(p.clone(), lazyinit_core::ByteSize(SCRATCH_BYTES))
-                    .map_err(|e| {
-                        ProviderError::infra(format!(
-                            "cannot create the warm-up disk {}: {e}",
-                            p.display()
-                        ))
-                    })?,
-            )
-        } else {
-            None
-        };
+        let (vol, warm) = self.cell_volumes(req)?;
         let mut last_err = String::new();
         // A port can be taken between our probe and QEMU's bind: retry.
         for _ in 0..3 {

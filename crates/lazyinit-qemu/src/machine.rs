@@ -91,24 +91,7 @@ impl QemuMachine {
         let vhold = c
             .vhold
             .map(|d| std::sync::Arc::new(crate::qmp::QmpHold::new(&qmp_socket, HOLD_ID, d)));
-        let source = |file| match c.vhold {
-            Some(d) => args::VolumeSource::ZeroHold {
-                file,
-                hold_ns: d.as_nanos() as u64,
-                hold_id: HOLD_ID,
-                noise: c.storage.noise,
-            },
-            None => args::VolumeSource::File(file),
-        };
-        let volume = match &nbd {
-            Some(n) => args::VolumeSource::NbdUnix(n.socket()),
-            None => source(a.volume),
-        };
-        let warmup = match (&warm_nbd, a.warmup) {
-            (Some(n), _) => Some(args::VolumeSource::NbdUnix(n.socket())),
-            (None, Some(w)) => Some(source(w)),
-            (None, None) => None,
-        };
+        let (volume, warmup) = volume_sources(&a, &c, &nbd, &warm_nbd);
         let (binary, icount, accel_text, storage) = (c.binary, c.icount, c.accel_text, c.storage);
         let argv = args::guest_args(&args::GuestArgs {
             arch,
@@ -132,15 +115,7 @@ impl QemuMachine {
             .join(" ");
         // Kept so a failing guest can be rerun by hand.
         folder.put(CellFolder::QEMU_CMDLINE, format!("{command_line}\n"))?;
-        let mut process = spawn(folder, &binary, &argv)?;
-        // QEMU fails fast on bad arguments or a taken port; catch that here.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        if let Some(st) = process.try_exited() {
-            return Err(ProviderError::Infrastructure {
-                message: format!("{} exited at start ({st})", binary.display()),
-                detail: process.stderr_tail(2000),
-            });
-        }
+        let process = spawn_alive(folder, &binary, &argv).await?;
         tracing::debug!(%command_line, "QEMU started");
         Ok(Self {
             registered: None,
@@ -397,6 +372,55 @@ fn clocked(a: &StartArgs<'_>) -> Clocked {
 }
 
 /// Starts QEMU with its stderr in the cell's folder.
+/// [`spawn`], and QEMU still running 300 ms later: it fails fast on bad
+/// arguments or a taken port, caught here.
+async fn spawn_alive(
+    folder: &CellWriter,
+    binary: &Path,
+    argv: &[std::ffi::OsString],
+) -> Result<QemuProcess, ProviderError> {
+    let mut process = spawn(folder, binary, argv)?;
+    // QEMU fails fast on bad arguments or a taken port; catch that here.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    if let Some(st) = process.try_exited() {
+        return Err(ProviderError::Infrastructure {
+            message: format!("{} exited at start ({st})", binary.display()),
+            detail: process.stderr_tail(2000),
+        });
+    }
+    Ok(process)
+}
+
+/// The measured volume and the scratch disk as QEMU is given them: over
+/// NBD for a latency profile, a zero-hold file on the virtual clock, a
+/// plain file otherwise.
+fn volume_sources<'a>(
+    a: &StartArgs<'a>,
+    c: &Clocked,
+    nbd: &'a Option<NbdServer>,
+    warm_nbd: &'a Option<NbdServer>,
+) -> (args::VolumeSource<'a>, Option<args::VolumeSource<'a>>) {
+    let source = |file| match c.vhold {
+        Some(d) => args::VolumeSource::ZeroHold {
+            file,
+            hold_ns: d.as_nanos() as u64,
+            hold_id: HOLD_ID,
+            noise: c.storage.noise,
+        },
+        None => args::VolumeSource::File(file),
+    };
+    let volume = match nbd {
+        Some(n) => args::VolumeSource::NbdUnix(n.socket()),
+        None => source(a.volume),
+    };
+    let warmup = match (warm_nbd, a.warmup) {
+        (Some(n), _) => Some(args::VolumeSource::NbdUnix(n.socket())),
+        (None, Some(w)) => Some(source(w)),
+        (None, None) => None,
+    };
+    (volume, warmup)
+}
+
 fn spawn(
     folder: &CellWriter,
     binary: &Path,
