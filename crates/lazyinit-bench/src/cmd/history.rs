@@ -283,6 +283,7 @@ fn run_blocking(c: HistoryCmd) -> anyhow::Result<u8> {
     }
 }
 
+// Long: being moved out of the binary into the history crate (issue 53 item 1), not split here meanwhile.
 fn import(a: ImportArgs) -> anyhow::Result<u8> {
     // The history is an output: checked before any folder is read.
     a.db.url()?;
