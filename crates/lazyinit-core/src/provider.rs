@@ -348,6 +348,13 @@ pub trait Provider: Send + Sync {
 pub trait ZeroHold: Send + Sync {
     fn get(&self) -> Duration;
     fn set(&self, hold: Duration);
+    /// Noise on purpose (`ebs:D,sd=S,seed=N`, the virtual clock) starts
+    /// here: after the calibration, whose samples it would throw (the
+    /// guest part is their least disturbed one, so noise would bias it
+    /// low by about one S), and before the measured mount, whose zero
+    /// requests then take the seed's draws from the first. Nothing for a
+    /// hold without noise.
+    fn start_noise(&self) {}
 }
 
 /// A machine's claim on a shared host's CPU.

@@ -222,8 +222,10 @@ impl VolumeSource<'_> {
                 hold_id,
                 noise,
             } => {
+                // The seed only: the noise starts over QMP after the
+                // calibration (`jitter-ns`, QmpHold::start_noise).
                 let noise = noise
-                    .map(|n| format!(",jitter-ns={},seed={}", n.sd_ns, n.seed))
+                    .map(|n| format!(",seed={}", n.seed))
                     .unwrap_or_default();
                 let mut d = OsString::from(format!(
                     "driver=zero-hold,hold-id={hold_id},hold-ns={hold_ns}{noise},io-ns={VCLOCK_IO_NS},file.driver=file,file.filename="
@@ -465,7 +467,9 @@ mod tests {
             Storage::default(),
         ));
         assert!(
-            s.starts_with("-drive driver=zero-hold,hold-id=zero-hold,hold-ns=3370000,jitter-ns=100000,seed=9,io-ns="),
+            s.starts_with(
+                "-drive driver=zero-hold,hold-id=zero-hold,hold-ns=3370000,seed=9,io-ns="
+            ),
             "{s}"
         );
         let i = joined(&icount_args(0, &["/usr/share/qemu".into()]));

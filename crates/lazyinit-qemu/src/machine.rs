@@ -88,9 +88,10 @@ impl QemuMachine {
             Some(_) => (None, None, None),
             None => latency_servers(&a)?,
         };
-        let vhold = c
-            .vhold
-            .map(|d| std::sync::Arc::new(crate::qmp::QmpHold::new(&qmp_socket, HOLD_ID, d)));
+        let vhold = c.vhold.map(|d| {
+            let sd = c.storage.noise.map(|n| n.sd_ns);
+            std::sync::Arc::new(crate::qmp::QmpHold::new(&qmp_socket, HOLD_ID, d, sd))
+        });
         let (volume, warmup) = volume_sources(&a, &c, &nbd, &warm_nbd);
         let (binary, icount, accel_text, storage) = (c.binary, c.icount, c.accel_text, c.storage);
         let argv = args::guest_args(&args::GuestArgs {

@@ -49,21 +49,25 @@ pub struct QmpHold {
     socket: std::path::PathBuf,
     id: String,
     ns: std::sync::atomic::AtomicU64,
+    /// The noise's standard deviation, set as `jitter-ns` when it starts
+    /// (the filter was opened with its seed and no jitter).
+    noise_sd_ns: Option<u64>,
 }
 
 impl QmpHold {
-    pub fn new(socket: &Path, id: &str, initial: Duration) -> Self {
+    pub fn new(socket: &Path, id: &str, initial: Duration, noise_sd_ns: Option<u64>) -> Self {
         QmpHold {
             socket: socket.to_path_buf(),
             id: id.to_string(),
             ns: std::sync::atomic::AtomicU64::new(initial.as_nanos() as u64),
+            noise_sd_ns,
         }
     }
 
     /// One `qom-set`, on a blocking socket (the calibration is synchronous
     /// guest-protocol code): the reply is read before returning, so the
     /// next zero request sees the new hold.
-    fn qom_set(&self, ns: u64) -> std::io::Result<()> {
+    fn qom_set(&self, property: &str, value: u64) -> std::io::Result<()> {
         use std::io::{BufRead, Write};
         let s = std::os::unix::net::UnixStream::connect(&self.socket)?;
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -83,7 +87,7 @@ impl QmpHold {
         next()?;
         let cmd = serde_json::json!({
             "execute": "qom-set",
-            "arguments": {"path": format!("/objects/{}", self.id), "property": "hold-ns", "value": ns},
+            "arguments": {"path": format!("/objects/{}", self.id), "property": property, "value": value},
         });
         w.write_all(format!("{cmd}\n").as_bytes())?;
         loop {
@@ -106,9 +110,18 @@ impl lazyinit_core::provider::ZeroHold for QmpHold {
     fn set(&self, hold: Duration) {
         let ns = hold.as_nanos() as u64;
         self.ns.store(ns, std::sync::atomic::Ordering::SeqCst);
-        if let Err(e) = self.qom_set(ns) {
+        if let Err(e) = self.qom_set("hold-ns", ns) {
             // The row's z1 and its window say what came of it.
             tracing::warn!("cannot set the zero hold to {hold:?} over QMP: {e}");
+        }
+    }
+
+    fn start_noise(&self) {
+        let Some(sd) = self.noise_sd_ns else { return };
+        if let Err(e) = self.qom_set("jitter-ns", sd) {
+            // The zeroings then carry no noise: their spread in the row's
+            // groups.csv shows it.
+            tracing::warn!("cannot start the zero hold's noise (jitter-ns {sd}) over QMP: {e}");
         }
     }
 }

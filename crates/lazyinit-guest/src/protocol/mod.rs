@@ -182,6 +182,10 @@ pub fn run(
     };
     let window = window(exp, opts);
     let calibrated_part = calibrate_on_scratch(remote, opts, &mount_opts, window, &mut m, ev)?;
+    // Noise on purpose starts after the calibration it would throw.
+    if let Some(h) = &opts.hold {
+        h.start_noise();
+    }
     steps::arm_trace(remote, &kb)?;
     // The critical span: the mount and the first zeroing(s), after the
     // random 0-5 s start delay and the bitmap prefetch, which set the sleep

@@ -364,6 +364,46 @@ fn a_kernel_sleeping_another_l_is_measured_as_it_is_in_one_attempt() {
     assert_eq!((m.z1_lo_ms, m.z1_hi_ms), (Some(3.2), Some(3.55)));
 }
 
+/// Noise on purpose starts once the calibration is done, before the
+/// measured mount: the calibration's least disturbed sample would
+/// otherwise be the most negative draw.
+#[test]
+fn noise_starts_after_the_calibration_and_before_the_measured_mount() {
+    struct NoisyHold {
+        hold: std::sync::Mutex<Duration>,
+        sets: std::sync::Mutex<Vec<&'static str>>,
+    }
+    impl lazyinit_core::provider::ZeroHold for NoisyHold {
+        fn get(&self) -> Duration {
+            *self.hold.lock().unwrap()
+        }
+        fn set(&self, d: Duration) {
+            *self.hold.lock().unwrap() = d;
+            self.sets.lock().unwrap().push("set");
+        }
+        fn start_noise(&self) {
+            self.sets.lock().unwrap().push("noise");
+        }
+    }
+    let hold = Arc::new(NoisyHold {
+        hold: std::sync::Mutex::new(Duration::from_micros(2300)),
+        sets: Default::default(),
+    });
+    let mut o = opts();
+    o.warmup_device = Some("/dev/vdb".into());
+    o.z1_target = Some(Duration::from_micros(3400));
+    o.hold = Some(hold.clone());
+    let fix = Expectation {
+        variant: Variant::Fix,
+        kernel_release: "6.1.158-lazyinit-hz250-fix".into(),
+        ..exp()
+    };
+    let mut g = FakeGuest::new(fix.arch, fix.hz, fix.variant, &fix.kernel_release, 64);
+    run(&mut g, &fix, &o, &mut Evidence::default()).unwrap();
+    // The calibration set the hold; then the noise; nothing after.
+    assert_eq!(*hold.sets.lock().unwrap(), vec!["set", "noise"]);
+}
+
 /// On the real clock a first zeroing the trace read just under the
 /// window's top is a miss: the kernel's own reading, longer, may have
 /// crossed the step (arm64 kept at L=4 for a target of 3 with a trace z1
