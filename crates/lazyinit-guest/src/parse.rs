@@ -109,17 +109,20 @@ fn raw_timestamps(text: &[&str], raw: &str) -> Option<Vec<u64>> {
         .collect()
 }
 
+/// A text line's head, `TASK-PID [CPU] FLAGS TIMESTAMP: `, as text: the
+/// task's `TASK-PID`, the timestamp and what follows the head.
+fn line_head(line: &str) -> Option<(&str, &str, &str)> {
+    let bracket = line.find("] ")?;
+    let task_pid = line[..bracket].rsplit_once('[')?.0.trim();
+    let (head, tail) = line[bracket + 2..].split_once(": ")?;
+    Some((task_pid, head.split_whitespace().last()?, tail))
+}
+
 /// A text line's pid and timestamp in whole microseconds.
 pub(crate) fn text_pid_us(line: &str) -> Option<(u64, u64)> {
-    let bracket = line.find("] ")?;
-    let pid = line[..bracket]
-        .rsplit_once('[')?
-        .0
-        .trim()
-        .rsplit_once('-')?
-        .1;
-    let head = line[bracket + 2..].split_once(": ")?.0;
-    let (secs, frac) = head.split_whitespace().last()?.split_once('.')?;
+    let (task_pid, ts, _) = line_head(line)?;
+    let pid = task_pid.rsplit_once('-')?.1;
+    let (secs, frac) = ts.split_once('.')?;
     if frac.len() != 6 {
         return None;
     }
@@ -133,17 +136,12 @@ pub fn trace_line(line: &str) -> Option<TraceEvent> {
     if line.starts_with('#') {
         return None;
     }
-    let bracket = line.find("] ")?;
-    let task = line[..bracket]
-        .rsplit_once('[')?
-        .0
-        .trim()
+    let (task_pid, ts, tail) = line_head(line)?;
+    let task = task_pid
         .rsplit_once('-')
         .map(|(name, _pid)| name.to_string())
         .unwrap_or_default();
-    let rest = &line[bracket + 2..];
-    let (head, tail) = rest.split_once(": ")?;
-    let ts: f64 = head.split_whitespace().last()?.parse().ok()?;
+    let ts: f64 = ts.parse().ok()?;
     let (event, payload) = tail.split_once(": ").unwrap_or((tail, ""));
     let kind = match event.trim() {
         "ext4_lazy_itable_init" => {
@@ -342,9 +340,9 @@ fn summarize_events(events: &[TraceEvent]) -> TraceSummary {
     // process_timeout for each zeroing's I/O wait (`[timeout=15000]` at
     // HZ=250), inside the zeroing.
     let mut after_group = false;
-    for e in events.iter().cloned() {
-        match e.kind {
-            EventKind::Group(g) => {
+    for e in events {
+        match &e.kind {
+            &EventKind::Group(g) => {
                 seen.insert(g);
                 s.groups.push((g, e.ts));
                 s.zero_s.push(started.take().map(|t0| e.ts - t0));
@@ -360,7 +358,7 @@ fn summarize_events(events: &[TraceEvent]) -> TraceSummary {
             EventKind::Marker(m) if m == "lazyinit-mount-done" => s.mount_done = Some(e.ts),
             EventKind::Marker(_) => {}
             EventKind::ThreadExit => s.thread_exit = Some(e.ts),
-            EventKind::SleepTimer(t) => {
+            &EventKind::SleepTimer(t) => {
                 if e.task == LAZYINIT_TASK && after_group {
                     s.sleep_timers.push(t);
                     after_group = false;
