@@ -201,6 +201,7 @@ pub fn run(
         kb: &kb,
         mount_opts: &mount_opts,
         calibrated_part,
+        window,
     };
     let (mounted_at, attempts) = retry::measured_mount(remote, exp, opts, &mounting, &mut m, ev)?;
     // Recorded with the calibration that aimed the hold.

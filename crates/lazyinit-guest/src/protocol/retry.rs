@@ -161,6 +161,9 @@ pub(super) struct Mounting<'a> {
     pub kb: &'a str,
     pub mount_opts: &'a str,
     pub calibrated_part: Option<Duration>,
+    /// The window a first zeroing must fall in to be kept
+    /// ([`kept_window`]), the one the row records.
+    pub window: Option<(f64, f64)>,
 }
 
 /// Mounts the volume and waits until the sleep is set; with a z1 target
@@ -181,9 +184,7 @@ pub(super) fn measured_mount(
     let cell = &opts.cell_id;
     // Each zeroing's own part varies by about 0.1 ms under TCG, and at
     // HZ=250 the interval is 0.4 ms wide.
-    let window = opts
-        .z1_target
-        .map(|t| kept_window(exp.hz, opts.wait_mult, t, opts.guest_paced));
+    let window = at.window;
     let mut missed_parts = Vec::new();
     let mut attempt = 1;
     loop {
