@@ -149,15 +149,9 @@ pub struct Storage {
     pub throttle: Option<Throttle>,
     pub latency: Option<crate::nbd::LatencyProfile>,
     /// The virtual clock's noise on purpose: each zero request's hold
-    /// drawn around the hold (`ebs:D,sd=S,seed=N`), the cell's own seed.
-    pub noise: Option<HoldNoise>,
-}
-
-/// The zero-hold filter's `jitter-ns` and `seed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HoldNoise {
-    pub sd_ns: u64,
-    pub seed: u64,
+    /// drawn around the hold (`ebs:D,sd=S,seed=N`), with the cell's own
+    /// seed ([`lazyinit_core::Noise::seed_for`]).
+    pub noise: Option<lazyinit_core::Noise>,
 }
 
 impl Default for Storage {
@@ -183,7 +177,7 @@ pub enum VolumeSource<'a> {
         file: &'a Path,
         hold_ns: u64,
         hold_id: &'a str,
-        noise: Option<HoldNoise>,
+        noise: Option<lazyinit_core::Noise>,
     },
 }
 
@@ -453,8 +447,8 @@ mod tests {
             "-drive driver=zero-hold,hold-id=zero-hold,hold-ns=3370000,io-ns=1000000,file.driver=file,file.filename=/v/vol.raw,file.aio=threads,if=none,id=vol0,cache=unsafe,discard=unmap,detect-zeroes=unmap -device virtio-blk-pci,drive=vol0,discard=on,write-zeroes=on,werror=report,rerror=report,romfile=,ioeventfd=off"
         );
         // Noise on purpose: the filter draws each hold from the seed.
-        let noise = Some(HoldNoise {
-            sd_ns: 100_000,
+        let noise = Some(lazyinit_core::Noise {
+            sd: std::time::Duration::from_micros(100),
             seed: 9,
         });
         let s = joined(&volume_args(

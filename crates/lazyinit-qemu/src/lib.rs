@@ -114,9 +114,9 @@ pub fn storage_for(profile: &StorageProfile, cell: &Cell) -> args::Storage {
             latency: profile
                 .z1_target(cell.hz, cell.wait_mult)
                 .map(nbd::LatencyProfile::Z1Target),
-            noise: noise.map(|n| args::HoldNoise {
-                sd_ns: n.sd.as_nanos() as u64,
+            noise: noise.map(|n| lazyinit_core::Noise {
                 seed: n.seed_for(cell.repetition),
+                ..n
             }),
             ..Default::default()
         },
@@ -731,8 +731,8 @@ mod tests {
             })
             .collect();
         let n = |seed| {
-            Some(args::HoldNoise {
-                sd_ns: 100_000,
+            Some(lazyinit_core::Noise {
+                sd: Duration::from_micros(100),
                 seed,
             })
         };

@@ -89,7 +89,7 @@ impl QemuMachine {
             None => latency_servers(&a)?,
         };
         let vhold = c.vhold.map(|d| {
-            let sd = c.storage.noise.map(|n| n.sd_ns);
+            let sd = c.storage.noise.map(|n| n.sd.as_nanos() as u64);
             std::sync::Arc::new(crate::qmp::QmpHold::new(&qmp_socket, HOLD_ID, d, sd))
         });
         let (volume, warmup) = volume_sources(&a, &c, &nbd, &warm_nbd);
