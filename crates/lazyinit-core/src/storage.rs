@@ -372,28 +372,13 @@ mod tests {
     #[test]
     fn ebs_centres_its_target_in_the_l_interval() {
         // HZ=250, W=10: 3.4 ms is L=8, whose interval is [3.2, 3.6) ms.
-        let t = StorageProfile::Ebs {
-            z1: None,
-            noise: None,
-        }
-        .z1_target(hz(250), 10)
-        .unwrap();
+        let t = StorageProfile::EBS.z1_target(hz(250), 10).unwrap();
         assert_eq!(t, Duration::from_micros(3400));
         // HZ=100: L=3, interval [3, 4) ms, middle 3.5 ms.
-        let t = StorageProfile::Ebs {
-            z1: None,
-            noise: None,
-        }
-        .z1_target(hz(100), 10)
-        .unwrap();
+        let t = StorageProfile::EBS.z1_target(hz(100), 10).unwrap();
         assert_eq!(t, Duration::from_micros(3500));
         // HZ=1000: L=34, [3.4, 3.5) ms.
-        let t = StorageProfile::Ebs {
-            z1: None,
-            noise: None,
-        }
-        .z1_target(hz(1000), 10)
-        .unwrap();
+        let t = StorageProfile::EBS.z1_target(hz(1000), 10).unwrap();
         assert_eq!(t, Duration::from_micros(3450));
         // A user's target is taken as it is.
         let t = StorageProfile::Ebs {
