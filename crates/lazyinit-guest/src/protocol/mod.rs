@@ -182,10 +182,6 @@ pub fn run(
     };
     let window = window(exp, opts);
     let calibrated_part = calibrate_on_scratch(remote, opts, &mount_opts, window, &mut m, ev)?;
-    // Noise on purpose starts after the calibration it would throw.
-    if let Some(h) = &opts.hold {
-        h.start_noise();
-    }
     steps::arm_trace(remote, &kb)?;
     // The critical span: the mount and the first zeroing(s), after the
     // random 0-5 s start delay and the bitmap prefetch, which set the sleep
@@ -258,7 +254,9 @@ fn verify(
 
 /// The first zeroing calibrated on the scratch disk, when the guest has
 /// one: its target and guest part in the row, and the guest part the
-/// measured mount's hold aims with.
+/// measured mount's hold aims with. Then, calibrated or not, noise on
+/// purpose starts ([`lazyinit_core::provider::ZeroHold::start_noise`]):
+/// after the calibration it would throw, before the measured mount.
 fn calibrate_on_scratch(
     remote: &mut dyn Remote,
     opts: &ProtocolOptions,
@@ -284,6 +282,9 @@ fn calibrate_on_scratch(
                 opts.events.note(cell, w);
             }
         }
+    }
+    if let Some(h) = &opts.hold {
+        h.start_noise();
     }
     Ok(calibrated_part)
 }
