@@ -25,7 +25,7 @@ fn main() {
             .filter(|(v, rest)| v.len() == 4 && !rest.is_empty())
             .and_then(|(v, _)| v.parse::<i64>().ok())
             .unwrap_or_else(|| {
-                panic!("migrations/{name}: name a migration NNNN_what (0008_inode_size)")
+                panic!("migrations/{name}: name a migration NNNN_what (0007_harness_commit)")
             });
         assert!(up.is_file(), "migrations/{name}: has no up.sql");
         found.push((version, name));

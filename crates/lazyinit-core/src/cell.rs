@@ -346,14 +346,70 @@ impl Cell {
         if self.wait_mult != DEFAULT_WAIT_MULT {
             id.push_str(&format!("-w{}", self.wait_mult));
         }
+        // The fields after the first table, from the key's table: each
+        // off its default by its label word (`-inode128`), so two values
+        // of a knob are two cells; none at the defaults, so every id of
+        // a cell without knobs is what it was.
+        let key = self.key();
+        for f in key.off_default() {
+            id.push('-');
+            id.push_str(&safe(&(f.word)(&key)));
+        }
         id.push_str(&format!("-r{}", self.repetition));
         id
+    }
+
+    /// The cell as a key of the identity's field table: its provider and
+    /// axes (what it ran on beyond its provider is the run's, not the
+    /// cell's).
+    pub fn key(&self) -> crate::identity::CellKey {
+        crate::identity::CellKey {
+            testbed: crate::identity::Testbed {
+                provider: self.provider.clone(),
+                ..Default::default()
+            },
+            axes: self.axes.clone().into(),
+            estimated: false,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cell's id names each knob off its default, from the key's table:
+    /// two values of a knob are two cells (two folders, two volumes);
+    /// at the defaults the id is the one every stored cell has.
+    #[test]
+    fn two_values_of_a_knob_are_two_cell_ids() {
+        let axes = CellAxes::new(
+            Arch::X86_64,
+            KernelSource::Debian61,
+            Hz::new(250).unwrap(),
+            Variant::Fix,
+            "8GiB".parse().unwrap(),
+        );
+        let plain = Cell {
+            provider: "qemu".into(),
+            axes,
+            repetition: 1,
+        };
+        assert_eq!(plain.id(), "qemu-x86_64-debian-6.1-hz250-fix-8GiB-r1");
+        let mut small = plain.clone();
+        small.axes.knobs.inode_size = crate::identity::knobs::InodeSize(128);
+        assert_eq!(
+            small.id(),
+            "qemu-x86_64-debian-6.1-hz250-fix-8GiB-inode128-r1"
+        );
+        let mut w3 = small.clone();
+        w3.axes.wait_mult = 3;
+        assert_eq!(
+            w3.id(),
+            "qemu-x86_64-debian-6.1-hz250-fix-8GiB-w3-inode128-r1"
+        );
+        check_cell_id(&w3.id()).unwrap();
+    }
 
     #[test]
     fn axes_parse_and_print() {

@@ -11,6 +11,7 @@
 use serde::Serialize;
 
 use crate::cell::{Hz, Variant};
+use crate::identity::{Axes, Knobs};
 use crate::size::{ByteSize, MIB};
 
 /// Bytes covered by one block group with 4 KiB blocks (32768 blocks).
@@ -109,15 +110,27 @@ pub fn with_crossings(p: Prediction, hz: Hz, groups: u64, crossed: f64) -> Predi
     }
 }
 
-/// Convenience: the prediction for a cell with the default zeroing time.
-pub fn predict_cell(hz: Hz, variant: Variant, wait_mult: u32, volume: ByteSize) -> Prediction {
+/// The zeroing time assumed for a cell's knobs when none was measured:
+/// [`DEFAULT_ZEROING_S`] (a group's inode table as mkfs made it in 2021)
+/// in proportion to the knobs that scale the zeroing
+/// ([`Knobs::zeroing_scale`]): the model takes a zeroing as a rate, as
+/// a volume that writes the table's bytes zeroes (an assumption: EBS's
+/// time for another table size was not measured).
+pub fn zeroing_s(knobs: &Knobs) -> f64 {
+    DEFAULT_ZEROING_S * knobs.zeroing_scale()
+}
+
+/// Convenience: the prediction for a cell's axes with the zeroing time
+/// of its knobs ([`zeroing_s`]).
+pub fn predict_cell<S>(axes: &Axes<S>) -> Prediction {
+    let z = zeroing_s(&axes.knobs);
     predict(ModelInputs {
-        hz,
-        variant,
-        wait_mult,
-        groups: groups(volume),
-        z1_s: DEFAULT_ZEROING_S,
-        z_s: DEFAULT_ZEROING_S,
+        hz: axes.hz,
+        variant: axes.variant,
+        wait_mult: axes.wait_mult,
+        groups: groups(axes.volume),
+        z1_s: z,
+        z_s: z,
     })
 }
 
@@ -192,14 +205,47 @@ mod tests {
         );
     }
 
+    fn axes(h: u32, variant: Variant, v: ByteSize) -> Axes<crate::KernelSource> {
+        Axes::new(
+            crate::Arch::X86_64,
+            crate::KernelSource::Debian61,
+            hz(h),
+            variant,
+            v,
+        )
+    }
+
     #[test]
     fn default_prediction_is_near_report() {
         // Reported with fix, 2 TiB: 660 s (HZ=100), 544 s (HZ=250).
         let v = ByteSize(2 * TIB);
-        let a = predict_cell(hz(100), Variant::Fix, 10, v).lazyinit_s;
-        let b = predict_cell(hz(250), Variant::Fix, 10, v).lazyinit_s;
+        let a = predict_cell(&axes(100, Variant::Fix, v)).lazyinit_s;
+        let b = predict_cell(&axes(250, Variant::Fix, v)).lazyinit_s;
         assert!((a / 660.0 - 1.0).abs() < 0.10, "{a}");
         assert!((b / 544.0 - 1.0).abs() < 0.10, "{b}");
+    }
+
+    /// A knob that scales the zeroing (half the inode table, half the
+    /// time) moves the fix's L as floor(W z1 HZ) says, and leaves the
+    /// no-fix L (a sub-tick zeroing either way) where it was.
+    #[test]
+    fn a_knob_that_halves_the_zeroing_halves_the_fixs_sleep() {
+        let v = ByteSize(8 << 30);
+        let mut small = axes(250, Variant::Fix, v);
+        small.knobs = toml::from_str::<crate::identity::SpecKnobs>("inode-size = 128")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .remove(0);
+        assert!((zeroing_s(&small.knobs) - 0.0017).abs() < 1e-12);
+        let (l_small, l_plain) = (
+            predict_cell(&small).sleep_ticks,
+            predict_cell(&axes(250, Variant::Fix, v)).sleep_ticks,
+        );
+        assert_eq!((l_small, l_plain), (4, 8));
+        assert!((predict_cell(&small).per_group_s - 0.020).abs() < 1e-12);
+        small.variant = Variant::NoFix;
+        assert_eq!(predict_cell(&small).sleep_ticks, 10);
     }
 
     #[test]

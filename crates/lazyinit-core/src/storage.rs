@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::cell::Hz;
+use crate::identity::Knobs;
 
 /// z1 that `ebs` aims at before centring: what the 2021 with-fix figures
 /// imply on EBS. L = floor(W z1 HZ) with W = 10: x86_64 at HZ=250 slept
@@ -67,10 +68,22 @@ impl StorageProfile {
     };
 
     /// The z1 the calibration aims at for a cell, if this profile has one.
-    pub fn z1_target(&self, hz: Hz, wait_mult: u32) -> Option<Duration> {
+    /// `ebs` takes EBS's zeroing as a rate: [`EBS_NOMINAL_Z1`] is for the
+    /// inode table of the 2021 report's mkfs, and a cell whose knobs make
+    /// the table larger or smaller ([`Knobs::zeroing_scale`]) aims at it in
+    /// proportion, centred at the cell's HZ; `ebs:D` aims at D whatever
+    /// the knobs.
+    pub fn z1_target(&self, hz: Hz, wait_mult: u32, knobs: &Knobs) -> Option<Duration> {
         match *self {
             StorageProfile::Ebs { z1: Some(d), .. } => Some(d),
-            StorageProfile::Ebs { z1: None, .. } => Some(centred_z1(EBS_NOMINAL_Z1, hz, wait_mult)),
+            StorageProfile::Ebs { z1: None, .. } => {
+                let nominal = EBS_NOMINAL_Z1.as_nanos() as f64 * knobs.zeroing_scale();
+                Some(centred_z1(
+                    Duration::from_nanos(nominal.round() as u64),
+                    hz,
+                    wait_mult,
+                ))
+            }
             _ => None,
         }
     }
@@ -345,7 +358,7 @@ mod tests {
         assert_eq!((n.sd, n.seed), (Duration::from_micros(100), 7));
         assert_eq!((n.seed_for(1), n.seed_for(3)), (7, 9));
         assert_eq!(
-            noisy.z1_target(hz(250), 10),
+            noisy.z1_target(hz(250), 10, &Knobs::default()),
             Some(Duration::from_micros(3400))
         );
         for bad in [
@@ -372,22 +385,53 @@ mod tests {
     #[test]
     fn ebs_centres_its_target_in_the_l_interval() {
         // HZ=250, W=10: 3.4 ms is L=8, whose interval is [3.2, 3.6) ms.
-        let t = StorageProfile::EBS.z1_target(hz(250), 10).unwrap();
+        let t = StorageProfile::EBS
+            .z1_target(hz(250), 10, &Knobs::default())
+            .unwrap();
         assert_eq!(t, Duration::from_micros(3400));
         // HZ=100: L=3, interval [3, 4) ms, middle 3.5 ms.
-        let t = StorageProfile::EBS.z1_target(hz(100), 10).unwrap();
+        let t = StorageProfile::EBS
+            .z1_target(hz(100), 10, &Knobs::default())
+            .unwrap();
         assert_eq!(t, Duration::from_micros(3500));
         // HZ=1000: L=34, [3.4, 3.5) ms.
-        let t = StorageProfile::EBS.z1_target(hz(1000), 10).unwrap();
+        let t = StorageProfile::EBS
+            .z1_target(hz(1000), 10, &Knobs::default())
+            .unwrap();
         assert_eq!(t, Duration::from_micros(3450));
         // A user's target is taken as it is.
         let t = StorageProfile::Ebs {
             z1: Some(Duration::from_micros(3100)),
             noise: None,
         }
-        .z1_target(hz(250), 10);
+        .z1_target(hz(250), 10, &Knobs::default());
         assert_eq!(t, Some(Duration::from_micros(3100)));
-        assert_eq!(StorageProfile::Unsafe.z1_target(hz(250), 10), None);
+        assert_eq!(
+            StorageProfile::Unsafe.z1_target(hz(250), 10, &Knobs::default()),
+            None
+        );
+    }
+
+    /// `ebs` takes a zeroing as a rate: knobs that halve the inode table
+    /// halve the nominal z1 (1.7 ms), centred in its own L interval (L=4
+    /// at HZ=250: [1.6, 2.0) ms; L=1 at HZ=100: [1, 2) ms); `ebs:D` is D.
+    #[test]
+    fn ebs_scales_its_target_with_the_zeroing() {
+        let half = toml::from_str::<crate::identity::SpecKnobs>("inode-size = 128")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .remove(0);
+        assert_eq!(half.zeroing_scale(), 0.5);
+        let t = |p: StorageProfile, h| p.z1_target(hz(h), 10, &half).unwrap();
+        assert_eq!(t(StorageProfile::EBS, 250), Duration::from_micros(1800));
+        assert_eq!(t(StorageProfile::EBS, 100), Duration::from_micros(1500));
+        let d = Duration::from_micros(3100);
+        let own = StorageProfile::Ebs {
+            z1: Some(d),
+            noise: None,
+        };
+        assert_eq!(t(own, 250), d);
     }
 
     #[test]

@@ -104,7 +104,7 @@ mod tests {
     /// The model's lazyinit duration for a cell (default zeroing time,
     /// mean start delay).
     fn predicted_lazyinit(cell: &Cell) -> Duration {
-        let p = model::predict_cell(cell.hz, cell.variant, cell.wait_mult, cell.volume);
+        let p = model::predict_cell(&cell.axes);
         Duration::from_secs_f64(p.lazyinit_s + model::MEAN_START_DELAY_S)
     }
 

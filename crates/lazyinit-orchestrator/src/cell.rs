@@ -233,13 +233,20 @@ async fn protocol(
         variant: cell.variant,
         kernel_release: req.kernel_release.clone(),
     };
-    let nofix =
-        model::predict_cell(cell.hz, Variant::NoFix, cell.wait_mult, cell.volume).lazyinit_s;
+    let nofix = model::predict_cell(&lazyinit_core::Axes {
+        variant: Variant::NoFix,
+        ..cell.axes.clone()
+    })
+    .lazyinit_s;
     let mut opts = ProtocolOptions {
         cell_id: cell.id(),
         device: String::new(), // found in the guest, below
         warmup_device,
-        mkfs_args: sh.settings.mkfs_args.clone(),
+        // The spec's, then the knobs' off their defaults (`-I 128`): the
+        // knob's value is the cell's, so it has the last word.
+        mkfs_args: (sh.settings.mkfs_args.iter().cloned())
+            .chain(cell.knobs.mkfs_args())
+            .collect(),
         wait_mult: cell.wait_mult,
         poll_interval: sh.settings.poll_interval,
         // Emulation can slow zeroing a lot; the no-fix model is the slow bound.
@@ -251,7 +258,7 @@ async fn protocol(
         z1_target: sh
             .settings
             .storage_profile
-            .z1_target(cell.hz, cell.wait_mult),
+            .z1_target(cell.hz, cell.wait_mult, &cell.knobs),
         estimate_after: sh.settings.estimate_after,
         guest_paced,
     };

@@ -90,27 +90,33 @@ pub struct Plan {
 
 pub fn cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<Cell> {
     let mut out = Vec::new();
-    // Range-checked when the spec was read (`Spec::validate`).
-    let knobs = spec.knobs.resolve().unwrap_or_default();
+    // Checked when the spec was read (`Spec::validate`): every
+    // combination of the knobs' values, the defaults where none is set.
+    let knob_sets = spec
+        .knobs
+        .resolve()
+        .unwrap_or_else(|_| vec![Default::default()]);
     for &arch in &spec.arches {
         for source in &spec.sources {
             for hz in spec.hz.for_arch(arch) {
                 for &variant in &spec.variants {
                     for &volume in &spec.sizes {
-                        for repetition in 1..=spec.repetitions {
-                            out.push(Cell {
-                                provider: spec.provider.as_str().into(),
-                                axes: Axes {
-                                    arch,
-                                    source: source.clone(),
-                                    hz,
-                                    variant,
-                                    volume,
-                                    wait_mult: spec.wait_mult,
-                                    knobs: knobs.clone(),
-                                },
-                                repetition,
-                            });
+                        for knobs in &knob_sets {
+                            for repetition in 1..=spec.repetitions {
+                                out.push(Cell {
+                                    provider: spec.provider.as_str().into(),
+                                    axes: Axes {
+                                        arch,
+                                        source: source.clone(),
+                                        hz,
+                                        variant,
+                                        volume,
+                                        wait_mult: spec.wait_mult,
+                                        knobs: knobs.clone(),
+                                    },
+                                    repetition,
+                                });
+                            }
                         }
                     }
                 }
@@ -181,7 +187,7 @@ pub fn planned_cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<PlannedCell> {
     cells(spec)
         .into_iter()
         .map(|cell| {
-            let predicted = model::predict_cell(cell.hz, cell.variant, cell.wait_mult, cell.volume);
+            let predicted = model::predict_cell(&cell.axes);
             let reported_s =
                 lazyinit_core::reported::lookup(cell.arch, cell.hz, cell.variant, cell.volume.0)
                     .map(|r| r.seconds);

@@ -359,6 +359,7 @@ impl<C: ProviderConfigs> Spec<C> {
             self.sources.len() as u64,
             self.variants.len() as u64,
             self.sizes.len() as u64,
+            self.knobs.count(),
             u64::from(self.repetitions),
         ]
         .into_iter()
@@ -568,6 +569,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("nosuch"), "{e}");
+    }
+
+    /// A knob's list is an axis of the matrix: counted in its cells,
+    /// swept by the plan (each value a cell of its own id), refused on
+    /// one line at spec read when a value breaks the knob's rule; one
+    /// value keeps the text (so the hash) it always had.
+    #[test]
+    fn a_knob_list_is_swept_as_an_axis() {
+        let base =
+            "name='x'\narches=['x86_64']\nhz=[250]\nvariants=['fix','nofix']\nsizes=['8GiB']\n";
+        let s = RawSpec::parse(&format!("{base}[knobs]\ninode-size = [128, 256]\n"), "t").unwrap();
+        assert_eq!(s.cell_count(), 4);
+        let cells = crate::plan::cells(&s);
+        let ids: Vec<String> = cells.iter().map(|c| c.id()).collect();
+        assert_eq!(
+            ids,
+            [
+                "qemu-x86_64-debian-6.1-hz250-fix-8GiB-inode128-r1",
+                "qemu-x86_64-debian-6.1-hz250-fix-8GiB-r1",
+                "qemu-x86_64-debian-6.1-hz250-nofix-8GiB-inode128-r1",
+                "qemu-x86_64-debian-6.1-hz250-nofix-8GiB-r1",
+            ]
+        );
+        let one = RawSpec::parse(&format!("{base}[knobs]\ninode-size = 512\n"), "t").unwrap();
+        assert_eq!(one.cell_count(), 2);
+        assert!(toml::to_string(&one)
+            .unwrap()
+            .contains("inode-size = 512\n"));
+        let e = RawSpec::parse(&format!("{base}[knobs]\ninode-size = [128, 300]\n"), "t")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "t: knobs.inode-size: 300 is not a power of two; use a power of two from 128 to 1024 (default 256)"
+        );
     }
 
     #[test]

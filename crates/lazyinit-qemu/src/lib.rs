@@ -112,7 +112,7 @@ pub fn storage_for(profile: &StorageProfile, cell: &Cell) -> args::Storage {
         },
         StorageProfile::Ebs { noise, .. } => args::Storage {
             latency: profile
-                .z1_target(cell.hz, cell.wait_mult)
+                .z1_target(cell.hz, cell.wait_mult, &cell.knobs)
                 .map(nbd::LatencyProfile::Z1Target),
             noise: noise.map(|n| lazyinit_core::Noise {
                 seed: n.seed_for(cell.repetition),
@@ -296,7 +296,7 @@ impl QemuProvider {
         for c in cells {
             // With noise the z1 is drawn, near a step or not: on purpose.
             let Some(target) = storage
-                .z1_target(c.hz, c.wait_mult)
+                .z1_target(c.hz, c.wait_mult, &c.knobs)
                 .filter(|_| storage.noise().is_none())
             else {
                 continue;

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lazyinit_core::model::{self, ModelInputs, DEFAULT_ZEROING_S, MEAN_START_DELAY_S};
+use lazyinit_core::model::{self, ModelInputs, MEAN_START_DELAY_S};
 use lazyinit_core::results::{ResultRow, Status};
 #[cfg(test)]
 use lazyinit_core::Arch;
@@ -150,18 +150,13 @@ pub fn model_for(
                 wait_mult: key.axes.wait_mult,
                 groups,
                 z1_s,
-                z_s: DEFAULT_ZEROING_S,
+                z_s: model::zeroing_s(&key.axes.knobs),
             });
             (p, format!("L={l} measured"))
         }
         None => {
-            let p = model::predict_cell(
-                key.axes.hz,
-                key.axes.variant,
-                key.axes.wait_mult,
-                key.volume(),
-            );
-            let z_ms = DEFAULT_ZEROING_S * 1000.0;
+            let p = model::predict_cell(&key.axes);
+            let z_ms = model::zeroing_s(&key.axes.knobs) * 1000.0;
             (p, format!("L={} from z1={z_ms} ms", p.sleep_ticks))
         }
     };

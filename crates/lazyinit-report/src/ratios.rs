@@ -1,6 +1,9 @@
 //! The ratios users ask about: no-fix / fix, arm64 / x86_64, HZ100 / HZ250,
 //! measured (with intervals), from the model, and from the 2021 report.
 
+use std::cmp::Ordering;
+
+use lazyinit_core::identity::FIELDS;
 use lazyinit_core::reported;
 use lazyinit_core::size::TIB;
 use lazyinit_core::{Arch, Variant};
@@ -36,41 +39,43 @@ impl RatioKind {
         }
     }
 
+    /// The key's fields (columns of [`lazyinit_core::identity::FIELDS`])
+    /// in which the two cells of this kind's ratio may differ; they agree
+    /// on every other field of the table, the knobs' included.
+    fn free_fields(self) -> &'static [&'static str] {
+        match self {
+            RatioKind::NofixOverFix => &["variant"],
+            // Machines differ between arches, and the report's instances
+            // ran arm64 at HZ=100 and x86_64 at HZ=250.
+            RatioKind::Arm64OverX86_64 => &["arch", "machine", "hz"],
+            RatioKind::Hz100OverHz250 => &["hz"],
+        }
+    }
+
     /// Whether `num` / `den` is a ratio of this kind: they differ in the
-    /// kind's axis and agree on everything else that matters.
+    /// kind's axis as it says and agree on every other field of the key's
+    /// table (so two values of a knob are never one pair) and on whether
+    /// they are estimates.
     pub fn pairs(self, num: &CellKey, den: &CellKey) -> bool {
-        let env = num.testbed.provider == den.testbed.provider
-            && num.testbed.accel == den.testbed.accel
-            && num.axes.source == den.axes.source
-            && num.axes.wait_mult == den.axes.wait_mult
-            && num.axes.volume.0 == den.axes.volume.0
-            && num.testbed.storage == den.testbed.storage
-            && num.estimated == den.estimated;
-        if !env {
+        let free = self.free_fields();
+        let same = FIELDS
+            .iter()
+            .filter(|f| !free.contains(&f.column))
+            .all(|f| (f.cmp)(num, den) == Ordering::Equal);
+        if !same || num.estimated != den.estimated {
             return false;
         }
         let (n, d) = (num.axes.hz.get(), den.axes.hz.get());
         match self {
             RatioKind::NofixOverFix => {
-                num.axes.variant == Variant::NoFix
-                    && den.axes.variant == Variant::Fix
-                    && num.axes.arch == den.axes.arch
-                    && num.testbed.machine == den.testbed.machine
-                    && n == d
+                num.axes.variant == Variant::NoFix && den.axes.variant == Variant::Fix
             }
             RatioKind::Arm64OverX86_64 => {
                 num.axes.arch == Arch::Arm64
                     && den.axes.arch == Arch::X86_64
-                    && num.axes.variant == den.axes.variant
                     && (n == d || (n == 100 && d == 250))
             }
-            RatioKind::Hz100OverHz250 => {
-                n == 100
-                    && d == 250
-                    && num.axes.arch == den.axes.arch
-                    && num.testbed.machine == den.testbed.machine
-                    && num.axes.variant == den.axes.variant
-            }
+            RatioKind::Hz100OverHz250 => n == 100 && d == 250,
         }
     }
 }
@@ -161,6 +166,61 @@ mod tests {
         assert!(!RatioKind::Arm64OverX86_64.pairs(&a, &key(Arch::X86_64, 1000, Variant::NoFix)));
         assert!(!RatioKind::Hz100OverHz250.pairs(&a, &x), "different arch");
         assert!(RatioKind::Hz100OverHz250.pairs(&a, &key(Arch::Arm64, 250, Variant::NoFix)));
+    }
+
+    /// The pairing reads the key's table: cells at two values of a knob
+    /// are never one ratio's two cells; at one value they pair as always.
+    #[test]
+    fn two_values_of_a_knob_are_never_one_pair() {
+        use lazyinit_core::identity::knobs::InodeSize;
+        let sets = [
+            lazyinit_core::identity::Knobs {
+                inode_size: InodeSize(128),
+            },
+            lazyinit_core::identity::Knobs::default(),
+        ];
+        let at = |arch, hz, v, k: &lazyinit_core::identity::Knobs| {
+            let mut c = key(arch, hz, v);
+            c.axes.knobs = k.clone();
+            c
+        };
+        let (small, plain) = (&sets[0], &sets[1]);
+        for kind in RatioKind::ALL {
+            let (num, den) = match kind {
+                RatioKind::NofixOverFix => (
+                    (Arch::Arm64, 100, Variant::NoFix),
+                    (Arch::Arm64, 100, Variant::Fix),
+                ),
+                RatioKind::Arm64OverX86_64 => (
+                    (Arch::Arm64, 100, Variant::Fix),
+                    (Arch::X86_64, 250, Variant::Fix),
+                ),
+                RatioKind::Hz100OverHz250 => (
+                    (Arch::Arm64, 100, Variant::Fix),
+                    (Arch::Arm64, 250, Variant::Fix),
+                ),
+            };
+            for k in [small, plain] {
+                assert!(
+                    kind.pairs(&at(num.0, num.1, num.2, k), &at(den.0, den.1, den.2, k)),
+                    "{kind:?} at {k:?}"
+                );
+            }
+            assert!(
+                !kind.pairs(
+                    &at(num.0, num.1, num.2, small),
+                    &at(den.0, den.1, den.2, plain)
+                ),
+                "{kind:?}"
+            );
+            assert!(
+                !kind.pairs(
+                    &at(num.0, num.1, num.2, plain),
+                    &at(den.0, den.1, den.2, small)
+                ),
+                "{kind:?}"
+            );
+        }
     }
 
     #[test]

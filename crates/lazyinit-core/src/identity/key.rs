@@ -108,7 +108,7 @@ fn text(v: impl fmt::Display) -> KeyValue {
 }
 
 /// The first table's fields, in the order of the CSV columns.
-const FIRST: [KeyField; 10] = [
+pub(crate) const FIRST: [KeyField; 10] = [
     KeyField {
         column: "provider",
         value: |k| text(&k.testbed.provider),
@@ -279,6 +279,19 @@ impl CellKey {
             // The first table's always (a report of no cell keeps its
             // columns); a knob where a key is off its default.
             .filter(|(i, f)| *i < FIRST.len() || keys.iter().any(|k| !knob_at_default(*i, f, k)))
+            .map(|(_, f)| f)
+            .collect()
+    }
+
+    /// The fields after the first table (the knobs') whose value in this
+    /// key is not the default, in [`FIELDS`] order: what tells cells of
+    /// one first-table key apart where a text names a cell (the cell id,
+    /// KCIDB's test path), and nothing where every knob is at its default.
+    pub fn off_default(&self) -> Vec<&'static KeyField> {
+        FIELDS
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| *i >= FIRST.len() && !knob_at_default(*i, f, self))
             .map(|(_, f)| f)
             .collect()
     }

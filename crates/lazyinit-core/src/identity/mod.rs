@@ -28,7 +28,7 @@ use crate::storage::StorageProfile;
 pub mod key;
 pub mod knobs;
 pub use key::{label_order, CellKey, Env, KeyField, KeyValue, FIELDS};
-pub use knobs::{Knobs, SpecKnobs};
+pub use knobs::{KnobValues, Knobs, SpecKnobs};
 
 /// Serde, `From<&str>`/`From<String>` and comparison with text, for a type
 /// that parses from any text (`From<&str>`) and writes it back unchanged

@@ -97,12 +97,20 @@ pub fn test_id(origin: &str, row: &ResultRow, metric: &str) -> String {
 
 /// `ext4.lazyinit.2TiB.lazyinit_s`; a wait multiplier other than the
 /// kernel's default 10 is part of the test: `ext4.lazyinit.2TiB-init_itable-20.lazyinit_s`,
-/// and so is an early-stop estimate, a series of its own beside the
-/// measurements: `ext4.lazyinit.2TiB-estimate.lazyinit_s`.
+/// and so is each field of the key's table after the first (a knob) off
+/// its default, by its label word (`ext4.lazyinit.2TiB-inode128.lazyinit_s`:
+/// two values of a knob on one build are two tests), and an early-stop
+/// estimate, a series of its own beside the measurements:
+/// `ext4.lazyinit.2TiB-estimate.lazyinit_s`.
 pub fn test_path(row: &ResultRow, metric: &str) -> String {
     let mut size = path_part(&ByteSize(row.axes.volume.0).to_string());
     if row.axes.wait_mult != lazyinit_core::cell::DEFAULT_WAIT_MULT {
         size.push_str(&format!("-init_itable-{}", row.axes.wait_mult));
+    }
+    let key = lazyinit_core::identity::CellKey::of(row);
+    for f in key.off_default() {
+        size.push('-');
+        size.push_str(&path_part(&(f.word)(&key)));
     }
     if row.measured.estimated {
         size.push_str("-estimate");
@@ -190,6 +198,30 @@ mod tests {
         r.axes.wait_mult = 10;
         r.axes.volume.0 = 1000;
         assert_eq!(test_path(&r, "a.b"), "ext4.lazyinit.1000.a_b");
+    }
+
+    /// Two values of a knob on one build are two tests: the path names
+    /// each knob off its default by its word, from the key's table, and
+    /// nothing at the defaults.
+    #[test]
+    fn two_values_of_a_knob_are_two_test_paths() {
+        let plain = row("debian-6.1", 60.0);
+        let mut small = plain.clone();
+        small.axes.knobs.inode_size = lazyinit_core::identity::knobs::InodeSize(128);
+        assert_eq!(
+            test_path(&plain, "lazyinit_s"),
+            "ext4.lazyinit.64GiB.lazyinit_s"
+        );
+        assert_eq!(
+            test_path(&small, "lazyinit_s"),
+            "ext4.lazyinit.64GiB-inode128.lazyinit_s"
+        );
+        small.axes.wait_mult = 20;
+        small.measured.estimated = true;
+        assert_eq!(
+            test_path(&small, "lazyinit_s"),
+            "ext4.lazyinit.64GiB-init_itable-20-inode128-estimate.lazyinit_s"
+        );
     }
 
     #[test]

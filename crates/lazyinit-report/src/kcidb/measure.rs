@@ -1,6 +1,9 @@
 //! One cell run's tests: one per metric, with its status, number,
 //! environment and the figures it compares with (the 2021 report, the model).
 
+use std::collections::BTreeMap;
+
+use lazyinit_core::identity::KeyValue;
 use lazyinit_core::model;
 use lazyinit_core::results::{ResultRow, Status};
 use lazyinit_core::ByteSize;
@@ -227,12 +230,13 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                 start_time: start_time(row),
                 environment: environment(row),
                 comment: format!(
-                    "{}, {} HZ={} {} {} r{}: {note}",
+                    "{}, {} HZ={} {} {}{} r{}: {note}",
                     m.what(),
                     row.axes.arch,
                     row.axes.hz,
                     row.axes.variant,
                     size,
+                    knob_words(row),
                     row.repetition
                 ),
                 log_url: files
@@ -251,6 +255,7 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                     variant: row.axes.variant.to_string(),
                     wait_mult: row.axes.wait_mult,
                     volume_bytes: row.axes.volume.0,
+                    knobs: knobs_off_default(row),
                     groups: row.measured.groups,
                     traced_groups: row.measured.traced_groups,
                     mkfs_cmd: row.measured.mkfs_cmd.clone(),
@@ -261,6 +266,25 @@ pub fn tests_of(origin: &str, build_id: &str, row: &ResultRow, files: &[Resource
                 },
             }
         })
+        .collect()
+}
+
+/// The row's knobs off their defaults, from the key's table, by column.
+fn knobs_off_default(row: &ResultRow) -> BTreeMap<&'static str, KeyValue> {
+    let key = CellKey::of(row);
+    key.off_default()
+        .into_iter()
+        .map(|f| (f.column, (f.value)(&key)))
+        .collect()
+}
+
+/// ` inode128` for each knob off its default (its label word): nothing
+/// at the defaults.
+fn knob_words(row: &ResultRow) -> String {
+    let key = CellKey::of(row);
+    key.off_default()
+        .into_iter()
+        .map(|f| format!(" {}", (f.word)(&key)))
         .collect()
 }
 
@@ -292,6 +316,26 @@ mod tests {
         assert_eq!(l.value, 10.0);
         assert_eq!(t[2].misc.model.as_ref().unwrap().value, 10.0);
         assert_eq!(t[2].path, "ext4.lazyinit.2TiB.sleep_ticks");
+    }
+
+    /// A knob off its default is in each test's misc (by its column) and
+    /// comment; at the default the misc has no knob at all, as before.
+    #[test]
+    fn a_knob_off_its_default_is_in_the_tests_misc_and_comment() {
+        let plain = tests_of("o", "o:b", &reported_cell(), &[]);
+        let json = serde_json::to_value(&plain[0].misc).unwrap();
+        assert!(json.get("inode_size").is_none(), "{json}");
+        let mut r = reported_cell();
+        r.axes.knobs.inode_size = lazyinit_core::identity::knobs::InodeSize(128);
+        let t = tests_of("o", "o:b", &r, &[]);
+        let json = serde_json::to_value(&t[0].misc).unwrap();
+        assert_eq!(json["inode_size"], 128, "{json}");
+        assert!(
+            t[0].comment.contains(" 2TiB inode128 r1:"),
+            "{}",
+            t[0].comment
+        );
+        assert_ne!(t[0].path, plain[0].path);
     }
 
     #[test]

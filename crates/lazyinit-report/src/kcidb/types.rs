@@ -168,6 +168,10 @@ pub struct TestMisc {
     pub variant: String,
     pub wait_mult: u32,
     pub volume_bytes: u64,
+    /// Each field of the key's table after the first (a knob) off its
+    /// default, under its column: none at the defaults.
+    #[serde(flatten)]
+    pub knobs: std::collections::BTreeMap<&'static str, lazyinit_core::identity::KeyValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
