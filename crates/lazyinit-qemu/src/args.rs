@@ -234,15 +234,27 @@ impl VolumeSource<'_> {
 
 /// The virtual clock: icount at a fixed shift with no sleeping (an idle
 /// guest's clock jumps to its next timer), and the firmware folders of
-/// the project's QEMU build, which installs none.
+/// the project's QEMU build, which installs none. The guest's inputs that
+/// QEMU takes from the host otherwise are fixed: the randomness it hands
+/// the guest (RDRAND, RNDR, the boot seeds: `-seed`) and the wall clock
+/// (the RTC starts at [`VCLOCK_RTC_BASE`] and runs on the virtual clock).
 pub fn icount_args(shift: u8, data_dirs: &[std::path::PathBuf]) -> Vec<OsString> {
     let mut a = os(&["-icount", &format!("shift={shift},sleep=off")]);
+    a.extend(os(&[
+        "-seed",
+        "1",
+        "-rtc",
+        &format!("base={VCLOCK_RTC_BASE},clock=vm"),
+    ]));
     for d in data_dirs {
         a.push("-L".into());
         a.push(d.into());
     }
     a
 }
+
+/// The guest's wall clock at boot on the virtual clock.
+pub const VCLOCK_RTC_BASE: &str = "2026-01-01T00:00:00";
 
 /// What any request but a zeroing or a flush costs the guest on the
 /// virtual clock (the zero-hold filter's `io-ns`), whatever the host takes,
@@ -467,7 +479,20 @@ mod tests {
             "{s}"
         );
         let i = joined(&icount_args(0, &["/usr/share/qemu".into()]));
-        assert_eq!(i, "-icount shift=0,sleep=off -L /usr/share/qemu");
+        assert!(i.starts_with("-icount shift=0,sleep=off "), "{i}");
+        assert!(i.ends_with(" -L /usr/share/qemu"), "{i}");
+    }
+
+    /// On the virtual clock the guest's randomness from QEMU (RDRAND,
+    /// RNDR, the device tree's and the boot protocol's seeds) and its
+    /// wall clock are fixed, not the host's.
+    #[test]
+    fn the_virtual_clock_fixes_the_guests_seed_and_wall_clock() {
+        let i = joined(&icount_args(3, &[]));
+        assert_eq!(
+            i,
+            "-icount shift=3,sleep=off -seed 1 -rtc base=2026-01-01T00:00:00,clock=vm"
+        );
     }
 
     #[test]
