@@ -55,4 +55,11 @@ while [ $i -lt "$n" ]; do
   i=$((i + 1))
 done
 exec 4<&-
+# Read twice, as text, then raw (nanoseconds), as read-trace.sh does: the
+# guest's part, and so the hold, to the nanosecond, not to ftrace's
+# rounded microsecond.
 cat $T/trace
+echo "# lazyinit-bench: the same events, raw"
+echo 1 > $T/options/raw
+cat $T/trace
+echo 0 > $T/options/raw

@@ -84,12 +84,13 @@ pub(super) fn calibrate(
 }
 
 /// `calibration.csv`: each mount's hold (when there is one) and first
-/// zeroing, microseconds.
+/// zeroing, microseconds (the zeroing to the nanosecond, as read).
 fn samples_csv(hold: Option<Duration>, zeroings: &[Duration]) -> String {
     let hold = hold.map(|h| h.as_micros().to_string()).unwrap_or_default();
     let mut csv = String::from("mount,hold_us,zero_us\n");
     for (i, z) in zeroings.iter().enumerate() {
-        csv.push_str(&format!("{},{hold},{}\n", i + 1, z.as_micros()));
+        let z = z.as_nanos() as f64 / 1000.0;
+        csv.push_str(&format!("{},{hold},{z:.3}\n", i + 1));
     }
     csv
 }

@@ -122,12 +122,17 @@ fn per_group_s(exp: &Expectation, opts: &ProtocolOptions, to_init: u64) -> f64 {
 
 /// The line between the mount's output and the wait's, in one command.
 const WAIT_MARK: &str = "lazyinit-wait";
+/// Where the guest keeps the mount's output until the wait is over.
+const MOUNTED: &str = "/tmp/lazyinit-mounted";
 
 /// The virtual clock's mount: the mount and the wait for the thread in
 /// one command, so that nothing the host times (a command's shell, a
 /// poll) runs in the guest between the mount and the thread's exit. The
 /// wait sleeps on the guest's own clock: first the model's time for
-/// every group, a quarter more and a second, then 10 s at a time.
+/// every group, a quarter more and a second, then 10 s at a time. The
+/// mount's lines are kept in a file and sent after the wait: sent at
+/// once, they were a packet out and an acknowledgement in, an interrupt
+/// at a moment the host chose, while the thread waited out its start.
 /// Returns when it was mounted (the command's start: the host's clock is
 /// not the measure here) and sets `lazyinit_poll_s`.
 pub(super) fn mount_and_wait(
@@ -140,7 +145,7 @@ pub(super) fn mount_and_wait(
 ) -> Result<Instant, GuestError> {
     let first = (to_init as f64 * per_group_s(exp, opts, to_init) * 1.25 + 1.0).ceil() as u64;
     let script = format!(
-        "{}\necho {WAIT_MARK}\n{}\n{POLL_SH}",
+        "{{\n{}\n}} >{MOUNTED}\n{}\ncat {MOUNTED}\necho {WAIT_MARK}\n{POLL_SH}",
         script_with_args(MOUNT_SH, &[opts.device.clone(), mount_opts.to_string()]),
         script_with_args(super::WAIT_SH, &[first.to_string()]),
     );
