@@ -68,36 +68,48 @@ impl QmpHold {
     /// guest-protocol code): the reply is read before returning, so the
     /// next zero request sees the new hold.
     fn qom_set(&self, property: &str, value: u64) -> std::io::Result<()> {
-        use std::io::{BufRead, Write};
-        let s = std::os::unix::net::UnixStream::connect(&self.socket)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        s.set_write_timeout(Some(Duration::from_secs(10)))?;
-        let mut w = s.try_clone()?;
-        let mut lines = std::io::BufReader::new(s).lines();
-        let mut next = || {
-            lines.next().unwrap_or_else(|| {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "QMP closed",
-                ))
-            })
-        };
-        next()?; // greeting
-        w.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")?;
-        next()?;
         let cmd = serde_json::json!({
             "execute": "qom-set",
             "arguments": {"path": format!("/objects/{}", self.id), "property": property, "value": value},
         });
-        w.write_all(format!("{cmd}\n").as_bytes())?;
-        loop {
-            let l = next()?;
-            if l.contains("\"return\"") {
-                return Ok(());
-            }
-            if l.contains("\"error\"") {
-                return Err(std::io::Error::other(format!("qom-set: {l}")));
-            }
+        call_blocking(&self.socket, &cmd).map(|_| ())
+    }
+}
+
+/// One QMP command on a blocking socket of its own (greeting, capabilities,
+/// the command), each step bounded by 10 s: its `return` value, or its
+/// `error` as an error. Asynchronous events before the reply are skipped.
+pub fn call_blocking(
+    socket: &Path,
+    command: &serde_json::Value,
+) -> std::io::Result<serde_json::Value> {
+    use std::io::{BufRead, Write};
+    let s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let mut w = s.try_clone()?;
+    let mut lines = std::io::BufReader::new(s).lines();
+    let mut next = || {
+        lines.next().unwrap_or_else(|| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "QMP closed",
+            ))
+        })
+    };
+    next()?; // greeting
+    w.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")?;
+    next()?;
+    w.write_all(format!("{command}\n").as_bytes())?;
+    loop {
+        let l = next()?;
+        let mut v: serde_json::Value = serde_json::from_str(&l)
+            .map_err(|e| std::io::Error::other(format!("QMP sent {l:?}: {e}")))?;
+        if let Some(r) = v.get_mut("return") {
+            return Ok(r.take());
+        }
+        if v.get("error").is_some() {
+            return Err(std::io::Error::other(format!("{command}: {l}")));
         }
     }
 }

@@ -14,8 +14,6 @@
 //! `LAZYINIT_QTREE_BLESS=1` writes the fixtures from it (how they were made).
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +23,7 @@ use lazyinit_qemu::args::{
     base_args, icount_args, machine_args, net_args, nvme_volume_args, qmp_args, volume_args,
     warmup_args, Accel, Storage, VolumeSource,
 };
+use lazyinit_qemu::qmp::call_blocking;
 
 fn qemu_of(arch: Arch) -> PathBuf {
     if let Some(dir) = std::env::var_os("LAZYINIT_QTREE_FROM") {
@@ -82,48 +81,28 @@ fn qtree(arch: Arch) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting QEMU");
+    // QEMU answers QMP once it has set the machine up (paused).
     let deadline = Instant::now() + Duration::from_secs(30);
-    let stream = loop {
-        match UnixStream::connect(&qmp) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline && child.try_wait().unwrap().is_none() => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(e) => {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!(
-                    "QEMU's QMP socket: {e}; stderr: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
+    let status = serde_json::json!({"execute": "query-status"});
+    while let Err(e) = call_blocking(&qmp, &status) {
+        if Instant::now() >= deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "QEMU's QMP socket: {e}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
-    };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut w = stream.try_clone().unwrap();
-    let mut r = BufReader::new(stream);
-    let mut greeting = String::new();
-    r.read_line(&mut greeting).unwrap();
-    assert!(greeting.contains("QMP"), "{greeting}");
-    let mut reply = |cmd: &str| -> serde_json::Value {
-        writeln!(w, "{cmd}").unwrap();
-        loop {
-            let mut l = String::new();
-            assert!(r.read_line(&mut l).unwrap() > 0, "QMP closed");
-            let v: serde_json::Value = serde_json::from_str(&l).unwrap();
-            if v.get("return").is_some() || v.get("error").is_some() {
-                return v;
-            }
-        }
-    };
-    reply(r#"{"execute":"qmp_capabilities"}"#);
-    let tree =
-        reply(r#"{"execute":"human-monitor-command","arguments":{"command-line":"info qtree"}}"#);
-    reply(r#"{"execute":"quit"}"#);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let tree = call_blocking(
+        &qmp,
+        &serde_json::json!({"execute": "human-monitor-command", "arguments": {"command-line": "info qtree"}}),
+    )
+    .expect("info qtree");
+    call_blocking(&qmp, &serde_json::json!({"execute": "quit"})).expect("quit");
     child.wait().unwrap();
-    let text = tree["return"].as_str().expect("info qtree's text");
+    let text = tree.as_str().expect("info qtree's text");
     text.lines()
         .filter(|l| {
             let t = l.trim_start();
