@@ -14,6 +14,7 @@ use lazyinit_core::provider::{LaunchRequest, Provider};
 use lazyinit_core::{Arch, Cell, Hz, KernelSource, Variant};
 use lazyinit_image::{initramfs_for_launch, ImageOptions};
 use lazyinit_kernel::{BuildOptions, KernelSpec};
+use lazyinit_qemu::clock::Clock;
 use lazyinit_qemu::{AccelChoice, QemuConfig, QemuProvider};
 use lazyinit_ssh::{wait_until_ready, Keys, Session, SshError};
 
@@ -40,19 +41,30 @@ fn ssh(s: &Session, cmd: &str) -> String {
         .stdout
 }
 
-async fn boot(arch: Arch, net: &str) -> Duration {
-    let dir = tempfile::tempdir().unwrap();
+/// A guest of `arch` launched and answering SSH: its machine, session,
+/// keys, `uname -r`, and the time from launch to ready.
+struct Started {
+    machine: Box<dyn lazyinit_core::provider::Machine>,
+    session: Session,
+    keys: Keys,
+    release: String,
+    ep: lazyinit_core::provider::Endpoint,
+    boot_to_ssh: Duration,
+}
+
+async fn start(arch: Arch, net: &str, clock: Clock, dir: &std::path::Path) -> Started {
     // Fresh keys: SSH can only work if the launch-time keys archive was unpacked.
-    let keys = Keys::load_or_create(&dir.path().join("state")).unwrap();
+    let keys = Keys::load_or_create(&dir.join("state")).unwrap();
     let image = lazyinit_image::build(arch, &ImageOptions::default())
         .await
         .unwrap();
-    let initramfs = initramfs_for_launch(&image, &keys, &dir.path().join("launch")).unwrap();
+    let initramfs = initramfs_for_launch(&image, &keys, &dir.join("launch")).unwrap();
     let (kernel_image, release) = kernel_for(arch).await;
 
     let provider = QemuProvider::new(QemuConfig {
         accel: AccelChoice::Tcg,
-        volume_dir: Some(dir.path().join("volumes")),
+        volume_dir: Some(dir.join("volumes")),
+        clock,
         ..QemuConfig::default()
     });
     let cell = Cell {
@@ -72,7 +84,7 @@ async fn boot(arch: Arch, net: &str) -> Duration {
         kernel_image,
         kernel_release: release.clone(),
         initramfs,
-        folder: lazyinit_core::RunWriter::claim(&lazyinit_core::RunFolder::new(dir.path()))
+        folder: lazyinit_core::RunWriter::claim(&lazyinit_core::RunFolder::new(dir))
             .unwrap()
             .cell("log"),
         // dropbear blocks until the kernel's RNG is seeded; under TCG the
@@ -99,9 +111,32 @@ async fn boot(arch: Arch, net: &str) -> Duration {
     });
     let session = match ready {
         Ok(s) => s,
-        Err(e) => panic!("{arch}: {e}\n--- console ---\n{}", machine.console_tail(40)),
+        Err(e) => {
+            let tail = machine.console_tail(40);
+            let _ = machine.teardown().await;
+            panic!("{arch}: {e}\n--- console ---\n{tail}")
+        }
     };
-    let boot_to_ssh = started.elapsed();
+    Started {
+        boot_to_ssh: started.elapsed(),
+        machine,
+        session,
+        keys,
+        release,
+        ep,
+    }
+}
+
+async fn boot(arch: Arch, net: &str) -> Duration {
+    let dir = tempfile::tempdir().unwrap();
+    let Started {
+        mut machine,
+        session,
+        keys,
+        release,
+        ep,
+        boot_to_ssh,
+    } = start(arch, net, Clock::Real, dir.path()).await;
     if std::env::var_os("LAZYINIT_TEST_SHOW_CONSOLE").is_some() {
         eprintln!("{}", machine.console_tail(15));
         let o = session
@@ -204,4 +239,50 @@ async fn arm64_guest_boots_and_answers_ssh() {
         "arm64: boot-to-SSH-ready {:.2} s under TCG",
         t.as_secs_f64()
     );
+}
+
+/// The guest's uptime in seconds (10 ms steps).
+fn uptime(s: &Session) -> f64 {
+    let up = ssh(s, "cat /proc/uptime");
+    up.split_whitespace()
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("/proc/uptime: {up:?}"))
+}
+
+/// On the virtual clock an idle guest's time jumps to its next timer,
+/// except while the guest and the host converse (QEMU patch 0004,
+/// `x-net-pace`): a guest waiting for the host's next command lives the
+/// host's time, not a race through its timers (a tickless guest's SSH
+/// server once timed out the harness's key exchange within a tenth of a
+/// second of the host's time). Two commands half a second of the host's
+/// time apart: the guest's uptime moves by at least that half second, and
+/// by no more than the host's time around both commands (50 ms allowed
+/// for the guest's own instructions, counted at 1 ns each).
+async fn converses_at_the_hosts_pace(arch: Arch) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = start(arch, "static", Clock::Virtual { shift: 0 }, dir.path()).await;
+    let (guest, host) = tokio::task::block_in_place(|| {
+        let h0 = Instant::now();
+        let g0 = uptime(&s.session);
+        std::thread::sleep(Duration::from_millis(500));
+        let g1 = uptime(&s.session);
+        (g1 - g0, h0.elapsed().as_secs_f64())
+    });
+    s.machine.teardown().await.unwrap();
+    eprintln!("{arch}: the guest lived {guest:.2} s while the host lived {host:.2} s");
+    assert!(
+        guest >= 0.49 && guest <= host + 0.05,
+        "{arch}: the guest's clock moved {guest:.2} s in {host:.2} s of the host's, half a second of it waiting for the host"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arm64_guest_on_the_virtual_clock_lives_the_hosts_time_while_they_converse() {
+    converses_at_the_hosts_pace(Arch::Arm64).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x86_64_guest_on_the_virtual_clock_lives_the_hosts_time_while_they_converse() {
+    converses_at_the_hosts_pace(Arch::X86_64).await;
 }

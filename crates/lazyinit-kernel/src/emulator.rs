@@ -35,7 +35,7 @@ const PY_PACKAGES: [&str; 2] = ["meson==1.5.0", "pycotap==1.3.1"];
 const RECIPE: &str = "1";
 
 /// The patches, in order: (file name, text).
-pub const PATCHES: [(&str, &str); 3] = [
+pub const PATCHES: [(&str, &str); 4] = [
     (
         "0001-build-from-the-orig-tarball.patch",
         include_str!("../qemu-patches/0001-build-from-the-orig-tarball.patch"),
@@ -47,6 +47,10 @@ pub const PATCHES: [(&str, &str); 3] = [
     (
         "0003-the-guests-devices-only.patch",
         include_str!("../qemu-patches/0003-the-guests-devices-only.patch"),
+    ),
+    (
+        "0004-pace-the-clock-while-the-guest-converses.patch",
+        include_str!("../qemu-patches/0004-pace-the-clock-while-the-guest-converses.patch"),
     ),
 ];
 

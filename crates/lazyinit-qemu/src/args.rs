@@ -233,13 +233,17 @@ impl VolumeSource<'_> {
 }
 
 /// The virtual clock: icount at a fixed shift with no sleeping (an idle
-/// guest's clock jumps to its next timer), and the firmware folders of
+/// guest's clock jumps to its next timer) except while the guest and the
+/// host converse ([`VCLOCK_NET_PACE_MS`]), and the firmware folders of
 /// the project's QEMU build, which installs none. The guest's inputs that
 /// QEMU takes from the host otherwise are fixed: the randomness it hands
 /// the guest (RDRAND, RNDR, the boot seeds: `-seed`) and the wall clock
 /// (the RTC starts at [`VCLOCK_RTC_BASE`] and runs on the virtual clock).
 pub fn icount_args(shift: u8, data_dirs: &[std::path::PathBuf]) -> Vec<OsString> {
-    let mut a = os(&["-icount", &format!("shift={shift},sleep=off")]);
+    let mut a = os(&[
+        "-icount",
+        &format!("shift={shift},sleep=off,x-net-pace={VCLOCK_NET_PACE_MS}"),
+    ]);
     a.extend(os(&[
         "-seed",
         "1",
@@ -255,6 +259,16 @@ pub fn icount_args(shift: u8, data_dirs: &[std::path::PathBuf]) -> Vec<OsString>
 
 /// The guest's wall clock at boot on the virtual clock.
 pub const VCLOCK_RTC_BASE: &str = "2026-01-01T00:00:00";
+
+/// For this long of the host's time after a packet crosses the guest's
+/// network (QEMU patch 0004, `x-net-pace`), an idle guest's clock moves
+/// no faster than the host's, though still never past its next timer: a
+/// guest waiting for the host's answer (an SSH key exchange) does not race
+/// through its own timeouts first. A tickless guest's next timer can be
+/// minutes away; without the pace its SSH server gave up on the harness's
+/// key exchange within a tenth of a second of the host's time. The
+/// measured phase sends no packet, so it is not paced.
+pub const VCLOCK_NET_PACE_MS: u32 = 1000;
 
 /// What any request but a zeroing or a flush costs the guest on the
 /// virtual clock (the zero-hold filter's `io-ns`), whatever the host takes,
@@ -479,7 +493,10 @@ mod tests {
             "{s}"
         );
         let i = joined(&icount_args(0, &["/usr/share/qemu".into()]));
-        assert!(i.starts_with("-icount shift=0,sleep=off "), "{i}");
+        assert!(
+            i.starts_with("-icount shift=0,sleep=off,x-net-pace=1000 "),
+            "{i}"
+        );
         assert!(i.ends_with(" -L /usr/share/qemu"), "{i}");
     }
 
@@ -491,7 +508,7 @@ mod tests {
         let i = joined(&icount_args(3, &[]));
         assert_eq!(
             i,
-            "-icount shift=3,sleep=off -seed 1 -rtc base=2026-01-01T00:00:00,clock=vm"
+            "-icount shift=3,sleep=off,x-net-pace=1000 -seed 1 -rtc base=2026-01-01T00:00:00,clock=vm"
         );
     }
 
