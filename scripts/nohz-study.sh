@@ -18,6 +18,11 @@
 # /usr/bin/time. OUT gets one results folder per run (groups compressed),
 # the two tickless configs (configs/), commands.txt, cpu.tsv and table.md.
 # BIN: a lazyinit-bench binary (default: cargo's debug build).
+# The comparison is of the harness's periodic kernel with its tickless
+# twin: since the harness's kernels became tickless themselves (issue 51,
+# with QEMU patch 0004), run it with a BIN built before that change, whose
+# kernel still has the periodic tick to turn off (the script refuses one
+# that has none).
 set -euo pipefail
 out=${1:?usage: scripts/nohz-study.sh OUT [BIN]}
 cd "$(dirname "$0")/.."
