@@ -93,7 +93,10 @@ async fn start(arch: Arch, net: &str, clock: Clock, dir: &std::path::Path) -> St
         storage_profile: lazyinit_core::StorageProfile::None,
     };
     // The virtual clock's QEMU (the project's build), found or built.
-    provider.prepare(std::slice::from_ref(&req.cell)).await.unwrap();
+    provider
+        .prepare(std::slice::from_ref(&req.cell))
+        .await
+        .unwrap();
     let started = Instant::now();
     let mut machine = provider.launch(&req).await.unwrap();
     let ep = machine.endpoint();
