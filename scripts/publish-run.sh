@@ -19,15 +19,9 @@ dir="${1:?usage: $0 RESULTS_DIR}"
 [ -f "$dir/results.csv" ] || { echo "error: $dir/results.csv not found" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 bin="${LAZYINIT_BENCH:-target/debug/lazyinit-bench}"
+. scripts/publish-cell.sh
 for cell in "$dir"/*/; do
-  cell="${cell%/}"
-  [ -f "$cell/groups.csv" ] && gzip -9 -f "$cell/groups.csv"
-  if [ -f "$cell/console.log" ]; then
-    tail -n 60 "$cell/console.log" > "$cell/console-tail.log"
-    rm -f "$cell/console.log"
-  fi
-  rm -f "$cell/trace.txt" "$cell"/*.sock
-  [ -s "$cell/qemu.stderr" ] || rm -f "$cell/qemu.stderr"
+  publish_cell "$cell"
 done
 # The run's lock holds the PID of a harness long gone.
 rm -f "$dir/.lock"

@@ -78,21 +78,15 @@ echo "$bin run --clock virtual $x86 --variant fix --storage-profile ebs:3.6ms --
 rc=$?
 set -e
 echo "refused: exit $rc" >&2
-# Kept small: groups and the repeats' traces compressed (the traces show
-# what ran inside each zeroing), other traces dropped, console logs cut to
-# their last 60 lines, no lock files.
+# Kept small as scripts/publish-run.sh keeps a run (scripts/publish-cell.sh),
+# and the repeats' traces compressed too (they show what ran inside each
+# zeroing); no lock files.
+. scripts/publish-cell.sh
 for cell in "$out"/*/*/; do
-  [ -f "$cell/groups.csv" ] && gzip -f "$cell/groups.csv"
-  if [ -f "$cell/trace.txt" ]; then
-    case $cell in
-      */x86-quiet-*|*/x86-loaded-*|*/arm-quiet-*|*/arm-loaded-*) gzip -f "$cell/trace.txt" ;;
-      *) rm -f "$cell/trace.txt" ;;
-    esac
-  fi
-  if [ -f "$cell/console.log" ]; then
-    tail -n 60 "$cell/console.log" >"$cell/console-tail.log"
-    rm -f "$cell/console.log"
-  fi
+  case $cell in
+    */x86-quiet-*|*/x86-loaded-*|*/arm-quiet-*|*/arm-loaded-*) publish_cell "$cell" keep-trace ;;
+    *) publish_cell "$cell" ;;
+  esac
 done
 find "$out" -name '*.lock' -delete
 python3 - "$out" "$rc" <<'PY'
