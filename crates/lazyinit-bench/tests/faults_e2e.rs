@@ -390,68 +390,209 @@ fn a_full_host_disk_during_mkfs_fails_the_cell_and_leaves_no_volume() {
     assert_nothing_left(&out, vols.path());
 }
 
-/// The harness killed with SIGKILL mid-run (OOM, a CI timeout): its
-/// guests die with it within seconds (PR_SET_PDEATHSIG); the next run into
-/// the folder removes the volumes it left, records its cells' rows as lost
-/// and measures them.
+/// Waits until the run's events, past byte `from` (the events of this
+/// attempt: a resumed run appends), show any cell in `phase`; or, for
+/// "row", until `results.csv` has more ok rows than `ok_before`.
+fn wait_moment(out: &Path, from: usize, moment: &str, ok_before: usize, within: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        let hit = match moment {
+            "row" => ok_rows(out) > ok_before,
+            phase => std::fs::read(out.join("events.jsonl"))
+                .ok()
+                .filter(|b| b.len() > from)
+                .map(|b| String::from_utf8_lossy(&b[from..]).into_owned())
+                .is_some_and(|t| t.contains(&format!("\"phase\":\"{phase}\""))),
+        };
+        if hit {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn ok_rows(out: &Path) -> usize {
+    read_rows(out.join("results.csv"))
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.status == Status::Ok)
+        .count()
+}
+
+fn bench(args: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The harness killed with SIGKILL (OOM, a CI timeout) at four moments
+/// of one folder's life, each resumed by the next run: at boot, during
+/// mkfs, during lazy-init, and just after the first cell's row. Its
+/// guests die with it within seconds (PR_SET_PDEATHSIG); each resume
+/// removes the volumes the killed run left and records its cells' rows
+/// as lost, each at the start of the attempt it lost (never the start of
+/// the cell's next row: a row is known by run, cell and start). The
+/// measurements reach every reader: `report` reads the folder, the
+/// history that `run --history` fed holds both measured rows, and
+/// `history check` judges the folder as a clean first run's (UNKNOWN
+/// for want of earlier runs, exit 0); so does a fresh history's import.
+/// Before the lost rows carried their attempt's start, the resume's
+/// lost and ok rows shared one: `report` exited 2 and the history kept
+/// only the interrupted rows.
 #[test]
-fn a_sigkilled_harness_leaves_no_guest_and_the_next_run_recovers() {
+fn sigkills_at_four_moments_lose_no_measurement() {
     let tmp = tempfile::tempdir().unwrap();
     let vols = tempfile::tempdir().unwrap();
     let spec = write_spec(tmp.path(), "sigkill", &[NOFIX, FIX], "16GiB", vols.path());
     let out = tmp.path().join("res");
-    let mut child = start(&spec, &out, &[]);
-    assert!(wait_phase(&out, "", "lazyinit", Duration::from_secs(600)));
-    let before = qemu_with(&out).len();
-    assert!(before >= 1, "no guest runs");
-    child.kill().unwrap();
-    let _ = child.wait();
-    let killed = Instant::now();
-    while !qemu_with(&out).is_empty() && killed.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(100));
+    let db = format!("sqlite:{}", tmp.path().join("h.sqlite").display());
+    let history = ["--history", db.as_str()];
+    let run_args = |out: &Path| -> Vec<String> {
+        let mut a: Vec<String> = ["run", spec.to_str().unwrap(), "--no-report"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(history.iter().map(|s| s.to_string()));
+        a.push("--out".into());
+        a.push(out.display().to_string());
+        a
+    };
+    for moment in ["boot", "mkfs", "lazyinit", "row"] {
+        let from = std::fs::metadata(out.join("events.jsonl")).map_or(0, |m| m.len() as usize);
+        let ok_before = ok_rows(&out);
+        let mut child = Command::new(bin())
+            .args(run_args(&out))
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(stderr_of(&out)).unwrap())
+            .spawn()
+            .unwrap();
+        let reached = wait_moment(&out, from, moment, ok_before, Duration::from_secs(600));
+        child.kill().unwrap();
+        let _ = child.wait();
+        assert!(
+            reached,
+            "never reached {moment}: {}",
+            std::fs::read_to_string(stderr_of(&out)).unwrap_or_default()
+        );
+        let killed = Instant::now();
+        while !qemu_with(&out).is_empty() && killed.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let gone_after = killed.elapsed();
+        let left = qemu_with(&out).len() + qemu_with(vols.path()).len();
+        eprintln!(
+            "FAULT-SUITE | harness SIGKILLed at {moment} | killed | guests gone after {:.1} s | qemu left {left} | volumes left {} (for the next run)",
+            gone_after.as_secs_f64(),
+            volumes(vols.path()).len()
+        );
+        assert_eq!(left, 0, "QEMU outlived the harness killed at {moment}");
+        assert!(gone_after < Duration::from_secs(5), "{gone_after:?}");
     }
-    let gone_after = killed.elapsed();
-    let left = qemu_with(&out).len() + qemu_with(vols.path()).len();
-    let vols_left = volumes(vols.path()).len();
-    eprintln!(
-        "FAULT-SUITE | harness SIGKILLed during lazy-init | killed | guests gone after {:.1} s | qemu left {left} | volumes left {vols_left} (for the next run)",
-        gone_after.as_secs_f64()
-    );
-    assert_eq!(left, 0, "QEMU outlived the harness");
-    assert!(gone_after < Duration::from_secs(5), "{gone_after:?}");
 
-    // The next run into the folder.
+    // The next run into the folder finishes it.
     let again = Command::new(bin())
-        .args(["run", spec.to_str().unwrap(), "--no-report", "--out"])
-        .arg(&out)
+        .args(run_args(&out))
         .stdin(Stdio::null())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&again.stderr);
     report(
-        "rerun after the SIGKILL",
+        "rerun after four SIGKILLs",
         again.status.code(),
         0.0,
         &out,
         vols.path(),
     );
     assert_eq!(again.status.code(), Some(0), "{stderr}");
-    if vols_left > 0 {
-        assert!(stderr.contains("removed what an earlier run"), "{stderr}");
-    }
     let rows = read_rows(out.join("results.csv")).unwrap();
-    // Every cell started and not recorded has its lost row (the one
-    // whose guest had ended may have been recorded before the kill).
     let lost: Vec<_> = rows
         .iter()
         .filter(|r| r.error.starts_with("lost:"))
         .collect();
-    assert!(!lost.is_empty(), "{rows:?}");
-    // And nothing else: the lost rows, then each cell's ok row once.
-    assert_eq!(rows.len(), lost.len() + 2, "{rows:?}");
+    // Every attempt killed lost a row of each cell it had started and not
+    // recorded: both at boot, mkfs and lazy-init, one after the first row.
+    assert!(lost.len() >= 4, "{rows:?}");
     assert!(lost.iter().all(|r| r.status == Status::Interrupted));
-    assert_eq!(rows.iter().filter(|r| r.status == Status::Ok).count(), 2);
+    let ok: Vec<_> = rows.iter().filter(|r| r.status == Status::Ok).collect();
+    assert_eq!(ok.len(), 2, "each cell measured once: {rows:?}");
+    let mut keys: Vec<_> = rows.iter().map(|r| (&r.cell_id, &r.started_at)).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(
+        keys.len(),
+        rows.len(),
+        "two rows of a cell share a start: {rows:?}"
+    );
     assert_nothing_left(&out, vols.path());
+
+    // Every reader sees the measurements.
+    let csv = out.join("results.csv");
+    let rep = bench(&["report", csv.to_str().unwrap()]);
+    assert_eq!(
+        rep.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    let shown = |db: &str| -> Vec<f64> {
+        let o = bench(&[
+            "history",
+            "show",
+            "--db",
+            db,
+            "--metric",
+            "lazyinit_s",
+            "--format",
+            "csv",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut v: Vec<f64> = csv::Reader::from_reader(&o.stdout[..])
+            .records()
+            .map(|r| r.unwrap()[6].parse().unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let mut want: Vec<f64> = ok.iter().map(|r| r.measured.lazyinit_s.unwrap()).collect();
+    want.sort_by(f64::total_cmp);
+    let same = |got: Vec<f64>| {
+        got.len() == want.len() && got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-3)
+    };
+    let live = shown(&db);
+    assert!(
+        same(live.clone()),
+        "the live history: {live:?}, the rows: {want:?}"
+    );
+    let fresh = format!("sqlite:{}", tmp.path().join("fresh.sqlite").display());
+    let imp = bench(&["history", "import", "--db", &fresh, out.to_str().unwrap()]);
+    assert_eq!(
+        imp.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&imp.stderr)
+    );
+    let imported = shown(&fresh);
+    assert!(
+        same(imported.clone()),
+        "the imported history: {imported:?}, the rows: {want:?}"
+    );
+    for db in [&db, &fresh] {
+        let o = bench(&["history", "check", "--db", db, out.to_str().unwrap()]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(o.status.code(), Some(0), "{db}: {text}");
+        assert_eq!(text.matches("UNKNOWN").count(), 2, "{db}: {text}");
+        assert!(
+            !text.contains("ERROR") && !text.contains("FAIL"),
+            "{db}: {text}"
+        );
+    }
 }
 
 /// Ctrl-C while the guest runs a long mkfs (2 TiB): the SSH command gives

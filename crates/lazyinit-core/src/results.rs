@@ -4,6 +4,7 @@
 //! ends. Columns are documented in the README ("Result CSV"); add new ones
 //! only at the end, never rename or reorder.
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -560,6 +561,10 @@ pub enum ResultsError {
 /// flushing every row to disk before returning.
 pub struct ResultsWriter {
     path: PathBuf,
+    /// The (cell, start) of every row in the file: a row is known by its
+    /// run, cell and start time, so two rows of one cell must never share
+    /// a start (every reader would refuse the file as read twice).
+    starts: HashSet<(String, String)>,
 }
 
 impl ResultsWriter {
@@ -600,7 +605,21 @@ impl ResultsWriter {
                 });
             }
         }
-        Ok(Self { path })
+        let starts = match len {
+            0 => HashSet::new(),
+            _ => read_whole_rows(&path)?
+                .into_iter()
+                .map(|r| (r.cell_id, r.started_at))
+                .collect(),
+        };
+        Ok(Self { path, starts })
+    }
+
+    /// Whether a row of `cell_id` that started at `started_at` is in the
+    /// file already (written by this writer or before it opened).
+    pub fn has_start(&self, cell_id: &str, started_at: &str) -> bool {
+        self.starts
+            .contains(&(cell_id.to_string(), started_at.to_string()))
     }
 
     pub fn path(&self) -> &Path {
@@ -631,7 +650,10 @@ impl ResultsWriter {
         // One write per row keeps rows whole even if two writers append.
         file.write_all(&bytes)
             .and_then(|_| file.sync_data())
-            .map_err(write_err)
+            .map_err(write_err)?;
+        self.starts
+            .insert((row.cell_id.clone(), row.started_at.clone()));
+        Ok(())
     }
 }
 

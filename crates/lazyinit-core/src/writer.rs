@@ -423,10 +423,14 @@ impl CellWriter {
     pub fn remove(&self, name: FileName) -> Result<(), WriteError> {
         remove(&self.folder.path_of(name))
     }
-    /// Marks the cell as this run's (its pid in `.running`) until its row
-    /// is recorded: a later run that finds it knows the row was lost.
-    pub fn mark_running(&self) -> Result<(), WriteError> {
-        self.put(CellFolder::RUNNING, format!("{}\n", std::process::id()))
+    /// Marks the cell as this run's until its row is recorded: `.running`
+    /// holds the pid and the row's start (`started_at`), so that a later
+    /// run that finds it knows the row was lost, and by which attempt.
+    pub fn mark_running(&self, started_at: &str) -> Result<(), WriteError> {
+        self.put(
+            CellFolder::RUNNING,
+            format!("{} {started_at}\n", std::process::id()),
+        )
     }
     /// The cell's row is recorded (or accounted for): `.running` goes.
     pub fn clear_running(&self) -> Result<(), WriteError> {
@@ -574,9 +578,12 @@ mod tests {
         let run = RunWriter::claim(&RunFolder::new(dir.path())).unwrap();
         let cell = run.cell("c");
         cell.create().unwrap();
-        cell.mark_running().unwrap();
-        let pid = cell.folder().running().read_to_string().unwrap();
-        assert_eq!(pid.trim(), std::process::id().to_string());
+        cell.mark_running("2026-01-01T00:00:00Z").unwrap();
+        let marker = cell.folder().running().read_to_string().unwrap();
+        assert_eq!(
+            marker,
+            format!("{} 2026-01-01T00:00:00Z\n", std::process::id())
+        );
         cell.clear_running().unwrap();
         assert!(!cell.folder().running().exists());
         cell.clear_running().unwrap();

@@ -25,10 +25,13 @@ type Held = Arc<tokio::sync::Mutex<Box<dyn Machine>>>;
 pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
     let id = cell.id();
     let folder = sh.run.cell(&id);
-    // Until its row is recorded: a later run that finds it knows the row
-    // was lost with this run (killed), and says so in the rows.
-    let marked = folder.create().and_then(|()| folder.mark_running());
     let kernel = &sh.built.kernels[&cell.kernel(sh.provider.kernel_profile())];
+    let row = fresh_row(sh, &cell, &kernel.release).await;
+    // Until its row is recorded: a later run that finds it knows the row
+    // was lost with this run (killed), and says so in a row of this start.
+    let marked = folder
+        .create()
+        .and_then(|()| folder.mark_running(&row.started_at));
     let req = LaunchRequest {
         run_id: sh.run_id.clone(),
         cell: cell.clone(),
@@ -39,7 +42,7 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
         extra_cmdline: vec![],
         storage_profile: sh.settings.storage_profile,
     };
-    let mut row = blank_row(sh, &cell, &kernel.release);
+    let mut row = row;
     if let Err(e) = marked {
         // A cell whose folder cannot be written keeps nothing, and a
         // killed run could not tell that it had started: not run.
@@ -286,6 +289,26 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// The row of a cell before anything is known of its run.
+/// The cell's blank row ([`blank_row`]), its start a second no row of the
+/// cell in `results.csv` has: a row is known by its run, cell and start,
+/// and a resume's cell can start in the second its lost or interrupted
+/// row recorded (a run killed at boot and resumed at once). It waits for
+/// the next second rather than write a start that did not happen.
+async fn fresh_row(sh: &Shared, cell: &Cell, kernel_release: &str) -> ResultRow {
+    loop {
+        let row = blank_row(sh, cell, kernel_release);
+        if !sh
+            .writer
+            .lock()
+            .unwrap()
+            .has_start(&row.cell_id, &row.started_at)
+        {
+            return row;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn blank_row(sh: &Shared, cell: &Cell, kernel_release: &str) -> ResultRow {
     row_for(
         &sh.run_id,

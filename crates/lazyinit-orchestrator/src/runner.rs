@@ -397,10 +397,15 @@ async fn recover(
     }
     for p in &plan.cells {
         let cell = run.cell(&p.id);
-        let Ok(pid) = cell.folder().running().read_to_string() else {
+        let marker = cell.folder().running();
+        let Ok(text) = marker.read_to_string() else {
             continue;
         };
-        if !done.contains(&p.id) {
+        let lost = LostAttempt::read(&text, &marker);
+        // A row of that start is there: the killed run recorded the cell
+        // and died before its marker went. Nothing was lost.
+        let recorded = writer.has_start(&p.id, &lost.started_at);
+        if !done.contains(&p.id) && !recorded {
             let mut row = crate::cell::row_for(
                 &plan.run_id,
                 crate::cell::unlaunched(provider.name(), plan.storage_profile),
@@ -410,10 +415,13 @@ async fn recover(
                 plan.concurrency as u32,
                 &Origin::of(plan),
             );
+            // The row is the lost attempt's: its start, not this run's,
+            // so it never shares a start with the cell's new row.
+            row.started_at = lost.started_at;
             row.status = Status::Interrupted;
             row.error = format!(
                 "lost: the run that started this cell (pid {}) ended without recording it (killed?); its guest and volume are gone, and this run measures it again",
-                pid.trim()
+                lost.pid
             );
             tracing::warn!("{}: {}", p.id, row.error);
             writer.append(&row).map_err(RunError::Results)?;
@@ -422,6 +430,32 @@ async fn recover(
             .map_err(|e| RunError::Write(e.path, e.source))?;
     }
     Ok(())
+}
+
+/// What a cell's `.running` marker says of the attempt that left it: the
+/// pid and the start its row would have had. A marker of an older
+/// harness holds the pid only; its start is then the marker's own time
+/// (written as the cell started), else the Unix epoch, never now.
+struct LostAttempt {
+    pid: String,
+    started_at: String,
+}
+
+impl LostAttempt {
+    fn read(text: &str, marker: &lazyinit_core::RunFile) -> LostAttempt {
+        let mut words = text.split_whitespace();
+        let pid = words.next().unwrap_or("?").to_string();
+        let stamp =
+            |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let started_at = match words.next() {
+            Some(at) if chrono::DateTime::parse_from_rfc3339(at).is_ok() => at.to_string(),
+            _ => std::fs::metadata(marker.shown())
+                .and_then(|m| m.modified())
+                .map(|t| stamp(t.into()))
+                .unwrap_or_else(|_| stamp(chrono::DateTime::UNIX_EPOCH)),
+        };
+        LostAttempt { pid, started_at }
+    }
 }
 
 /// Makes the results folder this run's: locked, `results.csv` ready for

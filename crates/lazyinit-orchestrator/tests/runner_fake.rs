@@ -525,7 +525,9 @@ async fn a_killed_runs_torn_row_and_lost_cells_are_recorded_on_resume() {
     )
     .unwrap();
     std::fs::create_dir_all(folder.cell(FIX).path()).unwrap();
-    std::fs::write(folder.cell(FIX).running().shown(), "4242\n").unwrap();
+    // Started the second this run resumes in: a run killed at once.
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    std::fs::write(folder.cell(FIX).running().shown(), format!("4242 {now}\n")).unwrap();
 
     let lab = Lab::new(tmp.path().join("lab"));
     let s = run(&spec(""), &lab, &out).await.unwrap();
@@ -537,6 +539,14 @@ async fn a_killed_runs_torn_row_and_lost_cells_are_recorded_on_resume() {
         (rows[0].cell_id.as_str(), rows[0].status),
         (FIX, Status::Interrupted)
     );
+    // The lost row is the killed attempt's (its start), and the cell's
+    // new row starts later: no two rows of a cell share a start, which
+    // every reader takes for a file read twice.
+    assert_eq!(rows[0].started_at, now);
+    let mut keys: Vec<_> = rows.iter().map(|r| (&r.cell_id, &r.started_at)).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), rows.len(), "two rows share a start: {rows:?}");
     assert!(
         rows[0]
             .error
@@ -554,6 +564,74 @@ async fn a_killed_runs_torn_row_and_lost_cells_are_recorded_on_resume() {
         "the marker is the run's, and it ended"
     );
     assert!(!folder.cell(NOFIX).running().exists());
+}
+
+/// A run killed after recording a cell's row and before its marker went:
+/// the next run removes the marker and writes no lost row (the cell's
+/// failed row is there, at the marker's start) and measures the cell. A marker of an older harness (pid only) is
+/// dated by its own time, never by the resume's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_whose_row_was_recorded_is_not_a_lost_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let folder = RunFolder::new(&out);
+    // The no-fix cell fails (recorded, not done: it runs again).
+    let failing = Lab::with_hook(
+        tmp.path().join("l0"),
+        hook(|step, _| match step {
+            "mkfs" => Answer::Fail("disk on fire".into()),
+            _ => Answer::Normal,
+        }),
+    );
+    run(&spec("variants = [\"nofix\"]\n"), &failing, &out)
+        .await
+        .unwrap();
+    let first = rows_in(&out);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].status, Status::Failed);
+    std::fs::write(
+        folder.spec_toml().shown(),
+        toml::to_string_pretty(&spec("")).unwrap(),
+    )
+    .unwrap();
+    // The no-fix cell's marker, left after its row was written (its start).
+    std::fs::write(
+        folder.cell(NOFIX).running().shown(),
+        format!("4242 {}\n", first[0].started_at),
+    )
+    .unwrap();
+    // The fix cell's marker from an older harness, an hour old.
+    std::fs::create_dir_all(folder.cell(FIX).path()).unwrap();
+    let old = folder.cell(FIX).running().shown();
+    std::fs::write(&old, "4243\n").unwrap();
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+
+    let s = run(&spec(""), &Lab::new(tmp.path().join("lab")), &out)
+        .await
+        .unwrap();
+    assert_eq!((s.ok, s.failed, s.skipped), (2, 0, 0));
+    let rows = rows_in(&out);
+    // The failed row, the fix cell's lost row, and the two measured.
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let lost: Vec<_> = rows
+        .iter()
+        .filter(|r| r.error.starts_with("lost:"))
+        .collect();
+    assert_eq!(lost.len(), 1, "{rows:?}");
+    assert_eq!(lost[0].cell_id, FIX);
+    let stamp: chrono::DateTime<chrono::Utc> = hour_ago.into();
+    assert_eq!(
+        lost[0].started_at,
+        stamp.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    assert!(!folder.cell(NOFIX).running().exists());
+    assert!(!folder.cell(FIX).running().exists());
 }
 
 /// Bad input and missing tools found before anything is written: a kernel
