@@ -116,6 +116,12 @@ pub struct QemuManifest {
     pub compiler: String,
     pub build_seconds: f64,
     pub built_at: String,
+    /// The sha256 of each binary as the build published it: checked
+    /// before every use ([`find`]), so an edited or truncated binary is
+    /// never run. A manifest without them (an older harness's build) is
+    /// rebuilt.
+    #[serde(default)]
+    pub binaries: std::collections::BTreeMap<String, String>,
 }
 
 fn root(cache_dir: &Path) -> PathBuf {
@@ -217,15 +223,70 @@ pub fn check_tools() -> Result<(), KernelError> {
 /// The built QEMU for this host's compiler, when the cache has it.
 pub fn cached(cache_dir: &Path) -> Result<Option<VirtualQemu>, KernelError> {
     let key = key_of(&key_material(&compiler()?));
-    Ok(find(cache_dir, &key))
+    Ok(cached_at(cache_dir, &key))
 }
 
-fn find(cache_dir: &Path, key: &str) -> Option<VirtualQemu> {
+/// The cached build of `key`, when it is there and every binary has the
+/// sha256 its manifest recorded. One that is there but fails the check
+/// is said, with why, and not used (`Err` carries the reason).
+fn find(cache_dir: &Path, key: &str) -> Result<Option<VirtualQemu>, String> {
     let dir = root(cache_dir).join(format!("{QEMU_VERSION}-{key}"));
-    whole(&dir).then(|| VirtualQemu {
+    if !whole(&dir) {
+        return Ok(None);
+    }
+    verify(&dir)?;
+    Ok(Some(VirtualQemu {
         dir,
         key: key.to_string(),
-    })
+    }))
+}
+
+/// [`find`], a build that fails its check logged and left alone: what
+/// asks only whether one is cached (it is not).
+fn cached_at(cache_dir: &Path, key: &str) -> Option<VirtualQemu> {
+    find(cache_dir, key)
+        .map_err(|why| tracing::warn!("{why}"))
+        .ok()
+        .flatten()
+}
+
+/// Checks each binary of the build in `dir` against its manifest's
+/// sha256; the error says which file, what was found and what to do.
+fn verify(dir: &Path) -> Result<(), String> {
+    let path = dir.join("manifest.json");
+    let manifest: QemuManifest = std::fs::read(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            format!(
+                "the cached QEMU's manifest {} cannot be read ({e}): it is built again",
+                path.display()
+            )
+        })?;
+    for b in BINARIES {
+        let file = dir.join(b);
+        let Some(want) = manifest.binaries.get(b) else {
+            return Err(format!(
+                "the cached QEMU {} records no sha256 for {b} (built by an older harness): it is built again",
+                dir.display()
+            ));
+        };
+        let got = std::fs::File::open(&file)
+            .and_then(lazyinit_core::paths::sha256_hex_of)
+            .map_err(|e| {
+                format!(
+                    "the cached QEMU binary {} cannot be read ({e}): it is built again",
+                    file.display()
+                )
+            })?;
+        if &got != want {
+            return Err(format!(
+                "the cached QEMU binary {} has sha256 {got}, its manifest says {want} (edited or truncated since it was built): it is built again",
+                file.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether a built QEMU's folder has its manifest and both binaries.
@@ -249,7 +310,7 @@ pub async fn ensure(
     let compiler = compiler()?;
     let material = key_material(&compiler);
     let key = key_of(&material);
-    if let Some(q) = find(cache_dir, &key) {
+    if let Ok(Some(q)) = find(cache_dir, &key) {
         return Ok(q);
     }
     check_tools()?;
@@ -263,8 +324,15 @@ pub async fn ensure(
             .await
             .map_err(|e| KernelError::Step(format!("the QEMU build lock: {e}")))??
     };
-    if let Some(q) = find(cache_dir, &key) {
-        return Ok(q);
+    match find(cache_dir, &key) {
+        Ok(Some(q)) => return Ok(q),
+        Ok(None) => {}
+        Err(why) => {
+            // Under the lock, so no one is using it while it goes.
+            say(&progress, why);
+            let dir = root.join(format!("{QEMU_VERSION}-{key}"));
+            std::fs::remove_dir_all(&dir).map_err(|e| KernelError::io(&dir, e))?;
+        }
     }
     let tarball = fetch_tarball(&root, &progress).await?;
     let (root2, key2, progress2) = (root.clone(), key.clone(), progress.clone());
@@ -276,6 +344,7 @@ pub async fn ensure(
     drop(lock);
     built?;
     find(cache_dir, &key)
+        .map_err(KernelError::Step)?
         .ok_or_else(|| KernelError::Step("the QEMU build published nothing".into()))
 }
 
@@ -428,6 +497,16 @@ fn publish(
         compiler: compiler.into(),
         build_seconds: t0.elapsed().as_secs_f64(),
         built_at: chrono::Utc::now().to_rfc3339(),
+        binaries: BINARIES
+            .iter()
+            .map(|b| {
+                let f = new.join(b);
+                std::fs::File::open(&f)
+                    .and_then(lazyinit_core::paths::sha256_hex_of)
+                    .map(|h| (b.to_string(), h))
+                    .map_err(|e| KernelError::io(&f, e))
+            })
+            .collect::<Result<_, _>>()?,
     };
     let text = serde_json::to_string_pretty(&manifest)
         .map_err(|e| KernelError::Step(format!("the QEMU manifest: {e}")))?;
@@ -561,16 +640,64 @@ mod tests {
         assert!(zero.contains("timer_init_ns(&t, QEMU_CLOCK_VIRTUAL, zero_hold_wake"));
     }
 
+    /// A manifest of `binaries` (name, content), as a build writes it.
+    fn manifest_of(binaries: &[(&str, &str)]) -> String {
+        serde_json::to_string(&QemuManifest {
+            version: QEMU_VERSION.into(),
+            key: "k".into(),
+            tarball_sha256: TARBALL_SHA256.into(),
+            patches: vec![],
+            configure: vec![],
+            compiler: "cc".into(),
+            build_seconds: 1.0,
+            built_at: "2026-01-01T00:00:00Z".into(),
+            binaries: binaries
+                .iter()
+                .map(|(b, c)| (b.to_string(), lazyinit_core::paths::sha256_hex(c)))
+                .collect(),
+        })
+        .unwrap()
+    }
+
     #[test]
     fn a_cache_without_the_binaries_is_not_a_hit() {
         let d = tempfile::tempdir().unwrap();
         let dir = root(d.path()).join(format!("{QEMU_VERSION}-k"));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("manifest.json"), "{}").unwrap();
-        std::fs::write(dir.join(BINARIES[0]), "").unwrap();
-        assert!(find(d.path(), "k").is_none(), "half a build");
-        std::fs::write(dir.join(BINARIES[1]), "").unwrap();
-        let q = find(d.path(), "k").unwrap();
+        let all = [(BINARIES[0], "x86"), (BINARIES[1], "arm")];
+        std::fs::write(dir.join("manifest.json"), manifest_of(&all)).unwrap();
+        std::fs::write(dir.join(BINARIES[0]), "x86").unwrap();
+        assert!(find(d.path(), "k").unwrap().is_none(), "half a build");
+        std::fs::write(dir.join(BINARIES[1]), "arm").unwrap();
+        let q = find(d.path(), "k").unwrap().unwrap();
         assert_eq!(q.binary(Arch::Arm64), dir.join("qemu-system-aarch64"));
+    }
+
+    /// Every binary is checked against the manifest before it is used: an
+    /// edited one, a truncated one and a manifest that records no sha256
+    /// (an older harness's) are each refused, naming the file and that it
+    /// is built again.
+    #[test]
+    fn a_binary_that_is_not_the_one_built_is_never_used() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = root(d.path()).join(format!("{QEMU_VERSION}-k"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let all = [(BINARIES[0], "x86 binary"), (BINARIES[1], "arm binary")];
+        std::fs::write(dir.join("manifest.json"), manifest_of(&all)).unwrap();
+        std::fs::write(dir.join(BINARIES[0]), "x86 binary").unwrap();
+        std::fs::write(dir.join(BINARIES[1]), "arm binary").unwrap();
+        assert!(find(d.path(), "k").unwrap().is_some());
+        std::fs::write(dir.join(BINARIES[0]), "#!/bin/sh\nid\n").unwrap();
+        let why = find(d.path(), "k").unwrap_err();
+        assert!(why.contains("qemu-system-x86_64 has sha256"), "{why}");
+        assert!(why.contains("it is built again"), "{why}");
+        std::fs::write(dir.join(BINARIES[0]), "x86 bin").unwrap();
+        let why = find(d.path(), "k").unwrap_err();
+        assert!(why.contains("edited or truncated"), "{why}");
+        std::fs::write(dir.join(BINARIES[0]), "x86 binary").unwrap();
+        std::fs::write(dir.join("manifest.json"), manifest_of(&[])).unwrap();
+        let why = find(d.path(), "k").unwrap_err();
+        assert!(why.contains("records no sha256"), "{why}");
+        assert!(cached_at(d.path(), "k").is_none());
     }
 }
