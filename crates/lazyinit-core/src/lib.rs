@@ -10,6 +10,7 @@
 //! seam that has several implementations, the [`provider::Provider`].
 
 pub mod aside;
+pub mod cache_root;
 pub mod cell;
 pub mod command;
 pub mod events;

@@ -121,6 +121,7 @@ fn request(source: &Path, c: &Common) -> Request {
 
 /// The bisection opened on this binary's providers, Ctrl-C stopping it.
 fn open(source: &Path, c: &Common) -> anyhow::Result<Bisection<Runner<Configs>>> {
+    let cache = lazyinit_core::cache_root::resolve(None)?;
     let cancel = Arc::new(AtomicBool::new(false));
     super::run::install_signal_handler(cancel.clone(), None);
     let make = Box::new(|spec: &providers::Spec| {
@@ -132,7 +133,10 @@ fn open(source: &Path, c: &Common) -> anyhow::Result<Bisection<Runner<Configs>>>
         })
     });
     let say: Say = Arc::new(|line: &str| eprintln!("{line}"));
-    Bisection::open(request(source, c), Runner::new(make, cancel), say)
+    let opened = Bisection::open(request(source, c), Runner::new(make, cancel), say)?;
+    lazyinit_core::cache_root::mark(&cache)
+        .map_err(|e| anyhow::anyhow!("cannot make the cache {}: {e}", cache.display()))?;
+    Ok(opened)
 }
 
 pub async fn bisect(a: BisectArgs) -> anyhow::Result<u8> {

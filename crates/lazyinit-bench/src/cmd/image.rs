@@ -52,9 +52,12 @@ fn mib(bytes: u64) -> String {
 async fn build(args: BuildArgs) -> anyhow::Result<u8> {
     let arch: Arch = args.arch.parse()?;
     let opts = ImageOptions {
+        cache_dir: lazyinit_core::cache_root::resolve(None)?,
         force: args.force,
         ..ImageOptions::default()
     };
+    lazyinit_core::cache_root::mark(&opts.cache_dir)
+        .map_err(|e| anyhow::anyhow!("cannot make the cache {}: {e}", opts.cache_dir.display()))?;
     let image = lazyinit_image::build(arch, &opts).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&to_json(&image))?);
@@ -80,7 +83,7 @@ async fn build(args: BuildArgs) -> anyhow::Result<u8> {
 }
 
 fn list(args: ListArgs) -> anyhow::Result<u8> {
-    let images = lazyinit_image::list(&lazyinit_core::paths::cache_dir())?;
+    let images = lazyinit_image::list(&lazyinit_core::cache_root::resolve(None)?)?;
     if args.json {
         let all: Vec<_> = images.iter().map(to_json).collect();
         println!("{}", serde_json::to_string_pretty(&all)?);

@@ -156,10 +156,10 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
             profile: a.profile,
         })
     };
-    let mut opts = BuildOptions::default();
-    if let Some(d) = a.cache_dir {
-        opts.cache_dir = d;
-    }
+    let mut opts = BuildOptions {
+        cache_dir: lazyinit_core::cache_root::resolve(a.cache_dir)?,
+        ..BuildOptions::default()
+    };
     if let Some(m) = a.mirror {
         opts.mirror = m;
     }
@@ -167,6 +167,8 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
         opts.jobs = j;
     }
     opts.progress = Some(progress());
+    lazyinit_core::cache_root::mark(&opts.cache_dir)
+        .map_err(|e| anyhow::anyhow!("cannot make the cache {}: {e}", opts.cache_dir.display()))?;
     let k: KernelArtifact = lazyinit_kernel::build(&spec, &opts).await?;
     if a.json {
         let j = ArtifactJson {
@@ -229,7 +231,7 @@ fn config_cell(m: &Manifest) -> String {
 }
 
 fn list(a: ListArgs) -> anyhow::Result<u8> {
-    let dir = a.cache_dir.unwrap_or_else(lazyinit_core::paths::cache_dir);
+    let dir = lazyinit_core::cache_root::resolve(a.cache_dir)?;
     let all = lazyinit_kernel::list(&dir);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&all)?);

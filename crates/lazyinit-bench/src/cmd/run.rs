@@ -395,6 +395,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
     if let Some(url) = &history {
         super::history::check_db_out("history", url)?;
     }
+    // The cache whose binaries the run boots: trusted, or refused here.
+    let cache = lazyinit_core::cache_root::resolve(None)?;
     if a.boot_timeout == 0 || a.boot_timeout > MAX_BOOT_TIMEOUT_S {
         return Err(bad_input(format!(
             "--boot-timeout: use 1 to {MAX_BOOT_TIMEOUT_S} seconds"
@@ -486,9 +488,14 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         out.display()
     );
     let keep = claimed.clone();
+    let marked = cache.clone();
     let opts = lazyinit_orchestrator::RunOptions {
         folder,
         on_claim: Some(Arc::new(move |w: &lazyinit_core::RunWriter| {
+            // Past every check of the run: the cache is about to be used.
+            if let Err(e) = lazyinit_core::cache_root::mark(&marked) {
+                tracing::warn!("cannot mark {} as a cache: {e}", marked.display());
+            }
             *keep.lock().unwrap() = Some(w.clone());
         })),
         events: lazyinit_core::events::EventSink::new(tx),
@@ -497,7 +504,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         boot_timeout: Duration::from_secs(a.boot_timeout),
         artifacts: Arc::new(
             lazyinit_orchestrator::artifacts::Built::new(
-                lazyinit_core::paths::cache_dir(),
+                cache,
                 keys.dir().to_path_buf(),
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             )
