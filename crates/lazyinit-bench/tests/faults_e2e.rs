@@ -392,10 +392,16 @@ fn a_full_host_disk_during_mkfs_fails_the_cell_and_leaves_no_volume() {
 
 /// Waits until the run's events, past byte `from` (the events of this
 /// attempt: a resumed run appends), show any cell in `phase`; or, for
-/// "row", until `results.csv` has more ok rows than `ok_before`.
-fn wait_moment(out: &Path, from: usize, moment: &str, ok_before: usize, within: Duration) -> bool {
+/// "row", until `results.csv` has more ok rows than `ok_before`. False
+/// when the run exits first or the time is up.
+fn wait_moment(
+    child: &mut Child,
+    out: &Path,
+    (from, moment, ok_before): (usize, &str, usize),
+    within: Duration,
+) -> bool {
     let start = Instant::now();
-    while start.elapsed() < within {
+    while start.elapsed() < within && child.try_wait().unwrap().is_none() {
         let hit = match moment {
             "row" => ok_rows(out) > ok_before,
             phase => std::fs::read(out.join("events.jsonl"))
@@ -469,7 +475,12 @@ fn sigkills_at_four_moments_lose_no_measurement() {
             .stderr(std::fs::File::create(stderr_of(&out)).unwrap())
             .spawn()
             .unwrap();
-        let reached = wait_moment(&out, from, moment, ok_before, Duration::from_secs(600));
+        let reached = wait_moment(
+            &mut child,
+            &out,
+            (from, moment, ok_before),
+            Duration::from_secs(600),
+        );
         child.kill().unwrap();
         let _ = child.wait();
         assert!(

@@ -53,6 +53,7 @@ fn known_entry(name: &str) -> bool {
             | "bisect-ci"
             | "volumes"
             | "job-validators-bin"
+            | "resolved"
     ) || name.starts_with("venv-")
 }
 

@@ -701,13 +701,15 @@ pub fn describe(c: &Change, unit: &str) -> String {
 }
 
 /// The run's cells that cannot give a value: each series (or planned cell
-/// without a row) with no ok row is an error; an ok row without the
+/// without a row) with no ok row is an error, unless its cell has an ok
+/// row under another series (a resume's lost row); an ok row without the
 /// metric, unknown.
 fn unjudgeable(
     rows: &[&lazyinit_core::results::ResultRow],
     planned: &[String],
     metric: Metric,
 ) -> Vec<SeriesVerdict> {
+    let rows_all = rows;
     let mut by_key: BTreeMap<CellKey, Vec<&lazyinit_core::results::ResultRow>> = BTreeMap::new();
     for r in rows {
         by_key.entry(CellKey::of(r)).or_default().push(r);
@@ -743,6 +745,15 @@ fn unjudgeable(
                     metric.name()
                 ),
             ),
+            // Its cell was measured under another key: a resumed cell's
+            // lost row (a run killed before its machine was known) is
+            // the attempt that did not finish, not the cell's outcome.
+            None if rows_all
+                .iter()
+                .any(|o| o.status == Status::Ok && o.cell_id == rows[0].cell_id) =>
+            {
+                continue
+            }
             None => {
                 let r = rows[0];
                 let error = if r.error.is_empty() {
@@ -1137,4 +1148,46 @@ pub fn check_against(
         baseline: baseline.iter().map(Baseline::to_string).collect(),
         verdicts,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A committed run's rows.
+    fn rows() -> Vec<lazyinit_core::results::ResultRow> {
+        let csv = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../results/quick-virtual/results.csv"
+        );
+        lazyinit_core::results::read_rows(csv).unwrap()
+    }
+
+    /// A resumed cell's lost row (interrupted, no machine or accel: a run
+    /// killed before its guest was known) is not an error when the cell
+    /// has its ok row; without that row, it is.
+    #[test]
+    fn a_lost_row_beside_its_cells_measurement_is_no_error() {
+        let mut all = rows();
+        let mut lost = all[0].clone();
+        lost.status = Status::Interrupted;
+        lost.testbed.machine = "".into();
+        lost.testbed.accel = "".into();
+        lost.error =
+            "lost: the run that started this cell (pid 1) ended without recording it".into();
+        all.push(lost.clone());
+        let refs: Vec<_> = all.iter().collect();
+        let metric = Metric::default();
+        let planned: Vec<String> = all.iter().map(|r| r.cell_id.clone()).collect();
+        assert!(
+            unjudgeable(&refs, &planned, metric).is_empty(),
+            "{:?}",
+            unjudgeable(&refs, &planned, metric)
+        );
+        let without: Vec<_> = all.iter().skip(1).collect();
+        let v = unjudgeable(&without, &planned, metric);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(matches!(v[0].outcome, Outcome::Error));
+        assert!(v[0].message.contains("lost:"), "{}", v[0].message);
+    }
 }
