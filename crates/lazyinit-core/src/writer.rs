@@ -216,9 +216,15 @@ impl RunWriter {
             Err((mut file, _)) => {
                 let mut pid = String::new();
                 let _ = file.read_to_string(&mut pid);
+                // A run that took the lock a moment ago may not have
+                // written its pid yet.
+                let pid = match pid.trim() {
+                    "" => "not written yet: it is just starting".to_string(),
+                    p => p.to_string(),
+                };
                 Err(ClaimError::Busy {
                     folder: folder.root().to_path_buf(),
-                    pid: pid.trim().to_string(),
+                    pid,
                 })
             }
         }

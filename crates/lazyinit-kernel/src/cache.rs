@@ -212,7 +212,22 @@ pub fn load(dir: &Path) -> Option<(Manifest, PathBuf)> {
     let manifest_path = dir.join("manifest.json");
     let m: Manifest = serde_json::from_slice(&std::fs::read(&manifest_path).ok()?).ok()?;
     let image = dir.join(&m.image_file);
-    if std::fs::metadata(&image).ok()?.len() != m.image_bytes {
+    let len = match std::fs::metadata(&image) {
+        Ok(meta) => meta.len(),
+        Err(e) => {
+            tracing::warn!(
+                "{}: the cached kernel image cannot be read ({e}): it is built again",
+                image.display()
+            );
+            return None;
+        }
+    };
+    if len != m.image_bytes {
+        tracing::warn!(
+            "{}: {len} bytes, manifest.json says {} (truncated or replaced since it was built): it is built again",
+            image.display(),
+            m.image_bytes
+        );
         return None;
     }
     let bytes = std::fs::read(&image).ok()?;

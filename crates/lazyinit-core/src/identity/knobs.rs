@@ -44,10 +44,20 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for KnobValues<T> {
         enum Raw<T> {
             One(T),
             Many(Vec<T>),
+            // Whole numbers the knob's type does not hold: named.
+            Int(i64),
+            Ints(Vec<i64>),
         }
+        let out_of_range = |shown: String| {
+            serde::de::Error::custom(format!(
+                "{shown} is out of the knob's range: give a value it takes (docs/result-csv.md gives each knob's)"
+            ))
+        };
         match Raw::deserialize(d) {
             Ok(Raw::One(v)) => Ok(KnobValues::One(v)),
             Ok(Raw::Many(v)) => Ok(KnobValues::Many(v)),
+            Ok(Raw::Int(v)) => Err(out_of_range(format!("`{v}`"))),
+            Ok(Raw::Ints(v)) => Err(out_of_range(format!("{v:?}"))),
             Err(_) => Err(serde::de::Error::custom(
                 "a knob is a number or a list of numbers (`512` or `[128, 256]`)",
             )),
@@ -429,6 +439,16 @@ mod tests {
         }
         let e = two("table-kb = 'big'").unwrap_err();
         assert!(e.contains("a knob is a number or a list of numbers"), "{e}");
+        // A whole number the knob's type cannot hold is out of range,
+        // not "not a number".
+        for text in [
+            "table-kb = 4294967296",
+            "table-kb = -1",
+            "table-kb = [128, 4294967296]",
+        ] {
+            let e = two(text).unwrap_err();
+            assert!(e.contains("is out of the knob's range"), "{text}: {e}");
+        }
     }
 
     /// A knob's key field: its value, word and order, and quiet at its
