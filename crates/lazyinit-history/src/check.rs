@@ -700,21 +700,9 @@ pub fn describe(c: &Change, unit: &str) -> String {
     s
 }
 
-/// The run's cells that cannot give a value: each series (or planned cell
-/// without a row) with no ok row is an error, unless its cell has an ok
-/// row under another series (a resume's lost row); an ok row without the
-/// metric, unknown.
-fn unjudgeable(
-    rows: &[&lazyinit_core::results::ResultRow],
-    planned: &[String],
-    metric: Metric,
-) -> Vec<SeriesVerdict> {
-    let rows_all = rows;
-    let mut by_key: BTreeMap<CellKey, Vec<&lazyinit_core::results::ResultRow>> = BTreeMap::new();
-    for r in rows {
-        by_key.entry(CellKey::of(r)).or_default().push(r);
-    }
-    let verdict = |series: SeriesId, label: String, outcome, message: String| SeriesVerdict {
+/// The verdict of a series that gave no value.
+fn valueless(series: SeriesId, label: String, outcome: Outcome, message: String) -> SeriesVerdict {
+    SeriesVerdict {
         series,
         label,
         outcome,
@@ -729,7 +717,24 @@ fn unjudgeable(
         against: None,
         message,
         changes: Vec::new(),
-    };
+    }
+}
+
+/// The run's cells that cannot give a value: each series (or planned cell
+/// without a row) with no ok row is an error, unless its cell has an ok
+/// row under another series (a resume's lost row); an ok row without the
+/// metric, unknown.
+fn unjudgeable(
+    rows: &[&lazyinit_core::results::ResultRow],
+    planned: &[String],
+    metric: Metric,
+) -> Vec<SeriesVerdict> {
+    let rows_all = rows;
+    let mut by_key: BTreeMap<CellKey, Vec<&lazyinit_core::results::ResultRow>> = BTreeMap::new();
+    for r in rows {
+        by_key.entry(CellKey::of(r)).or_default().push(r);
+    }
+    let verdict = valueless;
     let mut out = Vec::new();
     for (key, rows) in &by_key {
         let ok: Vec<_> = rows.iter().filter(|r| r.status == Status::Ok).collect();
