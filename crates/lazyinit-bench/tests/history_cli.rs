@@ -1688,6 +1688,16 @@ fn import_skips_a_run_in_progress_and_imports_the_rest() {
     args.extend(folders.iter().map(String::as_str));
     let o = history(&args);
     let out = text(&o);
+    // `check` refuses the run in progress as import skips it, here with
+    // its first row written (before: imported as a 1-row run and judged,
+    // exit 1), and leaves the history as it was.
+    let csv = d.join("live/results.csv");
+    let whole = std::fs::read_to_string(repo().join(&nights[2]).join("results.csv")).unwrap();
+    let two: Vec<&str> = whole.lines().take(2).collect();
+    std::fs::write(&csv, two.join("\n") + "\n").unwrap();
+    let fresh = format!("sqlite:{}", d.join("fresh.sqlite").display());
+    let c = history(&["check", "--db", &fresh, &folders[2]]);
+    let live_check = text(&c);
     holder.kill().unwrap();
     holder.wait().unwrap();
     assert_eq!(o.status.code(), Some(0), "{out}");
@@ -1700,6 +1710,13 @@ fn import_skips_a_run_in_progress_and_imports_the_rest() {
         "{out}"
     );
     assert_eq!(out.matches("new run").count(), 2, "{out}");
+    assert_eq!(c.status.code(), Some(2), "{live_check}");
+    assert!(
+        live_check.contains("a run in progress (its .lock held by pid")
+            && live_check.contains("check it once it ends"),
+        "{live_check}"
+    );
+    assert!(!d.join("fresh.sqlite").exists(), "check made a history");
     // Only skipped folders: nothing to import, exit 2.
     let o = history(&["import", "--db", &db, &folders[3]]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));

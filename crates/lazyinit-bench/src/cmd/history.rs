@@ -472,6 +472,15 @@ fn check_cmd(a: CheckArgs) -> anyhow::Result<u8> {
         return Err(bad_input("history check: --format text, json or junit").into());
     }
     let opts = a.test.options()?;
+    // A run in progress is judged when it ends, as `import` takes it
+    // then: its rows so far are not the run (a 1-row run judged ERROR).
+    if let Some(holder) = in_progress(&a.folder) {
+        return Err(bad_input(format!(
+            "{}: a run in progress (its .lock {holder}): check it once it ends",
+            a.folder.display()
+        ))
+        .into());
+    }
     // Opened before the history is touched: never the run's files, the
     // database, or a place that cannot take it.
     let reads = db_reads(&a.db.url()?, Reads::new().run_folder(&a.folder));
