@@ -312,6 +312,11 @@ fn specs_and_overrides_are_validated_alike() {
     );
     let neg = spec("n.toml", "arches = [\"x86_64\"]\nsizes = [-1]");
     let huge = spec("h.toml", "arches = [\"x86_64\"]\nsizes = [\"16777215TiB\"]");
+    // mkfs -I 512 would run while the row records inode_size 256.
+    let owned = spec(
+        "i.toml",
+        "arches = [\"x86_64\"]\nsizes = [\"64GiB\"]\nmkfs-args = [\"-I\", \"512\"]",
+    );
     // The EC2 table's own error says its `[provider-config.ec2]` once.
     let expiry = spec(
         "e.toml",
@@ -325,6 +330,10 @@ fn specs_and_overrides_are_validated_alike() {
         (
             vec!["plan", &neg],
             "sizes: -1 is negative; write a size like \"64GiB\"",
+        ),
+        (
+            vec!["plan", &owned],
+            "mkfs-args: `-I` sets what the knob inode-size owns, and the row would record the default: set it as [knobs] inode-size = N instead",
         ),
         (
             vec!["plan", &huge],

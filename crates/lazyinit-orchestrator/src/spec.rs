@@ -297,6 +297,15 @@ impl<C: ProviderConfigs> Spec<C> {
             return Err("wait-mult: use 1 to 1000 (the kernel's init_itable=n)".into());
         }
         self.knobs.resolve()?;
+        if let Some((arg, knob)) = self
+            .mkfs_args
+            .iter()
+            .find_map(|a| lazyinit_core::identity::Knobs::mkfs_owner(a).map(|k| (a, k)))
+        {
+            return Err(format!(
+                "mkfs-args: `{arg}` sets what the knob {knob} owns, and the row would record the default: set it as [knobs] {knob} = N instead"
+            ));
+        }
         if let Concurrency::Fixed(c) = self.concurrency {
             if c == 0 || c > MAX_CONCURRENCY {
                 return Err(format!(

@@ -158,6 +158,24 @@ macro_rules! knob_table {
                 Self::COLUMNS.is_empty()
             }
 
+            /// The knob (its spec key, `inode-size`) that owns the
+            /// mkfs.ext4 option in `arg`, if one does: `-I`, `-I512`, or
+            /// a cluster of short options holding it (`-qI`). Such an
+            /// argument in `mkfs-args` would run a mkfs the row does not
+            /// record.
+            pub fn mkfs_owner(arg: &str) -> Option<String> {
+                let opts = arg.strip_prefix('-').filter(|o| !o.starts_with('-'))?;
+                $($(
+                    let letter = $flag.trim_start_matches('-');
+                    if opts.starts_with(letter)
+                        || opts.chars().all(|c| c.is_ascii_alphabetic()) && opts.contains(letter)
+                    {
+                        return Some(stringify!($name).replace('_', "-"));
+                    }
+                )?)*
+                None
+            }
+
             /// The mkfs.ext4 arguments of the knobs off their defaults
             /// (`-I 128`): none at the defaults, so a default cell runs the
             /// mkfs it always ran.
@@ -448,6 +466,32 @@ mod tests {
         ] {
             let e = two(text).unwrap_err();
             assert!(e.contains("is out of the knob's range"), "{text}: {e}");
+        }
+    }
+
+    /// mkfs.ext4 options a knob owns are found however they are spelled,
+    /// and the others are left alone (`-i` is not `-I`).
+    #[test]
+    fn the_mkfs_options_a_knob_owns_are_named() {
+        for arg in ["-I", "-I512", "-qI", "-FqI"] {
+            assert_eq!(
+                Knobs::mkfs_owner(arg).as_deref(),
+                Some("inode-size"),
+                "{arg}"
+            );
+        }
+        for arg in [
+            "-i",
+            "-i16384",
+            "-F",
+            "-q",
+            "512",
+            "--I",
+            "-E",
+            "lazy_itable_init=1",
+            "I",
+        ] {
+            assert_eq!(Knobs::mkfs_owner(arg), None, "{arg}");
         }
     }
 
