@@ -163,6 +163,8 @@ macro_rules! knob_table {
             /// a cluster of short options holding it (`-qI`). Such an
             /// argument in `mkfs-args` would run a mkfs the row does not
             /// record.
+            // A test's own table may have no use for it.
+            #[allow(dead_code)]
             pub fn mkfs_owner(arg: &str) -> Option<String> {
                 let opts = arg.strip_prefix('-').filter(|o| !o.starts_with('-'))?;
                 $($(
