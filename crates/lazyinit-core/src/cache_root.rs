@@ -26,6 +26,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::exit::{bad_input, ExitError};
+use crate::writer::WriteError;
 
 /// The file that says a folder is a cache of this harness.
 pub const MARKER: &str = ".lazyinit-cache";
@@ -96,13 +97,10 @@ pub fn resolve(flag: Option<PathBuf>) -> Result<PathBuf, ExitError> {
         Origin::Default => "cache-dir (here LAZYINIT_CACHE_DIR or the default)",
     };
     crate::output::check_not_evidence(flag, &root).map_err(crate::exit::refused)?;
-    if std::fs::metadata(&root).is_ok_and(|m| !m.is_dir()) {
-        return Err(bad_input(format!(
-            "{}: is not a folder: give a folder for the cache (it is made if missing)",
-            origin.said(&root)
-        )));
-    }
-    crate::output::check_folder(flag, &root).map_err(crate::exit::refused)?;
+    // Trusted (a folder, not a link, no one else's) before the write
+    // probe below makes anything in it.
+    let group = std::env::var(GROUP_VAR).ok().filter(|g| !g.is_empty());
+    check(&root, origin, group.as_deref())?;
     let real = crate::output::canonical(&root);
     if let Some(run) = real
         .ancestors()
@@ -114,8 +112,7 @@ pub fn resolve(flag: Option<PathBuf>) -> Result<PathBuf, ExitError> {
             run.display()
         )));
     }
-    let group = std::env::var(GROUP_VAR).ok().filter(|g| !g.is_empty());
-    check(&root, origin, group.as_deref())?;
+    crate::output::check_folder(flag, &root).map_err(crate::exit::refused)?;
     Ok(root)
 }
 
@@ -169,26 +166,29 @@ pub fn check(root: &Path, origin: Origin, group: Option<&str>) -> Result<(), Exi
 /// Makes the checked cache root `root` (0755, or 2775 when shared by a
 /// group) and its marker, if they are not there: what a command does once
 /// it is past its checks and about to fill the cache.
-pub fn mark(root: &Path) -> std::io::Result<()> {
+pub fn mark(root: &Path) -> Result<(), WriteError> {
     let marker = root.join(MARKER);
     if marker.is_file() {
         return Ok(());
     }
     let shared = std::env::var_os(GROUP_VAR).is_some_and(|g| !g.is_empty());
     if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)?;
+        std::fs::create_dir_all(parent).map_err(|e| WriteError::new(parent, e))?;
     }
     match std::fs::DirBuilder::new()
         .mode(if shared { 0o2775 } else { 0o755 })
         .create(root)
     {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(WriteError::new(root, e))
+        }
         _ => {}
     }
     std::fs::write(
         &marker,
         "a cache of lazyinit-bench: content-keyed builds, safe to remove\n",
     )
+    .map_err(|e| WriteError::new(&marker, e))
 }
 
 /// Checks `dir` and its folders down to [`DEPTH`]; the error says which

@@ -42,6 +42,11 @@ pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
     hex::encode(Sha256::digest(bytes.as_ref()))
 }
 
+/// The SHA-256 of the file at `path` ([`sha256_hex_of`] its contents).
+pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
+    std::fs::File::open(path).and_then(sha256_hex_of)
+}
+
 /// The SHA-256 of everything `r` reads, as lowercase hex: a file of any
 /// size in 1 MiB reads (the kernel tarballs' check).
 pub fn sha256_hex_of(mut r: impl std::io::Read) -> std::io::Result<String> {

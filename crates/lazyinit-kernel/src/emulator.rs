@@ -271,14 +271,12 @@ fn verify(dir: &Path) -> Result<(), String> {
                 dir.display()
             ));
         };
-        let got = std::fs::File::open(&file)
-            .and_then(lazyinit_core::paths::sha256_hex_of)
-            .map_err(|e| {
-                format!(
-                    "the cached QEMU binary {} cannot be read ({e}): it is built again",
-                    file.display()
-                )
-            })?;
+        let got = lazyinit_core::paths::sha256_file(&file).map_err(|e| {
+            format!(
+                "the cached QEMU binary {} cannot be read ({e}): it is built again",
+                file.display()
+            )
+        })?;
         if &got != want {
             return Err(format!(
                 "the cached QEMU binary {} has sha256 {got}, its manifest says {want} (edited or truncated since it was built): it is built again",
@@ -378,12 +376,10 @@ async fn fetch_tarball(root: &Path, progress: &Option<ProgressFn>) -> Result<Pat
             e => e,
         })?;
     let p = partial.clone();
-    let got = tokio::task::spawn_blocking(move || {
-        std::fs::read(&p).map(lazyinit_core::paths::sha256_hex)
-    })
-    .await
-    .map_err(|e| KernelError::Step(format!("hashing {TARBALL}: {e}")))?
-    .map_err(|e| KernelError::io(&partial, e))?;
+    let got = tokio::task::spawn_blocking(move || lazyinit_core::paths::sha256_file(&p))
+        .await
+        .map_err(|e| KernelError::Step(format!("hashing {TARBALL}: {e}")))?
+        .map_err(|e| KernelError::io(&partial, e))?;
     if got != TARBALL_SHA256 {
         let _ = std::fs::remove_file(&partial);
         return Err(KernelError::Checksum {
@@ -501,8 +497,7 @@ fn publish(
             .iter()
             .map(|b| {
                 let f = new.join(b);
-                std::fs::File::open(&f)
-                    .and_then(lazyinit_core::paths::sha256_hex_of)
+                lazyinit_core::paths::sha256_file(&f)
                     .map(|h| (b.to_string(), h))
                     .map_err(|e| KernelError::io(&f, e))
             })
@@ -640,9 +635,12 @@ mod tests {
         assert!(zero.contains("timer_init_ns(&t, QEMU_CLOCK_VIRTUAL, zero_hold_wake"));
     }
 
-    /// A manifest of `binaries` (name, content), as a build writes it.
-    fn manifest_of(binaries: &[(&str, &str)]) -> String {
-        serde_json::to_string(&QemuManifest {
+    /// The build folder of key `k` under `cache`, its manifest recording
+    /// `binaries` (name, content) as a build writes it.
+    fn built(cache: &Path, binaries: &[(&str, &str)]) -> PathBuf {
+        let dir = root(cache).join(format!("{QEMU_VERSION}-k"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let manifest = serde_json::to_string(&QemuManifest {
             version: QEMU_VERSION.into(),
             key: "k".into(),
             tarball_sha256: TARBALL_SHA256.into(),
@@ -656,16 +654,15 @@ mod tests {
                 .map(|(b, c)| (b.to_string(), lazyinit_core::paths::sha256_hex(c)))
                 .collect(),
         })
-        .unwrap()
+        .unwrap();
+        std::fs::write(dir.join("manifest.json"), manifest).unwrap();
+        dir
     }
 
     #[test]
     fn a_cache_without_the_binaries_is_not_a_hit() {
         let d = tempfile::tempdir().unwrap();
-        let dir = root(d.path()).join(format!("{QEMU_VERSION}-k"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let all = [(BINARIES[0], "x86"), (BINARIES[1], "arm")];
-        std::fs::write(dir.join("manifest.json"), manifest_of(&all)).unwrap();
+        let dir = built(d.path(), &[(BINARIES[0], "x86"), (BINARIES[1], "arm")]);
         std::fs::write(dir.join(BINARIES[0]), "x86").unwrap();
         assert!(find(d.path(), "k").unwrap().is_none(), "half a build");
         std::fs::write(dir.join(BINARIES[1]), "arm").unwrap();
@@ -680,10 +677,10 @@ mod tests {
     #[test]
     fn a_binary_that_is_not_the_one_built_is_never_used() {
         let d = tempfile::tempdir().unwrap();
-        let dir = root(d.path()).join(format!("{QEMU_VERSION}-k"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let all = [(BINARIES[0], "x86 binary"), (BINARIES[1], "arm binary")];
-        std::fs::write(dir.join("manifest.json"), manifest_of(&all)).unwrap();
+        let dir = built(
+            d.path(),
+            &[(BINARIES[0], "x86 binary"), (BINARIES[1], "arm binary")],
+        );
         std::fs::write(dir.join(BINARIES[0]), "x86 binary").unwrap();
         std::fs::write(dir.join(BINARIES[1]), "arm binary").unwrap();
         assert!(find(d.path(), "k").unwrap().is_some());
@@ -695,7 +692,7 @@ mod tests {
         let why = find(d.path(), "k").unwrap_err();
         assert!(why.contains("edited or truncated"), "{why}");
         std::fs::write(dir.join(BINARIES[0]), "x86 binary").unwrap();
-        std::fs::write(dir.join("manifest.json"), manifest_of(&[])).unwrap();
+        built(d.path(), &[]);
         let why = find(d.path(), "k").unwrap_err();
         assert!(why.contains("records no sha256"), "{why}");
         assert!(cached_at(d.path(), "k").is_none());

@@ -313,9 +313,7 @@ pub(crate) async fn download(
 async fn sha256_file(path: &Path) -> Result<String, KernelError> {
     let p = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        std::fs::File::open(&p)
-            .and_then(lazyinit_core::paths::sha256_hex_of)
-            .map_err(|e| KernelError::io(&p, e))
+        lazyinit_core::paths::sha256_file(&p).map_err(|e| KernelError::io(&p, e))
     })
     .await
     .map_err(|e| KernelError::Step(format!("hashing {}: {e}", path.display())))?

@@ -179,9 +179,7 @@ pub fn remember_tarball(
 }
 
 fn tarball_facts(path: &Path) -> Result<SourceFacts, KernelError> {
-    let hex = std::fs::File::open(path)
-        .and_then(lazyinit_core::paths::sha256_hex_of)
-        .map_err(|e| KernelError::io(path, e))?;
+    let hex = lazyinit_core::paths::sha256_file(path).map_err(|e| KernelError::io(path, e))?;
     let tmp = tempfile::Builder::new()
         .prefix("lazyinit-kernel-")
         .tempdir()

@@ -134,8 +134,7 @@ fn open(source: &Path, c: &Common) -> anyhow::Result<Bisection<Runner<Configs>>>
     });
     let say: Say = Arc::new(|line: &str| eprintln!("{line}"));
     let opened = Bisection::open(request(source, c), Runner::new(make, cancel), say)?;
-    lazyinit_core::cache_root::mark(&cache)
-        .map_err(|e| anyhow::anyhow!("cannot make the cache {}: {e}", cache.display()))?;
+    lazyinit_core::cache_root::mark(&cache)?;
     Ok(opened)
 }
 

@@ -56,8 +56,7 @@ async fn build(args: BuildArgs) -> anyhow::Result<u8> {
         force: args.force,
         ..ImageOptions::default()
     };
-    lazyinit_core::cache_root::mark(&opts.cache_dir)
-        .map_err(|e| anyhow::anyhow!("cannot make the cache {}: {e}", opts.cache_dir.display()))?;
+    lazyinit_core::cache_root::mark(&opts.cache_dir)?;
     let image = lazyinit_image::build(arch, &opts).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&to_json(&image))?);

@@ -167,8 +167,7 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
         opts.jobs = j;
     }
     opts.progress = Some(progress());
-    lazyinit_core::cache_root::mark(&opts.cache_dir)
-        .map_err(|e| anyhow::anyhow!("cannot make the cache {}: {e}", opts.cache_dir.display()))?;
+    lazyinit_core::cache_root::mark(&opts.cache_dir)?;
     let k: KernelArtifact = lazyinit_kernel::build(&spec, &opts).await?;
     if a.json {
         let j = ArtifactJson {

@@ -27,8 +27,7 @@ pub async fn run(cmd: QemuCmd) -> anyhow::Result<u8> {
 
 async fn build(a: BuildArgs) -> anyhow::Result<u8> {
     let cache = lazyinit_core::cache_root::resolve(a.cache_dir)?;
-    lazyinit_core::cache_root::mark(&cache)
-        .map_err(|e| anyhow::anyhow!("cannot make the cache {}: {e}", cache.display()))?;
+    lazyinit_core::cache_root::mark(&cache)?;
     let hit = lazyinit_kernel::emulator::cached(&cache)?.is_some();
     let progress: lazyinit_kernel::ProgressFn = std::sync::Arc::new(|ev| {
         if let lazyinit_kernel::BuildEvent::Step(s) = ev {

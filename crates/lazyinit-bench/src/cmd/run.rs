@@ -494,7 +494,11 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         on_claim: Some(Arc::new(move |w: &lazyinit_core::RunWriter| {
             // Past every check of the run: the cache is about to be used.
             if let Err(e) = lazyinit_core::cache_root::mark(&marked) {
-                tracing::warn!("cannot mark {} as a cache: {e}", marked.display());
+                tracing::warn!(
+                    "cannot mark {} as a cache: {}",
+                    marked.display(),
+                    lazyinit_core::exit::chain_text(&e)
+                );
             }
             *keep.lock().unwrap() = Some(w.clone());
         })),
