@@ -243,6 +243,7 @@ flock -x --no-fork live52/.lock sleep 30 &
 live_pid=$!
 sleep 0.5
 row '`history import --db sqlite:hi52.sqlite H52 live52` (live52: a run in progress, its .lock held)' $b history import --db sqlite:hi52.sqlite H52 live52
+row '`history check live52` (a run in progress, its .lock held)' $b history check live52 --db sqlite:hc61.sqlite
 kill "$live_pid" 2>/dev/null || true
 wait "$live_pid" 2>/dev/null || true
 row '`history show --db postgres://u@127.0.0.1:1/h?connect_timeout=99999999999`' $b history show --db 'postgres://u@127.0.0.1:1/h?connect_timeout=99999999999'
@@ -269,6 +270,54 @@ row '`plan quick --shard auto` with CI_NODE_INDEX=0, CI_NODE_TOTAL=4' env CI_NOD
 row '`plan quick --shard auto` with SLURM_ARRAY_TASK_ID=5 of 4 from 1' env SLURM_ARRAY_TASK_ID=5 SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_COUNT=4 $b plan quick --shard auto
 row '`plan quick --shard auto` with LAZYINIT_SHARD=5/4 (a GitHub matrix)' env LAZYINIT_SHARD=5/4 $b plan quick --shard auto
 row '`history publish --data sample.json --out site --save-data site/data.json`' $b history publish --data sample.json --out "$io/site52b" --save-data "$io/site52b/data.json"
+# Issue 61: the cache trusted before anything in it runs, one preflight
+# for plan and run, a full results disk, knob-owned mkfs flags. Each is
+# refused before any guest or build (the full disk after the folder's
+# first files: a 4 KiB tmpfs, mounted here as root).
+"$b" history generate --db sqlite:g61.sqlite --runs 3 >/dev/null 2>&1
+row '`history generate --db sqlite:g61.sqlite --runs 5 --seed 3` (a history generated with seed 28)' $b history generate --db sqlite:g61.sqlite --runs 5 --seed 3
+row '`kernel list` with LAZYINIT_CACHE_DIR=afile (a file)' env LAZYINIT_CACHE_DIR="$PWD/afile" $b kernel list
+row '`qemu build --cache-dir X` (a finished results folder)' $b qemu build --cache-dir "$PWD/X"
+ln -s /etc etc61
+row '`kernel list` with LAZYINIT_CACHE_DIR=etc61 (a link to /etc)' env LAZYINIT_CACHE_DIR="$PWD/etc61" $b kernel list
+mkdir -p "$io/shared61"
+chown nobody "$io/shared61" && chmod 0777 "$io/shared61"
+row '`run quick` with LAZYINIT_CACHE_DIR a folder of `nobody`, mode 0777' env LAZYINIT_CACHE_DIR="$io/shared61" $b run quick --out res61
+mkdir -p "$io/notcache61" && echo mine >"$io/notcache61/notes.txt"
+row '`kernel list --cache-dir` a folder of other files (no cache marker)' $b kernel list --cache-dir "$io/notcache61"
+virt61() { spec "$1" "arches = [\"x86_64\"]
+sizes = [\"8GiB\"]
+storage-profile = \"$2\"
+[provider-config.qemu]
+clock = \"virtual\"
+$3"; }
+virt61 kvm61.toml ebs 'accel = "kvm"'
+virt61 none61.toml none ''
+virt61 unsafe61.toml unsafe ''
+virt61 iops61.toml iops:100 ''
+row 'spec clock virtual, accel kvm (`plan`)' $b plan kvm61.toml
+row 'spec clock virtual, accel kvm (`run`)' $b run kvm61.toml --out res61
+row 'spec clock virtual, storage `none` (`plan`)' $b plan none61.toml
+row 'spec clock virtual, storage `unsafe` (`run`)' $b run unsafe61.toml --out res61
+row 'spec clock virtual, storage `iops:100` (`plan`)' $b plan iops61.toml
+spec mkfs61.toml 'arches = ["x86_64"]
+sizes = ["8GiB"]
+mkfs-args = ["-I", "512"]'
+row 'spec `mkfs-args = ["-I", "512"]` (`plan`)' $b plan mkfs61.toml
+spec inode61.toml 'arches = ["x86_64"]
+sizes = ["8GiB"]
+[knobs]
+inode-size = 4294967296'
+row 'spec `[knobs] inode-size = 4294967296` (`plan`)' $b plan inode61.toml
+# A real guest that cannot boot in 1 s (the cell's line names the flag).
+row '`run` one cell `--clock virtual --boot-timeout 1`' $b run "${cell[@]}" --clock virtual --boot-timeout 1 --out "$io/boot61"
+bt="$(grep -m1 -e '--boot-timeout' "$io/stderr" | sed 's/|/\\|/g' || true)"
+rows[-1]="${rows[-1]% |} (the cell: ${bt:-no line names --boot-timeout}) |"
+mkdir -p "$io/small61"
+if mount -t tmpfs -o size=4k lazyinit-bad-input "$io/small61" 2>/dev/null; then
+  row '`run quick --clock virtual --out` a full disk (a 4 KiB tmpfs)' $b run quick --clock virtual --out "$io/small61/res"
+  umount -l "$io/small61"
+fi
 if [ -n "${LAZYINIT_TEST_POSTGRES:-}" ]; then
   pg_base="${LAZYINIT_TEST_POSTGRES%/*}"
   pg_admin="${pg_base/:\/\/*@/://postgres@}"

@@ -337,7 +337,8 @@ fn an_ssh_drop_while_polling_fails_its_cell() {
 
 /// The host disk fills while the guest makes its filesystem: the write
 /// errors reach the guest (not a paused VM), mkfs fails, the cell fails
-/// and its volume is removed.
+/// naming the full host folder (not only the guest's I/O error) and its
+/// volume is removed.
 #[test]
 fn a_full_host_disk_during_mkfs_fails_the_cell_and_leaves_no_volume() {
     assert!(
@@ -387,6 +388,16 @@ fn a_full_host_disk_during_mkfs_fails_the_cell_and_leaves_no_volume() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].status, Status::Failed);
     assert!(rows[0].error.contains("mkfs"), "{}", rows[0].error);
+    // The guest saw only "Input/output error"; the row says why.
+    let why = format!(
+        "the host folder of the guest's volume, {}/",
+        vols.path().display()
+    );
+    assert!(
+        rows[0].error.starts_with(&why) && rows[0].error.contains(" is full ("),
+        "{}",
+        rows[0].error
+    );
     assert_nothing_left(&out, vols.path());
 }
 
@@ -643,6 +654,26 @@ fn sigint_during_a_long_mkfs_exits_within_10_s() {
     let rows = read_rows(out.join("results.csv")).unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].status, Status::Interrupted);
+    // What to do first, then one line a cell; no console tail on the
+    // terminal (the cell's error.txt keeps it).
+    let stderr = std::fs::read_to_string(stderr_of(&out)).unwrap();
+    let first = stderr
+        .lines()
+        .position(|l| l.starts_with("interrupted: stopping every guest"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        stderr
+            .lines()
+            .nth(first)
+            .unwrap()
+            .contains(&format!("resume with: {} run ", bin().display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{cell}: interrupted\n")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--- console tail ---"), "{stderr}");
     assert_nothing_left(&out, vols.path());
 }
 
@@ -688,9 +719,7 @@ fn second_sigint_forced(attempt: u32) -> bool {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
     let stderr = std::fs::read_to_string(stderr_of(&out)).unwrap();
-    if !stderr.contains("forced: exiting now")
-        && stderr.contains("interrupted: rerun the same command to resume")
-    {
+    if !stderr.contains("forced: exiting now") && stderr.contains("interrupted: resume with: ") {
         eprintln!("attempt {attempt}: the orderly stop ended first: made again");
         assert_eq!(code, Some(130));
         assert!(qemu_with(&out).is_empty(), "QEMU outlived the orderly stop");

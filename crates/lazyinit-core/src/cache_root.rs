@@ -41,8 +41,14 @@ pub const DEPTH: usize = 3;
 pub const GROUP_VAR: &str = "LAZYINIT_CACHE_GROUP";
 
 /// The top-level names the harness (and its scripts) make in a cache: a
-/// root holding only these is an older harness's cache.
+/// root holding only these is an older harness's cache. The harness's
+/// own passing files count too: another command's write probe
+/// (`.lazyinit-write-check.*`) and the marker's temporary file
+/// (`..lazyinit-cache.*.tmp`), there while that command starts.
 fn known_entry(name: &str) -> bool {
+    if name.starts_with(".lazyinit-write-check.") || name.starts_with(&format!(".{MARKER}.")) {
+        return true;
+    }
     matches!(
         name,
         MARKER
@@ -290,6 +296,13 @@ mod tests {
             std::fs::create_dir_all(old.join(sub)).unwrap();
         }
         check(&old, Origin::Flag, None).unwrap();
+        // Another command starting on a fresh cache: its probe and the
+        // marker's temporary file are there for a moment.
+        let fresh = d.path().join("fresh");
+        std::fs::create_dir_all(&fresh).unwrap();
+        std::fs::write(fresh.join(".lazyinit-write-check.BhVhYe"), "").unwrap();
+        std::fs::write(fresh.join(format!(".{MARKER}.x1Y2z3.tmp")), "").unwrap();
+        check(&fresh, Origin::Flag, None).unwrap();
         let etc = d.path().join("etc");
         std::fs::create_dir_all(etc.join("ssh")).unwrap();
         std::fs::write(etc.join("passwd"), "").unwrap();

@@ -545,7 +545,9 @@ pub fn write_atomic_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let mut tmp = temp_beside_mode(path, mode)?;
-    tmp.write_all(bytes)?;
+    // The file's own write: NamedTempFile's would name the temporary file
+    // in the error, which is not the user's.
+    tmp.as_file_mut().write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())

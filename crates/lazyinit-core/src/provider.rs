@@ -248,11 +248,13 @@ pub trait Provider: Send + Sync {
     /// The kernel configuration its machines boot.
     fn kernel_profile(&self) -> KernelProfile;
 
-    /// Refuses a storage profile this provider cannot serve (bad input,
-    /// before any build). By default only the provider's own storage
-    /// (`none`) is served.
-    fn check_storage(&self, p: &StorageProfile) -> Result<(), ProviderError> {
-        match p {
+    /// Refuses, from the spec alone, cells or a storage profile this
+    /// provider cannot run (bad input, exit 2): pure, no I/O, no tools, so
+    /// `plan` and `run` refuse the same specs with the same line.
+    /// [`Provider::preflight`] checks the host after it. By default every
+    /// cell and only the provider's own storage (`none`) is served.
+    fn refuse(&self, _cells: &[Cell], storage: &StorageProfile) -> Result<(), ProviderError> {
+        match storage {
             StorageProfile::None => Ok(()),
             other => Err(ProviderError::BadInput(format!(
                 "storage profile `{other}` is not available with provider {}: use `none`",
@@ -396,6 +398,12 @@ pub trait Machine: Send {
     }
     /// The last `lines` lines of the guest console, for error messages.
     fn console_tail(&self, lines: usize) -> String;
+    /// What on the host explains a guest's failure, when the provider can
+    /// tell (the host folder of its volume is full: the guest only sees
+    /// "Input/output error"): one line naming the folder and the fix.
+    fn host_trouble(&self) -> Option<String> {
+        None
+    }
     /// Whether the machine is still running (a dead QEMU means no answer will come).
     fn is_alive(&mut self) -> bool;
     /// Stops the machine and removes every resource it created. Idempotent.

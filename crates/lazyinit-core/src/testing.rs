@@ -318,3 +318,56 @@ mod tests {
         assert!(check_nofix_cycle(&zero, 250, 10, HELD).is_err(), "no sleep");
     }
 }
+
+/// A real small filesystem (a tmpfs of `kib` KiB mounted on a fresh
+/// temporary folder; root only, as CI runs the tests) that a test fills
+/// with [`SmallDisk::fill`]: every write past it fails with ENOSPC, as on
+/// a full disk. Unmounted when dropped.
+pub struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    pub fn new(kib: u64) -> SmallDisk {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test mounts a tmpfs: run it as root (scripts/test.sh does)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k,mode=0755")])
+            .arg("lazyinit-small-disk")
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount a tmpfs on {}", dir.path().display());
+        SmallDisk { dir }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    /// Takes what room is left with a file `.filler` (removed by
+    /// [`SmallDisk::free`]).
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.filler()).unwrap();
+        let block = [0u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+    pub fn free(&self) {
+        std::fs::remove_file(self.filler()).unwrap();
+    }
+    fn filler(&self) -> std::path::PathBuf {
+        self.dir.path().join(".filler")
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}

@@ -38,6 +38,41 @@ impl WriteError {
             source,
         }
     }
+    /// Whether the write failed for want of room ([`disk_full`]).
+    pub fn is_disk_full(&self) -> bool {
+        disk_full(&self.source)
+    }
+}
+
+/// Whether `e` says the disk (or the user's quota) is full: ENOSPC or
+/// EDQUOT. Such a write is the host's fault, not the cell's: a run stops
+/// on it (exit 3) instead of recording cells `failed`.
+pub fn disk_full(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+    matches!(e.kind(), StorageFull | QuotaExceeded)
+}
+
+/// The bytes free to this user on the filesystem of `path` (or of its
+/// nearest existing parent); `None` when it cannot be asked.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let at = path.ancestors().find(|p| p.exists())?;
+    let st = nix::sys::statvfs::statvfs(at).ok()?;
+    Some(st.blocks_available() as u64 * st.fragment_size() as u64)
+}
+
+/// [`free_bytes`] as a person reads it ("12.0 KiB free", "0 bytes
+/// free", "free space unknown").
+pub fn free_text(path: &Path) -> String {
+    match free_bytes(path) {
+        Some(b) => match [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
+            .into_iter()
+            .find(|(m, _)| b >= *m)
+        {
+            Some((n, unit)) => format!("{:.1} {unit} free", b as f64 / n as f64),
+            None => format!("{b} bytes free"),
+        },
+        None => "free space unknown".into(),
+    }
 }
 
 /// Why a results folder could not be taken for writing.
@@ -54,10 +89,11 @@ fn at(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
     move |e| WriteError::new(path, e)
 }
 
-/// Replaces `path` with `bytes` (written through a symlink or device, as
-/// `std::fs::write` does).
+/// Replaces `path` with `bytes` whole or not at all (written beside it,
+/// synced, then renamed: a reader, or a disk that fills, never leaves
+/// half a file or an empty one).
 fn put(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    std::fs::write(path, bytes).map_err(at(path))
+    crate::output::write_atomic(path, bytes).map_err(at(path))
 }
 
 /// Opens `path` for appending, creating it.
@@ -247,15 +283,10 @@ impl RunWriter {
     pub fn create(&self) -> Result<(), WriteError> {
         create_dir(self.folder.root())
     }
-    /// Replaces the run's file `name` with `bytes`.
+    /// Replaces the run's file `name` with `bytes`, whole: written beside
+    /// it, then renamed (a reader never sees half of it).
     pub fn put(&self, name: FileName, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
         put(&self.folder.path_of(name), bytes.as_ref())
-    }
-    /// Replaces the run's file `name` whole: written beside it, then
-    /// renamed (a reader never sees half of it).
-    pub fn put_whole(&self, name: FileName, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
-        let path = self.folder.path_of(name);
-        crate::output::write_atomic(&path, bytes.as_ref()).map_err(at(&path))
     }
     /// Appends `bytes` to the run's file `name` in one write.
     pub fn append(&self, name: FileName, bytes: impl AsRef<[u8]>) -> Result<(), WriteError> {
@@ -538,24 +569,29 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
     }
 
-    /// A run claimed in a new folder, and its cell `c` whose `name` is a
-    /// link to /dev/full: every write to it fails with ENOSPC, as on a
-    /// full disk (root included).
-    fn full(name: FileName) -> (tempfile::TempDir, RunWriter, CellWriter) {
-        let dir = tempfile::tempdir().unwrap();
-        let run = RunWriter::claim(&RunFolder::new(dir.path())).unwrap();
+    /// A run claimed in a new folder on a small disk that is full, and its
+    /// cell `c` (made before it filled).
+    fn full() -> (crate::testing::SmallDisk, RunWriter, CellWriter) {
+        let disk = crate::testing::SmallDisk::new(256);
+        let run = RunWriter::claim(&RunFolder::new(disk.path())).unwrap();
         let cell = run.cell("c");
         cell.create().unwrap();
-        std::os::unix::fs::symlink("/dev/full", cell.folder().path_of(name)).unwrap();
-        (dir, run, cell)
+        disk.fill();
+        (disk, run, cell)
     }
 
+    /// A write to a full disk names its file and the cause, is known as a
+    /// full disk, and leaves no file: neither the one it would have made
+    /// (no empty or half `trace.txt`) nor its temporary one; one that was
+    /// there is kept whole.
     #[test]
-    fn a_failing_write_names_its_file_and_cause() {
-        let (_d, _run, cell) = full(CellFolder::TRACE_TXT);
-        let e = cell.put(CellFolder::TRACE_TXT, "x").unwrap_err();
+    fn a_write_to_a_full_disk_names_its_file_and_leaves_nothing_half_written() {
+        let (disk, _run, cell) = full();
+        let e = cell
+            .put(CellFolder::TRACE_TXT, "x".repeat(64 << 10))
+            .unwrap_err();
         assert!(cell.folder().trace_txt().is_at(&e.path));
-        assert_eq!(e.source.raw_os_error(), Some(28), "ENOSPC");
+        assert!(e.is_disk_full(), "{e:?}");
         assert_eq!(
             crate::exit::chain_text(&e),
             format!(
@@ -563,8 +599,32 @@ mod tests {
                 cell.folder().trace_txt().display()
             )
         );
-        let e = cell.append(CellFolder::TRACE_TXT, "x").unwrap_err();
+        let left: Vec<_> = std::fs::read_dir(cell.folder().path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        disk.free();
+        cell.put(CellFolder::TRACE_TXT, "kept\n").unwrap();
+        disk.fill();
+        assert!(cell
+            .put(CellFolder::TRACE_TXT, "y".repeat(64 << 10))
+            .is_err());
+        assert_eq!(
+            cell.folder().trace_txt().read_to_string().unwrap(),
+            "kept\n"
+        );
+        let e = cell
+            .append(CellFolder::TRACE_TXT, "z".repeat(64 << 10))
+            .unwrap_err();
         assert!(cell.folder().trace_txt().is_at(&e.path));
+        assert!(e.is_disk_full());
+        assert!(
+            free_text(disk.path()).ends_with(" free"),
+            "{}",
+            free_text(disk.path())
+        );
+        assert!(free_bytes(disk.path()).unwrap() < 8192);
     }
 
     #[test]
@@ -597,15 +657,18 @@ mod tests {
 
     #[test]
     fn evidence_is_written_file_by_file_and_stops_at_the_first_failure() {
-        let (_d, _run, cell) = full(CellFolder::GROUPS_CSV);
+        let (disk, _run, cell) = full();
+        disk.free();
+        // Room for the first two files, not the third.
+        std::fs::write(disk.path().join(".filler"), vec![0u8; 240 << 10]).unwrap();
         let ev = Evidence {
             facts: Some("release=x\n".into()),
             trace: Some("trace\n".into()),
-            groups_csv: Some("group,t_s\n".into()),
+            groups_csv: Some("g".repeat(64 << 10)),
             ..Default::default()
         };
         let e = cell.write_evidence(&ev).unwrap_err();
-        assert!(cell.folder().groups_csv().is_at(&e.path));
+        assert!(cell.folder().groups_csv().is_at(&e.path), "{e:?}");
         assert_eq!(
             cell.folder().facts_txt().read_to_string().unwrap(),
             "release=x\n"
@@ -614,6 +677,7 @@ mod tests {
             cell.folder().trace_txt().read_to_string().unwrap(),
             "trace\n"
         );
+        assert!(!cell.folder().groups_csv().exists());
     }
 
     #[test]

@@ -441,22 +441,22 @@ impl Provider for Ec2Provider {
     }
 
     /// The EBS volume is the storage: `ebs` (the default) and `none` both
-    /// mean it as it is; nothing can be held or calibrated.
-    fn check_storage(&self, p: &lazyinit_core::StorageProfile) -> Result<(), ProviderError> {
-        use lazyinit_core::StorageProfile;
-        match p {
-            StorageProfile::None | StorageProfile::Ebs { z1: None, noise: None } => Ok(()),
-            other => Err(ProviderError::BadInput(format!(
-                "storage profile `{other}` is not available on EC2: the EBS volume is the storage (use `ebs` or `none`)"
-            ))),
-        }
-    }
-
-    async fn preflight(
+    /// mean it as it is; nothing can be held or calibrated. A volume is 1
+    /// GiB to 16 TiB.
+    fn refuse(
         &self,
         cells: &[Cell],
-        _storage: &lazyinit_core::StorageProfile,
+        storage: &lazyinit_core::StorageProfile,
     ) -> Result<(), ProviderError> {
+        use lazyinit_core::StorageProfile;
+        match storage {
+            StorageProfile::None | StorageProfile::Ebs { z1: None, noise: None } => {}
+            other => {
+                return Err(ProviderError::BadInput(format!(
+                    "storage profile `{other}` is not available on EC2: the EBS volume is the storage (use `ebs` or `none`)"
+                )))
+            }
+        }
         for cell in cells {
             let gib = volume_gib(cell.volume);
             if gib == 0 || gib > MAX_VOLUME_GIB {
@@ -467,6 +467,15 @@ impl Provider for Ec2Provider {
                 )));
             }
         }
+        Ok(())
+    }
+
+    async fn preflight(
+        &self,
+        cells: &[Cell],
+        storage: &lazyinit_core::StorageProfile,
+    ) -> Result<(), ProviderError> {
+        self.refuse(cells, storage)?;
         // Read now, so a missing dropbearconvert fails before any build.
         self.keys().await?;
         self.client
@@ -495,7 +504,7 @@ impl Provider for Ec2Provider {
     }
 
     async fn launch(&self, req: &LaunchRequest) -> Result<Box<dyn Machine>, ProviderError> {
-        self.check_storage(&req.storage_profile)?;
+        self.refuse(std::slice::from_ref(&req.cell), &req.storage_profile)?;
         *self.last_run.lock().expect("run") = req.run_id.clone();
         let mut guard = Guard::new(
             self.client().await.clone(),

@@ -260,7 +260,18 @@ impl History {
                     folder: run.folder.clone(),
                     message: "no rows".into(),
                 })?;
-                insert_run(db, &key, &run)?;
+                // A generated run of another seed or count: no results.csv
+                // to restore; say what generate can do instead.
+                insert_run(db, &key, &run).map_err(|e| match e {
+                    HistoryError::Refused { folder, .. } => HistoryError::NotAHistory {
+                        db: format!("--db {url}"),
+                        why: format!(
+                            "holds generated runs made otherwise ({} differs from this --seed's and --runs'): generate again with the same --seed into it, or give a new file's path (--db sqlite:PATH)",
+                            folder
+                        ),
+                    },
+                    e => e,
+                })?;
                 n += 1;
             }
             Ok(n)

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use lazyinit_core::events::{Event, Phase};
 use lazyinit_core::provider::{KernelBoot, KexecPlan, LaunchRequest, Machine};
-use lazyinit_core::results::{Measurement, ResultRow, Status};
+use lazyinit_core::results::{Measurement, ResultRow, ResultsError, Status};
 use lazyinit_core::writer::Evidence;
 use lazyinit_core::{exit, model, Cell, CellFolder, Variant};
 use lazyinit_guest::install::KernelUnderTest;
-use lazyinit_guest::{Expectation, ProtocolOptions, Remote};
+use lazyinit_guest::{Expectation, GuestError, ProtocolOptions, Remote};
 
 use crate::error::CellError;
 use crate::gate::CellGate;
@@ -77,9 +77,35 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
     let measured = on_machine(sh, &req, &machine, launched, &gate, &mut row, &mut ev).await;
     let measured = keep_evidence(&req, &ev, measured);
 
+    let (measured, tail) = tear_down(sh, &id, &machine, measured).await;
+    let result = measured.map(|m| {
+        row.measured = m;
+        row.estimate_after = sh.settings.estimate_after;
+    });
+    let status = record(sh, &req, row, result, Some(tail));
+    clear_running(&req);
+    status
+}
+
+/// Ends the cell's machine: its console tail and what the host says of a
+/// guest's failure (a full volume folder) are read first, then it is torn
+/// down (a failed teardown is kept for the run's end, which retries it).
+async fn tear_down(
+    sh: &Shared,
+    id: &str,
+    machine: &Held,
+    measured: Result<Measurement, CellError>,
+) -> (Result<Measurement, CellError>, String) {
     let mut machine = machine.lock().await;
     let tail = machine.console_tail(40);
-    sh.events.phase(&id, Phase::Teardown);
+    let measured = measured.map_err(|e| match (&e, machine.host_trouble()) {
+        (CellError::Protocol(_) | CellError::Install(_), Some(note)) => CellError::OnHost {
+            note,
+            source: Box::new(e),
+        },
+        _ => e,
+    });
+    sh.events.phase(id, Phase::Teardown);
     if let Err(e) = machine.teardown().await {
         let e = exit::chain_text(&e);
         tracing::error!(cell = %id, "teardown failed: {e}");
@@ -88,14 +114,7 @@ pub(crate) async fn measure(sh: &Shared, cell: Cell) -> Status {
             .unwrap()
             .push(format!("{id}: {e}"));
     }
-    drop(machine);
-    let result = measured.map(|m| {
-        row.measured = m;
-        row.estimate_after = sh.settings.estimate_after;
-    });
-    let status = record(sh, &req, row, result, Some(tail));
-    clear_running(&req);
-    status
+    (measured, tail)
 }
 
 /// Writes what the protocol returned into the cell's folder. A cell that
@@ -161,9 +180,15 @@ async fn boot(sh: &Shared, id: &str, machine: &Held) -> Result<Box<dyn Remote>, 
         connect.wait_ready(&ep, deadline, &mut alive)
     })
     .await?;
-    ready.map_err(|e| match sh.cancelled() {
-        true => CellError::Interrupted,
-        false => CellError::Boot(e),
+    ready.map_err(|e| match (sh.cancelled(), &e) {
+        (true, _) => CellError::Interrupted,
+        (false, GuestError::Ssh(lazyinit_ssh::SshError::NotReady { .. })) => {
+            CellError::BootTimeout {
+                secs: sh.boot_timeout.as_secs(),
+                source: e,
+            }
+        }
+        (false, _) => CellError::Boot(e),
     })
 }
 
@@ -392,10 +417,16 @@ fn record(
     result: Result<(), CellError>,
     tail: Option<String>,
 ) -> Status {
+    // A full results disk is the host's, not the cell's: the cell is
+    // interrupted (a rerun measures it) and the run stops.
+    let full = result.as_ref().err().and_then(CellError::disk_full);
+    if let Some(f) = full {
+        sh.note_disk_full(f);
+    }
     row.status = match &result {
         Ok(()) => Status::Ok,
         Err(CellError::Interrupted) => Status::Interrupted,
-        Err(_) if sh.cancelled() => Status::Interrupted,
+        Err(_) if sh.cancelled() || full.is_some() => Status::Interrupted,
         Err(_) => Status::Failed,
     };
     let error = result.err().map(|e| exit::chain_text(&e));
@@ -413,6 +444,11 @@ fn record(
     }
     if let Err(e) = sh.writer.lock().unwrap().append(&row) {
         tracing::error!("cannot write the result row of {}: {e}", row.cell_id);
+        if let ResultsError::Write { path, source } = &e {
+            if lazyinit_core::writer::disk_full(source) {
+                sh.note_disk_full(path);
+            }
+        }
         let kept = req.folder.keep_row(&row);
         if let Err(k) = kept {
             tracing::error!("and cannot keep it in the cell's folder either: {k}");
@@ -421,14 +457,26 @@ fn record(
         lost.0.push(row.cell_id.clone());
         lost.1.get_or_insert(e);
     }
+    // One line a cell: an interrupt is its status; a failure its error,
+    // and where the console tail is (error.txt, not the terminal).
+    let said = match row.status {
+        Status::Interrupted => None,
+        _ => error.map(|_| {
+            let mut line = row.error.clone();
+            if tail.as_ref().is_some_and(|t| !t.is_empty()) {
+                line.push_str(&format!(
+                    " (console tail in {})",
+                    req.folder.folder().error_txt().display()
+                ));
+            }
+            line
+        }),
+    };
     sh.events.emit(Event::Finished {
         cell: row.cell_id.clone(),
         status: row.status.to_string(),
         lazyinit_s: row.measured.lazyinit_s,
-        error: error.map(|e| match tail {
-            Some(t) if !t.is_empty() => format!("{e}\n--- console tail ---\n{t}"),
-            _ => e,
-        }),
+        error: said,
     });
     row.status
 }

@@ -52,6 +52,15 @@ pub enum RunError {
     Image(Arch, #[source] ImageError),
     #[error("cannot set up the way into the guests")]
     Connect(#[source] SshError),
+    /// A write into the results folder found its disk full: the run
+    /// stopped starting cells, and the cells it cost are `interrupted`
+    /// (a rerun measures them), never `failed`.
+    #[error("the disk of the results folder {} is full ({free}{}): make room on it, or move the folder to a disk with room, then rerun the same command to resume", .folder.display(), .file.as_ref().map(|f| format!("; {} could not be written", f.display())).unwrap_or_default())]
+    DiskFull {
+        folder: PathBuf,
+        file: Option<PathBuf>,
+        free: String,
+    },
     /// Every cell ran, but these rows are not in `results.csv`: each is
     /// kept in its cell's folder, and a rerun runs those cells again.
     #[error("the rows of {} could not be written to {} (each is kept as {} in its cell's folder): {}", .cells.len(), .results_csv.display(), lazyinit_core::CellFolder::ROW_CSV, .cells.join(", "))]
@@ -81,6 +90,7 @@ impl ExitCode for RunError {
             | RunError::Results(_)
             | RunError::Write(..)
             | RunError::Token(_)
+            | RunError::DiskFull { .. }
             | RunError::RowsNotWritten { .. } => exit::INFRASTRUCTURE,
         }
     }
@@ -93,6 +103,13 @@ pub enum CellError {
     Launch(ProviderError),
     #[error("guest did not become reachable over SSH")]
     Boot(#[source] GuestError),
+    /// The guest did not answer before the run's boot timeout.
+    #[error("guest did not become reachable over SSH within --boot-timeout ({secs} s): a slow host (TCG, a loaded machine) needs more; rerun with a larger --boot-timeout")]
+    BootTimeout {
+        secs: u64,
+        #[source]
+        source: GuestError,
+    },
     #[error("installing the kernel under test failed")]
     Install(#[source] GuestError),
     #[error(transparent)]
@@ -104,9 +121,46 @@ pub enum CellError {
     /// The cell's folder, its marker or a file it keeps.
     #[error(transparent)]
     Write(#[from] lazyinit_core::WriteError),
+    /// The guest failed, and the host says why (its volume's disk full).
+    #[error("{note}")]
+    OnHost {
+        note: String,
+        #[source]
+        source: Box<CellError>,
+    },
+}
+
+impl RunError {
+    /// This error as a [`RunError::DiskFull`] of `folder` when a full disk
+    /// (ENOSPC, EDQUOT) is what caused it; otherwise itself.
+    pub(crate) fn or_disk_full(self, folder: &std::path::Path) -> RunError {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&self);
+        while let Some(c) = cause {
+            if c.downcast_ref::<std::io::Error>()
+                .is_some_and(lazyinit_core::writer::disk_full)
+            {
+                return RunError::DiskFull {
+                    folder: folder.to_path_buf(),
+                    file: None,
+                    free: lazyinit_core::writer::free_text(folder),
+                };
+            }
+            cause = c.source();
+        }
+        self
+    }
 }
 
 impl CellError {
+    /// The file a cell could not write for want of room, if that is why
+    /// it ended.
+    pub(crate) fn disk_full(&self) -> Option<&std::path::Path> {
+        match self {
+            CellError::Write(w) if w.is_disk_full() => Some(&w.path),
+            _ => None,
+        }
+    }
+
     /// A guest-side error, or the interrupt it stands for.
     pub(crate) fn guest(wrap: fn(GuestError) -> CellError, e: GuestError) -> CellError {
         match e {

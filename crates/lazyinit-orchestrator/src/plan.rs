@@ -207,6 +207,21 @@ pub fn planned_cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<PlannedCell> {
         .collect()
 }
 
+impl Plan {
+    /// What `provider` refuses of this plan from the spec alone
+    /// ([`Provider::refuse`]: every cell of it, done or not, so a resume
+    /// refuses what a fresh run does). `plan` and `run` both ask it.
+    pub fn refused_by(&self, provider: &dyn Provider) -> Result<(), crate::RunError> {
+        let cells: Vec<Cell> = self.cells.iter().map(|p| p.cell.clone()).collect();
+        provider
+            .refuse(&cells, &self.storage_profile)
+            .map_err(|source| crate::RunError::Refused {
+                provider: provider.name().to_string(),
+                source,
+            })
+    }
+}
+
 /// The plan of `spec` on `provider`, unpriced.
 pub fn plan<C: ProviderConfigs>(
     spec: &Spec<C>,

@@ -6,7 +6,7 @@
 //! that were running as interrupted; rerunning the same spec resumes.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -129,6 +129,9 @@ pub(crate) struct Shared {
     pub unwritten: Mutex<(Vec<String>, Option<ResultsError>)>,
     /// Cells whose machine's teardown failed, with the error.
     pub teardown_failures: Mutex<Vec<String>>,
+    /// The first file of the results folder a full disk refused: the run
+    /// starts no more cells, and ends exit 3 saying so.
+    pub disk_full: Mutex<Option<PathBuf>>,
     /// Which shard and host every row of the run says measured it.
     pub origin: Origin,
 }
@@ -153,6 +156,22 @@ impl Shared {
     pub fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::SeqCst)
     }
+    /// Notes that the results folder's disk refused `file` (the first
+    /// such file is kept).
+    pub fn note_disk_full(&self, file: &Path) {
+        tracing::error!(
+            "the results folder's disk is full: {} could not be written",
+            file.display()
+        );
+        self.disk_full
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| file.to_path_buf());
+    }
+    /// Whether no more cells start: an interrupt, or a full disk.
+    pub fn stopped(&self) -> bool {
+        self.cancelled() || self.disk_full.lock().unwrap().is_some()
+    }
 }
 
 /// What the cells boot, and the way into them.
@@ -172,7 +191,10 @@ pub async fn run<C: ProviderConfigs>(
     provider: Arc<dyn Provider>,
     opts: RunOptions,
 ) -> Result<RunSummary, RunError> {
-    let prepared = prepare(spec, plan, &*provider, &opts).await?;
+    let root = opts.folder.root().to_path_buf();
+    let prepared = prepare(spec, plan, &*provider, &opts)
+        .await
+        .map_err(|e| e.or_disk_full(&root))?;
     let mut summary = RunSummary {
         skipped: plan.cells.len() - prepared.todo.len(),
         results_csv: opts.folder.results_csv().shown(),
@@ -208,6 +230,13 @@ pub async fn run<C: ProviderConfigs>(
         let e = exit::chain_text(&e);
         tracing::error!("resources left behind: {e}");
         summary.leaks.push(e);
+    }
+    if let Some(file) = shared.disk_full.lock().unwrap().take() {
+        return Err(RunError::DiskFull {
+            free: lazyinit_core::writer::free_text(&root),
+            folder: root,
+            file: Some(file),
+        });
     }
     let (cells, first) = std::mem::take(&mut *shared.unwritten.lock().unwrap());
     match first {
@@ -254,9 +283,7 @@ async fn prepare<C: ProviderConfigs>(
         provider: provider.name().to_string(),
         source,
     };
-    provider
-        .check_storage(&spec.storage_profile)
-        .map_err(refused)?;
+    plan.refused_by(provider)?;
     if !todo.is_empty() {
         let needs: Vec<KernelNeed> = plan
             .kernels
@@ -638,6 +665,7 @@ async fn schedule(
         boot_timeout: opts.boot_timeout,
         unwritten: Mutex::default(),
         teardown_failures: Mutex::default(),
+        disk_full: Mutex::default(),
         origin: Origin::of(plan),
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
@@ -650,8 +678,8 @@ async fn schedule(
             .acquire_owned()
             .await
             .expect("semaphore never closes");
-        if shared.cancelled() {
-            tracing::debug!(cell = %cell.id(), "not started: interrupted");
+        if shared.stopped() {
+            tracing::debug!(cell = %cell.id(), "not started: interrupted, or the disk is full");
             summary.not_started += 1;
             continue;
         }

@@ -263,20 +263,10 @@ fn emulator_error(e: lazyinit_kernel::KernelError) -> ProviderError {
 }
 
 impl QemuProvider {
-    /// What the virtual clock needs before anything builds: TCG (KVM has
-    /// no icount), the QEMU build's tools when it is not cached, the
-    /// firmware the x86_64 guest boots through, and ebs targets off the
-    /// steps of L.
-    fn preflight_virtual(
-        &self,
-        cells: &[Cell],
-        storage: &StorageProfile,
-    ) -> Result<(), ProviderError> {
-        if self.config.accel == AccelChoice::Kvm {
-            return Err(ProviderError::BadInput(
-                "accel = kvm with clock = virtual: the virtual clock is TCG's (icount); use accel auto or tcg, or clock real for KVM".into(),
-            ));
-        }
+    /// What the virtual clock needs of the host before anything builds:
+    /// the QEMU build's tools when it is not cached, and the firmware the
+    /// x86_64 guest boots through.
+    fn preflight_virtual(&self, cells: &[Cell]) -> Result<(), ProviderError> {
         let cache = lazyinit_core::paths::cache_dir();
         if lazyinit_kernel::emulator::cached(&cache)
             .map_err(emulator_error)?
@@ -292,26 +282,6 @@ impl QemuProvider {
                 install: "apt-get install seabios qemu-system-data (or run scripts/setup-host.sh)"
                     .into(),
             });
-        }
-        for c in cells {
-            // With noise the z1 is drawn, near a step or not: on purpose.
-            let Some(target) = storage
-                .z1_target(c.hz, c.wait_mult, &c.knobs)
-                .filter(|_| storage.noise().is_none())
-            else {
-                continue;
-            };
-            if let Some(step) = clock::near_step(target, c.hz.get(), c.wait_mult) {
-                return Err(ProviderError::BadInput(format!(
-                    "storage profile `{storage}` aims z1 at {:.3} ms, within {} us of a step of L at HZ={} ({:.3} ms); the virtual clock lands there every run: aim at least {} us away (e.g. ebs:{:.1}ms)",
-                    target.as_secs_f64() * 1e3,
-                    clock::BOUNDARY_MARGIN.as_micros(),
-                    c.hz.get(),
-                    step * 1e3,
-                    clock::BOUNDARY_MARGIN.as_micros(),
-                    (step + 0.5 / (f64::from(c.wait_mult) * f64::from(c.hz.get()))) * 1e3,
-                )));
-            }
         }
         Ok(())
     }
@@ -395,16 +365,72 @@ impl Provider for QemuProvider {
         })
     }
 
-    /// Every profile is served on the real clock; on the virtual one,
-    /// throttling (which counts in host time) is not.
-    fn check_storage(&self, p: &StorageProfile) -> Result<(), ProviderError> {
-        match p {
-            StorageProfile::Iops(_) if self.virtual_possible() => Err(ProviderError::BadInput(format!(
-                "storage profile `{p}` throttles in host time, which the virtual clock does not see: use ebs, ebs:D, latency:D, none or unsafe with clock = {} (or clock = real)",
-                self.config.clock
-            ))),
-            _ => Ok(()),
+    /// Every profile is served on the real clock. The virtual clock is
+    /// TCG's (KVM has no icount); it cannot see throttling (which counts
+    /// in host time), calibrate a volume that holds no zero request
+    /// (`none`, `unsafe`), or land an ebs target off a step of L; noise is
+    /// drawn on it only.
+    fn refuse(&self, cells: &[Cell], storage: &StorageProfile) -> Result<(), ProviderError> {
+        let clock = self.config.clock;
+        if matches!(clock, Clock::Virtual { .. }) && self.config.accel == AccelChoice::Kvm {
+            return Err(ProviderError::BadInput(
+                "accel = kvm with clock = virtual: the virtual clock is TCG's (icount); use accel auto or tcg, or clock real for KVM".into(),
+            ));
         }
+        if matches!(storage, StorageProfile::Iops(_)) && self.virtual_possible() {
+            return Err(ProviderError::BadInput(format!(
+                "storage profile `{storage}` throttles in host time, which the virtual clock does not see: use ebs, ebs:D or latency:D with clock = {clock} (or clock = real)"
+            )));
+        }
+        let virtual_arches: Vec<String> = Arch::ALL
+            .into_iter()
+            .filter(|&a| clock != Clock::Real && !self.real_possible(a))
+            .filter(|&a| cells.iter().any(|c| c.arch == a))
+            .map(|a| a.to_string())
+            .collect();
+        if !storage.holds_zeroes() && !virtual_arches.is_empty() {
+            return Err(ProviderError::BadInput(format!(
+                "storage profile `{storage}` holds no zero request, and the virtual clock calibrates each guest on that hold ({} cells here run on it): use ebs, ebs:D or latency:D with clock = {clock}, or clock = real",
+                virtual_arches.join(" and ")
+            )));
+        }
+        if storage.noise().is_some() {
+            let real: Vec<String> = Arch::ALL
+                .into_iter()
+                .filter(|&a| self.real_possible(a) && cells.iter().any(|c| c.arch == a))
+                .map(|a| a.to_string())
+                .collect();
+            if !real.is_empty() {
+                return Err(ProviderError::BadInput(format!(
+                    "storage profile `{storage}` draws noise into each zero request's hold, which only the virtual clock does, and {} cells may run on the real clock here: use clock = \"virtual\" (or --clock virtual), or drop `,sd=...,seed=...`",
+                    real.join(" and ")
+                )));
+            }
+        }
+        if !self.virtual_possible() {
+            return Ok(());
+        }
+        for c in cells {
+            // With noise the z1 is drawn, near a step or not: on purpose.
+            let Some(target) = storage
+                .z1_target(c.hz, c.wait_mult, &c.knobs)
+                .filter(|_| storage.noise().is_none())
+            else {
+                continue;
+            };
+            if let Some(step) = clock::near_step(target, c.hz.get(), c.wait_mult) {
+                return Err(ProviderError::BadInput(format!(
+                    "storage profile `{storage}` aims z1 at {:.3} ms, within {} us of a step of L at HZ={} ({:.3} ms); the virtual clock lands there every run: aim at least {} us away (e.g. ebs:{:.1}ms)",
+                    target.as_secs_f64() * 1e3,
+                    clock::BOUNDARY_MARGIN.as_micros(),
+                    c.hz.get(),
+                    step * 1e3,
+                    clock::BOUNDARY_MARGIN.as_micros(),
+                    (step + 0.5 / (f64::from(c.wait_mult) * f64::from(c.hz.get()))) * 1e3,
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Local guests on the real clock share the host's CPU; on the
@@ -460,21 +486,8 @@ impl Provider for QemuProvider {
                 });
             }
         }
-        if storage.noise().is_some() {
-            let real: Vec<String> = Arch::ALL
-                .into_iter()
-                .filter(|&a| self.real_possible(a) && cells.iter().any(|c| c.arch == a))
-                .map(|a| a.to_string())
-                .collect();
-            if !real.is_empty() {
-                return Err(ProviderError::BadInput(format!(
-                    "storage profile `{storage}` draws noise into each zero request's hold, which only the virtual clock does, and {} cells may run on the real clock here: use clock = \"virtual\" (or --clock virtual), or drop `,sd=...,seed=...`",
-                    real.join(" and ")
-                )));
-            }
-        }
         if self.virtual_possible() {
-            self.preflight_virtual(cells, storage)?;
+            self.preflight_virtual(cells)?;
         }
         std::fs::create_dir_all(&self.volume_dir).map_err(|e| {
             ProviderError::BadInput(format!(
@@ -741,9 +754,12 @@ mod tests {
     }
 
     /// Noise in the hold is the virtual clock's: refused, in one line,
-    /// where a cell may run on the real clock.
-    #[tokio::test]
-    async fn noise_needs_the_virtual_clock() {
+    /// where a cell may run on the real clock. On the virtual clock a
+    /// profile that holds no zero request is refused (its calibration has
+    /// nothing to aim), and a throttle's refusal recommends only what the
+    /// virtual clock serves.
+    #[test]
+    fn noise_needs_the_virtual_clock_and_the_virtual_clock_a_hold() {
         let tmp = tempfile::tempdir().unwrap();
         let p = QemuProvider::new(QemuConfig {
             volume_dir: Some(tmp.path().join("vols")),
@@ -762,12 +778,40 @@ mod tests {
             repetition: 1,
         };
         let noisy: StorageProfile = "ebs,sd=0.1ms,seed=1".parse().unwrap();
-        let e = p.preflight(&[cell], &noisy).await.unwrap_err().to_string();
+        let e = p
+            .refuse(std::slice::from_ref(&cell), &noisy)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("only the virtual clock does, and arm64 cells may run on the real clock here: use clock = \"virtual\"")
                 && !e.contains('\n'),
             "{e}"
         );
+        let virt = QemuProvider::new(QemuConfig {
+            volume_dir: Some(tmp.path().join("vols")),
+            clock: Clock::Virtual { shift: 0 },
+            ..Default::default()
+        });
+        for none in ["none", "unsafe"] {
+            let e = virt
+                .refuse(std::slice::from_ref(&cell), &none.parse().unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("storage profile `{none}` holds no zero request")),
+                "{e}"
+            );
+        }
+        virt.refuse(std::slice::from_ref(&cell), &"ebs".parse().unwrap())
+            .unwrap();
+        let e = virt
+            .refuse(std::slice::from_ref(&cell), &"iops:100".parse().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("none") && !e.contains("unsafe"), "{e}");
+        // The real clock serves them.
+        p.refuse(std::slice::from_ref(&cell), &"none".parse().unwrap())
+            .unwrap();
     }
 
     /// Two runs of one spec into two results folders: each has its own

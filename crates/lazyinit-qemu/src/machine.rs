@@ -211,6 +211,20 @@ impl Machine for QemuMachine {
         out
     }
 
+    fn host_trouble(&self) -> Option<String> {
+        let dir = self.volume.as_ref()?.path().parent()?;
+        // Less than a megabyte left: the volume's next extent (mkfs's
+        // tables, a zeroing) cannot be allocated, and its writes fail.
+        let free = lazyinit_core::writer::free_bytes(dir)?;
+        (free < 1 << 20).then(|| {
+            format!(
+                "the host folder of the guest's volume, {}, is full ({}): make room there, or give the spec's [provider-config.qemu] volume-dir a disk with room",
+                dir.display(),
+                lazyinit_core::writer::free_text(dir)
+            )
+        })
+    }
+
     fn is_alive(&mut self) -> bool {
         self.process
             .as_mut()

@@ -81,9 +81,10 @@ pub struct ProviderFlags {
     /// QEMU accelerator: auto (KVM if it works, else TCG), kvm, tcg.
     #[arg(long)]
     pub accel: Option<lazyinit_qemu::AccelChoice>,
-    /// QEMU's clock: real (default), or virtual / virtual:N (TCG on QEMU's
+    /// QEMU's clock: real (default), virtual / virtual:N (TCG on QEMU's
     /// virtual clock at icount shift N: exact to the microsecond under any
-    /// host load; docs/virtual-clock.md). A spec's `clock` under
+    /// host load; docs/virtual-clock.md), or auto (real where KVM boots a
+    /// guest, virtual under TCG: quick's). A spec's `clock` under
     /// `[provider-config.qemu]`.
     #[arg(long)]
     pub clock: Option<lazyinit_qemu::Clock>,

@@ -14,9 +14,10 @@ use super::providers::{self, ProviderFlags, Spec};
 
 #[derive(clap::Args, Debug)]
 pub struct SpecArgs {
-    /// A spec file (.toml) or a preset: quick (default), reported, nightly
-    /// (reported with estimates), smoke, calibrate-z1.
-    /// Without it and with --arch/--hz/--variant/--size, runs that one cell.
+    /// A spec file (.toml) or a preset (listed with what each measures;
+    /// `plan NAME` prints its time on this host). Without it and with
+    /// --arch/--hz/--variant/--size, runs that one cell.
+    #[arg(long_help = presets_help(), help = presets_help())]
     pub spec: Option<String>,
     /// One cell: guest arch (x86_64, arm64).
     #[arg(long)]
@@ -121,6 +122,45 @@ pub struct PlanArgs {
 }
 
 /// The spec to run: a file, a preset, or one cell from flags.
+/// The SPEC argument's help: every preset and what it costs, read from the
+/// preset itself (its cells, sizes, clock, repetitions), so the list
+/// cannot leave one out or misstate it.
+fn presets_help() -> String {
+    let mut text = String::from(
+        "A spec file (.toml), or a preset: `plan NAME` prints its time on this host. Without it and with --arch/--hz/--variant/--size, runs that one cell. Presets:",
+    );
+    for &name in spec::PRESETS {
+        text.push_str(&format!("\n  {name}: {}", preset_cost(name)));
+    }
+    text
+}
+
+/// What preset `name` measures: "8 cells (2TiB, 3TiB; x86_64, arm64;
+/// 1 repetition) on the virtual clock".
+fn preset_cost(name: &str) -> String {
+    let parsed = spec::preset(name).map(|t| Spec::parse(t, name));
+    let Some(Ok(spec)) = parsed else {
+        return "(cannot be read: a bug)".into();
+    };
+    let cells = lazyinit_orchestrator::plan::planned_cells(&spec).len();
+    let list = |v: Vec<String>| v.join(", ");
+    let clock = spec.provider_config.qemu.as_ref().map_or_else(
+        || lazyinit_qemu::Clock::default().to_string(),
+        |q| q.clock.to_string(),
+    );
+    let reps = match spec.repetitions {
+        1 => "1 repetition".to_string(),
+        n => format!("{n} repetitions"),
+    };
+    let default = if name == "quick" { ", the default" } else { "" };
+    format!(
+        "{cells} cells ({}; {}; {reps}), clock {clock}, storage {}{default}",
+        list(spec.sizes.iter().map(|s| s.to_string()).collect()),
+        list(spec.arches.iter().map(|a| a.to_string()).collect()),
+        spec.storage_profile,
+    )
+}
+
 pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
     let one_cell = a.arch.is_some() || a.hz.is_some() || a.variant.is_some() || a.size.is_some();
     let (mut spec, origin) = match (&a.spec, one_cell) {
@@ -228,6 +268,8 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
         }
         None => p,
     };
+    // What `run` would refuse from the spec, `plan` refuses (one check).
+    p.refused_by(&*provider)?;
     // The plan is shown even when its price is not known (a price
     // missing from the config is then the error).
     if let Some(n) = a.shards {
@@ -285,9 +327,20 @@ pub(crate) fn install_signal_handler(cancel: Arc<AtomicBool>, keys_dir: Option<P
                 eprintln!("forced: exiting now; the guests end with this process, and rerunning the same command removes their volumes and resumes");
                 std::process::exit(exit::INTERRUPTED.into());
             }
-            eprintln!("interrupted: stopping every guest and removing its volume (press Ctrl-C again to exit at once)");
+            eprintln!(
+                "interrupted: stopping every guest and removing its volume; resume with: {} (press Ctrl-C again to exit at once)",
+                this_command()
+            );
         }
     });
+}
+
+/// This process's command line, quoted for a shell: what resumes it.
+fn this_command() -> String {
+    std::env::args_os()
+        .map(|a| lazyinit_core::shell::quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The shard `--shard` names, and how it was chosen (said on stderr and
@@ -535,16 +588,34 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
         summary.results_csv.display()
     );
     let writer = claimed.lock().unwrap().take();
+    let mut report_lost = false;
     if let Some(w) = writer.filter(|w| !a.no_report && w.folder().results_csv().exists()) {
         match report_beside(&w) {
             Ok(t) => println!("{t}"),
-            Err(e) => eprintln!("(no table: {})", crate::fail::text(&e)),
+            Err(e) => match e.downcast_ref::<lazyinit_core::WriteError>() {
+                // The rows are all kept; the report beside them is not.
+                Some(w) if w.is_disk_full() => {
+                    report_lost = true;
+                    eprintln!(
+                        "error: the disk of the results folder {} is full ({}); {} could not be written: make room, then `lazyinit-bench report {} --svg {}` writes the report",
+                        out.display(),
+                        lazyinit_core::writer::free_text(&out),
+                        w.path.display(),
+                        out.display(),
+                        out.join("report.svg").display(),
+                    );
+                }
+                _ => eprintln!("(no table: {})", crate::fail::text(&e)),
+            },
         }
     }
     for f in &summary.teardown_failures {
         eprintln!("teardown failed (retried at the end of the run): {f}");
     }
     let mut code = summary.exit_code(cancel.load(Ordering::SeqCst));
+    if report_lost && code == exit::OK {
+        code = exit::INFRASTRUCTURE;
+    }
     // Every row in the history, or the run's exit code says not (the UI
     // has ended, so the live imports have: their sender is gone).
     if let (Some(url), Some(live)) = (history, live) {
@@ -564,7 +635,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
             eprintln!("error: {l}");
         }
     } else if code == exit::INTERRUPTED {
-        eprintln!("interrupted: rerun the same command to resume");
+        eprintln!("interrupted: resume with: {}", this_command());
     }
     drop(keys);
     Ok(code)
@@ -607,6 +678,29 @@ mod tests {
     use super::*;
     use clap::Parser;
     use std::path::Path;
+
+    /// `run --help` names every preset with its cells, sizes and clock
+    /// read from the preset (nightly's virtual clock, noisy's 24 cells).
+    #[test]
+    fn the_help_lists_every_preset_with_what_it_measures() {
+        let help = presets_help();
+        for &name in spec::PRESETS {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name}: ")))
+                .unwrap_or_else(|| panic!("{name} missing from:\n{help}"));
+            let spec = Spec::parse(spec::preset(name).unwrap(), name).unwrap();
+            let cells = lazyinit_orchestrator::plan::planned_cells(&spec).len();
+            assert!(line.contains(&format!(": {cells} cells (")), "{line}");
+        }
+        assert!(
+            help.contains(
+                "nightly: 8 cells (2TiB, 3TiB; x86_64, arm64; 1 repetition), clock virtual"
+            ),
+            "{help}"
+        );
+        assert!(help.contains("noisy: 24 cells"), "{help}");
+    }
 
     /// `run` ends by keeping the report beside its results (README:
     /// "with `report.md` and plots beside the CSV"): the markdown `report`

@@ -326,7 +326,7 @@ impl<B: Bench> Bisection<B> {
                 kept.display()
             ));
         }
-        self.out.put_whole(
+        self.out.put(
             RunFolder::BISECT_STEPS_JSONL,
             lazyinit_bisect::log::steps_jsonl(&judged),
         )?;
@@ -342,13 +342,13 @@ impl<B: Bench> Bisection<B> {
         let bad = steps.get(1).map_or("", |s| s.commit.as_str());
         let metric = self.request.metric.name();
         self.out
-            .put_whole(RunFolder::BISECT_LOG, bisect_log(good, bad, steps, answer))?;
-        self.out.put_whole(
+            .put(RunFolder::BISECT_LOG, bisect_log(good, bad, steps, answer))?;
+        self.out.put(
             RunFolder::STEPS_MD,
             format!("{}\n{answer}\n", table(steps, metric)),
         )?;
         self.out
-            .put_whole(RunFolder::SUMMARY_TXT, format!("{answer}\n"))?;
+            .put(RunFolder::SUMMARY_TXT, format!("{answer}\n"))?;
         self.out
             .put_rows(RunFolder::RESULTS_CSV, self.bench.rows())?;
         Ok(())
