@@ -304,11 +304,6 @@ spec mkfs61.toml 'arches = ["x86_64"]
 sizes = ["8GiB"]
 mkfs-args = ["-I", "512"]'
 row 'spec `mkfs-args = ["-I", "512"]` (`plan`)' $b plan mkfs61.toml
-spec inode61.toml 'arches = ["x86_64"]
-sizes = ["8GiB"]
-[knobs]
-inode-size = 4294967296'
-row 'spec `[knobs] inode-size = 4294967296` (`plan`)' $b plan inode61.toml
 # A real guest that cannot boot in 1 s (the cell's line names the flag).
 row '`run` one cell `--clock virtual --boot-timeout 1`' $b run "${cell[@]}" --clock virtual --boot-timeout 1 --out "$io/boot61"
 bt="$(grep -m1 -e '--boot-timeout' "$io/stderr" | sed 's/|/\\|/g' || true)"

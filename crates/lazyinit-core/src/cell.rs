@@ -18,7 +18,7 @@ pub enum AxisError {
     Hz(String),
     #[error("unknown variant `{0}`: use fix or nofix")]
     Variant(String),
-    #[error("unknown kernel source `{0}`: use debian-6.1, debian-6.12, debian-5.10, a version like 5.10.79, or a path to a tree or tarball")]
+    #[error("unknown kernel source `{0}`: use debian:X.Y (the newest of a Debian series, e.g. debian:7.2), debian:X.Y.Z or an exact package version (debian:7.2.13-1; `lazyinit-bench kernel sources` lists them), debian-6.1, debian-6.12, debian-5.10, a version like 5.10.79, or a path to a tree or tarball")]
     Source(String),
 }
 
@@ -220,6 +220,9 @@ pub enum KernelSource {
     /// Debian 11's `linux-source-5.10` package (bullseye-security): the
     /// report's own series.
     Debian510,
+    /// A `linux-source-X.Y` package of Debian's archive (`debian:7.2`,
+    /// `debian:7.2.6`, `debian:7.2.13-1`): see [`DebianRef`].
+    Debian(DebianRef),
     /// An upstream release by version, e.g. `5.10.79`, fetched from a mirror.
     Version(String),
     /// A user-given kernel tree or tarball.
@@ -232,8 +235,94 @@ impl fmt::Display for KernelSource {
             KernelSource::Debian61 => f.write_str("debian-6.1"),
             KernelSource::Debian612 => f.write_str("debian-6.12"),
             KernelSource::Debian510 => f.write_str("debian-5.10"),
+            KernelSource::Debian(d) => write!(f, "debian:{d}"),
             KernelSource::Version(v) => f.write_str(v),
             KernelSource::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// A kernel of Debian's archive, as a spec names it after `debian:`: a
+/// series (`7.2`: the newest version of `linux-source-7.2` in the suites
+/// the harness knows), an upstream version (`7.2.6`: the newest Debian
+/// revision of it), or an exact package version (`7.2.13-1`,
+/// `7.2.12-1~bpo13+1`, `7.3~rc7-1~exp1`). A run pins the first two to the
+/// third before anything is planned, so its cells, rows and history name
+/// the exact package that ran.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DebianRef(String);
+
+impl DebianRef {
+    /// `X.Y`: the package is `linux-source-X.Y`.
+    pub fn series(&self) -> &str {
+        let v = self.upstream();
+        let end = v
+            .char_indices()
+            .filter(|&(_, c)| c == '.' || c == '~')
+            .nth(1)
+            .map_or(v.len(), |(i, _)| i);
+        let two = &v[..end];
+        two.split('~').next().unwrap_or(two)
+    }
+    /// `linux-source-X.Y`.
+    pub fn package(&self) -> String {
+        format!("linux-source-{}", self.series())
+    }
+    /// The upstream part (`7.2.13`, `7.3~rc7`, or the series itself).
+    pub fn upstream(&self) -> &str {
+        self.0.split('-').next().unwrap_or(&self.0)
+    }
+    /// An exact package version (it has a Debian revision).
+    pub fn exact(&self) -> Option<&str> {
+        self.0.contains('-').then_some(self.0.as_str())
+    }
+    /// Whether it names a whole series (`7.2`).
+    pub fn is_series(&self) -> bool {
+        self.exact().is_none() && self.0 == self.series()
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DebianRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for DebianRef {
+    type Err = String;
+    /// `X.Y`, `X.Y.Z`, `X.Y~rcN`, each optionally `-REVISION` (Debian's
+    /// characters: letters, digits, `.`, `+`, `~`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (up, rev) = match s.split_once('-') {
+            Some((u, r)) => (u, Some(r)),
+            None => (s, None),
+        };
+        let (nums, rc) = match up.split_once('~') {
+            Some((n, rc)) => (n, Some(rc)),
+            None => (up, None),
+        };
+        let parts: Vec<&str> = nums.split('.').collect();
+        let numeric = (2..=3).contains(&parts.len())
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.len() <= 4 && p.bytes().all(|b| b.is_ascii_digit()));
+        let rc_ok = rc.is_none_or(|r| {
+            r.strip_prefix("rc")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+        let rev_ok = rev.is_none_or(|r| {
+            !r.is_empty()
+                && r.len() <= 40
+                && r.bytes().next().is_some_and(|b| b.is_ascii_digit())
+                && r.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'~'))
+        });
+        match numeric && rc_ok && rev_ok {
+            true => Ok(DebianRef(s.to_string())),
+            false => Err(format!("`{s}` is not a Debian kernel version")),
         }
     }
 }
@@ -254,6 +343,10 @@ impl FromStr for KernelSource {
             "debian-6.1" | "debian" => Ok(KernelSource::Debian61),
             "debian-6.12" => Ok(KernelSource::Debian612),
             "debian-5.10" => Ok(KernelSource::Debian510),
+            _ if t.starts_with("debian:") => t["debian:".len()..]
+                .parse()
+                .map(KernelSource::Debian)
+                .map_err(|_| AxisError::Source(s.to_string())),
             _ if is_version(t) => Ok(KernelSource::Version(t.to_string())),
             _ if t.contains('/') || t.ends_with(".tar.xz") || t.ends_with(".tar.gz") => {
                 Ok(KernelSource::Path(PathBuf::from(t)))
@@ -442,6 +535,70 @@ mod tests {
             KernelSource::Path("/src/linux".into())
         );
         assert!("linus".parse::<KernelSource>().is_err());
+    }
+
+    /// `debian:` names a series, an upstream version or an exact package
+    /// version, and says which package holds it; anything else is refused.
+    #[test]
+    fn debian_archive_sources_parse() {
+        let d = |s: &str| match s.parse::<KernelSource>().unwrap() {
+            KernelSource::Debian(d) => d,
+            other => panic!("{other:?}"),
+        };
+        for (text, series, upstream, exact, is_series) in [
+            ("debian:7.2", "7.2", "7.2", None, true),
+            ("debian:7.2.6", "7.2", "7.2.6", None, false),
+            ("debian:7.2.13-1", "7.2", "7.2.13", Some("7.2.13-1"), false),
+            (
+                "debian:7.2.12-1~bpo13+1",
+                "7.2",
+                "7.2.12",
+                Some("7.2.12-1~bpo13+1"),
+                false,
+            ),
+            (
+                "debian:7.3~rc7-1~exp1",
+                "7.3",
+                "7.3~rc7",
+                Some("7.3~rc7-1~exp1"),
+                false,
+            ),
+            (
+                "debian:6.12.118-1~deb12u1",
+                "6.12",
+                "6.12.118",
+                Some("6.12.118-1~deb12u1"),
+                false,
+            ),
+        ] {
+            let r = d(text);
+            assert_eq!(
+                (r.series(), r.upstream(), r.exact(), r.is_series()),
+                (series, upstream, exact, is_series),
+                "{text}"
+            );
+            assert_eq!(r.package(), format!("linux-source-{series}"));
+            assert_eq!(KernelSource::Debian(r).to_string(), text);
+        }
+        for bad in [
+            "debian:",
+            "debian:7",
+            "debian:7.x",
+            "debian:7.2.",
+            "debian:7.2-",
+            "debian:7.2-a",
+            "debian:7.2;rm",
+            "debian:../7.2",
+            "debian:7.2.1.1",
+            "debian:7.2~beta1",
+        ] {
+            assert!(bad.parse::<KernelSource>().is_err(), "{bad}");
+        }
+        // The old names keep their meaning.
+        assert_eq!(
+            "debian-6.1".parse::<KernelSource>().unwrap(),
+            KernelSource::Debian61
+        );
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub(crate) const fn concat<T: Copy, const A: usize, const B: usize, const N: usi
 pub mod ticks;
 pub mod writer;
 
-pub use cell::{Arch, Cell, Hz, KernelSource, Variant};
+pub use cell::{Arch, Cell, DebianRef, Hz, KernelSource, Variant};
 pub use git::GitIdentity;
 pub use identity::{
     Accel, Axes, CellAxes, KernelId, MachineName, ProviderName, RowAxes, RowKernel, SourceId,

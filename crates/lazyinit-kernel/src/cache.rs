@@ -138,6 +138,18 @@ pub fn source_slug(source: &KernelSource) -> String {
         | KernelSource::Debian612
         | KernelSource::Debian510
         | KernelSource::Version(_) => source.to_string(),
+        // `debian-7.2.12-1_bpo13_1`: Debian's `~` and `+` kept out of names.
+        KernelSource::Debian(d) => format!(
+            "debian-{}",
+            d.as_str()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                })
+                .collect::<String>()
+        ),
         KernelSource::Path(p) => {
             let base: String = p
                 .file_name()

@@ -145,7 +145,7 @@ pub fn deb_version(file_name: &str, package: &str) -> Option<String> {
     Some(version.replace("%3a", ":"))
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<(), KernelError> {
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<(), KernelError> {
     match lazyinit_core::command::run(cmd) {
         Ok(_) => Ok(()),
         Err(e) if e.not_found() => Err(KernelError::MissingTool {
@@ -160,7 +160,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), KernelError> {
 }
 
 /// `/proc/self` belongs to the process's effective user.
-fn effective_uid_is_root() -> bool {
+pub(crate) fn effective_uid_is_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
@@ -249,24 +249,51 @@ pub fn install_deb(
     pkg: &DebianPackage,
     deb: &Path,
 ) -> Result<(PathBuf, String, SourceFacts), KernelError> {
+    install_package(cache_dir, pkg.name, pkg.series, deb, true)
+}
+
+/// [`install_deb`] for any `linux-source-X.Y` (`name`, `series`); with
+/// `current`, the version becomes the one `<name>/current` names (the
+/// `debian-X.Y` sources'); an archive source names its exact version.
+pub(crate) fn install_package(
+    cache_dir: &Path,
+    name: &str,
+    series: &str,
+    deb: &Path,
+    current: bool,
+) -> Result<(PathBuf, String, SourceFacts), KernelError> {
     let file_name = deb.file_name().unwrap_or_default().to_string_lossy();
-    let version = deb_version(&file_name, pkg.name).ok_or_else(|| {
+    let version = deb_version(&file_name, name).ok_or_else(|| {
         KernelError::Step(format!("cannot read the version of {}", deb.display()))
     })?;
-    let pkg_dir = debian_dir(cache_dir).join(pkg.name);
+    let pkg_dir = debian_dir(cache_dir).join(name);
     std::fs::create_dir_all(&pkg_dir).map_err(|e| KernelError::io(&pkg_dir, e))?;
     let tmp = tempfile::Builder::new()
         .prefix(".unpack-")
         .tempdir_in(&pkg_dir)
         .map_err(|e| KernelError::io(&pkg_dir, e))?;
-    let r = install_from(cache_dir, pkg, deb, &version, tmp.path());
+    let r = install_from(cache_dir, (name, series), deb, &version, tmp.path());
     drop(tmp);
-    r.map(|(path, facts)| (path, version, facts))
+    let (path, facts) = r?;
+    if current {
+        let current = pkg_dir.join("current");
+        lazyinit_core::output::write_atomic(&current, format!("{version}\n").as_bytes())
+            .map_err(|e| KernelError::io(&current, e))?;
+    }
+    Ok((path, version, facts))
+}
+
+/// Where a package version's tarball is kept in the cache.
+pub fn kept_tarball(cache_dir: &Path, name: &str, version: &str) -> PathBuf {
+    debian_dir(cache_dir)
+        .join(name)
+        .join(version)
+        .join(format!("{name}.tar.xz"))
 }
 
 fn install_from(
     cache_dir: &Path,
-    pkg: &DebianPackage,
+    (name, series): (&str, &str),
     deb: &Path,
     version: &str,
     tmp: &Path,
@@ -275,31 +302,27 @@ fn install_from(
         Command::new("dpkg-deb").arg("-x").arg(deb).arg(tmp),
         &format!("dpkg-deb -x {}", deb.display()),
     )?;
-    let tarball = tmp.join("usr/src").join(pkg.tarball_name());
+    let tarball_name = format!("{name}.tar.xz");
+    let tarball = tmp.join("usr/src").join(&tarball_name);
     if !tarball.is_file() {
         return Err(KernelError::Step(format!(
-            "{} has no usr/src/{}",
+            "{} has no usr/src/{tarball_name}",
             deb.display(),
-            pkg.tarball_name()
         )));
     }
     let facts = source::identify_tarball(&tarball)?;
-    if crate::variant::series_of(&facts.version) != pkg.series {
+    if crate::variant::series_of(&facts.version) != series {
         return Err(KernelError::Step(format!(
-            "{} {version} holds a {} tree, not {}",
-            pkg.name, facts.version, pkg.series
+            "{name} {version} holds a {} tree, not {series}",
+            facts.version
         )));
     }
-    let pkg_dir = debian_dir(cache_dir).join(pkg.name);
-    let dest_dir = pkg_dir.join(version);
-    let dest = dest_dir.join(pkg.tarball_name());
+    let dest = kept_tarball(cache_dir, name, version);
     if !dest.is_file() {
-        std::fs::create_dir_all(&dest_dir).map_err(|e| KernelError::io(&dest_dir, e))?;
+        let dest_dir = dest.parent().expect("a tarball's folder");
+        std::fs::create_dir_all(dest_dir).map_err(|e| KernelError::io(dest_dir, e))?;
         std::fs::rename(&tarball, &dest).map_err(|e| KernelError::io(&dest, e))?;
     }
-    let current = pkg_dir.join("current");
-    lazyinit_core::output::write_atomic(&current, format!("{version}\n").as_bytes())
-        .map_err(|e| KernelError::io(&current, e))?;
     source::remember_tarball(cache_dir, &dest, &facts)?;
     Ok((dest, facts))
 }

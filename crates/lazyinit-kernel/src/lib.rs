@@ -23,6 +23,7 @@ use std::sync::Arc;
 pub use lazyinit_core::identity::KernelId;
 pub use lazyinit_core::{Arch, Hz, KernelSource, Variant};
 
+pub mod archive;
 mod build;
 pub mod cache;
 pub mod debian;

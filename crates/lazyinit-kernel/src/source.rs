@@ -94,7 +94,15 @@ pub fn locate(source: &KernelSource, cache_dir: &Path) -> Result<SourceKind, Ker
                 .ok_or_else(|| KernelError::NotFetched(v.clone()))?;
             Ok(SourceKind::Tarball(path))
         }
-        _ => unreachable!("Debian sources are handled above"),
+        KernelSource::Debian(r) if r.exact().is_none() => Err(KernelError::Step(format!(
+            "{source} is not pinned to a package version (archive::pin_source first)"
+        ))),
+        KernelSource::Debian(r) => crate::archive::cached_tarball(cache_dir, r)
+            .map(SourceKind::Tarball)
+            .ok_or_else(|| KernelError::NotFetched(source.to_string())),
+        KernelSource::Debian61 | KernelSource::Debian612 | KernelSource::Debian510 => {
+            unreachable!("the debian-X.Y sources are handled above")
+        }
     }
 }
 
@@ -304,7 +312,12 @@ pub fn resolve(source: &KernelSource, cache_dir: &Path) -> Result<ResolvedSource
             tree_text_facts(p, id, p)?
         }
     };
-    let debian_package = debian::package_for(source).and_then(|pkg| {
+    let archived = match source {
+        KernelSource::Debian(r) => r.exact().map(|v| format!("{} {v}", r.package())),
+        _ => None,
+    };
+    let debian_package = archived.or_else(|| {
+        let pkg = debian::package_for(source)?;
         let version = match &kind {
             SourceKind::Tarball(p) if *p == pkg.installed_tarball() => {
                 debian::installed_version(&pkg)

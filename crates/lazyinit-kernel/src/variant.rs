@@ -102,7 +102,7 @@ pub struct Patch {
     pub text: &'static str,
 }
 
-pub const PATCHES: [Patch; 5] = [
+pub const PATCHES: [Patch; 6] = [
     Patch {
         name: "debian-6.1-revert-fix.patch",
         series: "6.1",
@@ -114,6 +114,12 @@ pub const PATCHES: [Patch; 5] = [
         series: "6.12",
         method: Method::Reverted,
         text: include_str!("../../../kernels/patches/debian-6.12-revert-fix.patch"),
+    },
+    Patch {
+        name: "debian-7.2-revert-fix.patch",
+        series: "7.2",
+        method: Method::Reverted,
+        text: include_str!("../../../kernels/patches/debian-7.2-revert-fix.patch"),
     },
     Patch {
         name: "debian-5.10-revert-fix.patch",
@@ -191,6 +197,8 @@ mod tests {
     const D612_REV: &str = include_str!("../fixtures/run_li_request-debian-6.12-reverted.c");
     const V54: &str = include_str!("../fixtures/run_li_request-5.4-before-fix.c");
     const D510: &str = include_str!("../fixtures/run_li_request-debian-5.10.c");
+    const D72: &str = include_str!("../fixtures/run_li_request-debian-7.2.c");
+    const D72_REV: &str = include_str!("../fixtures/run_li_request-debian-7.2-reverted.c");
 
     #[test]
     fn released_debian_trees_carry_the_fix() {
@@ -226,7 +234,54 @@ mod tests {
     fn reverted_and_pre_fix_trees_do_not() {
         assert_eq!(detect(D61_REV), Detected::NoFix);
         assert_eq!(detect(D612_REV), Detected::NoFix);
+        assert_eq!(detect(D72_REV), Detected::NoFix);
         assert_eq!(detect(V54), Detected::NoFix);
+    }
+
+    /// Past v6.13 (e06a8c24f644) the first zeroing is timed with
+    /// `ktime_get_ns()`: Debian's 7.2 reads as the fix, and its revert
+    /// (the jiffies arithmetic on today's text) as the bug; the revert is
+    /// 7.x's own, tried first for 7.2 and applied, by text, to 7.3.
+    #[test]
+    fn debian_7_2_carries_the_fix_with_the_monotonic_clock_and_reverts() {
+        assert!(D72.contains("start_time = ktime_get_ns();") && !D72.contains("ktime_get_real_ns"));
+        assert_eq!(detect(D72), Detected::Fix);
+        let (m, p) = plan(Detected::Fix, Variant::NoFix, "7.2.13").unwrap();
+        assert_eq!(
+            (m, p[0].name),
+            (Method::Reverted, "debian-7.2-revert-fix.patch")
+        );
+        let (_, p) = plan(Detected::Fix, Variant::NoFix, "7.3.4").unwrap();
+        assert!(p.iter().any(|p| p.name == "debian-7.2-revert-fix.patch"));
+        // The revert's hunks turn the released text into the reverted one.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("fs/ext4")).unwrap();
+        std::fs::write(
+            d.path().join("fs/ext4/super.c"),
+            format!("int a;\n\n/* Find next suitable group */\n{D72}\nint b;\n"),
+        )
+        .unwrap();
+        let patch = PATCHES
+            .iter()
+            .find(|p| p.name == "debian-7.2-revert-fix.patch")
+            .unwrap();
+        let mut child = std::process::Command::new("patch")
+            .args(["-p1", "-s", "--no-backup-if-mismatch"])
+            .current_dir(d.path())
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(patch.text.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+        let after = std::fs::read_to_string(d.path().join("fs/ext4/super.c")).unwrap();
+        assert_eq!(function_text(&after), Some(D72_REV));
+        assert_eq!(detect_file(&after), Detected::NoFix);
     }
 
     #[test]

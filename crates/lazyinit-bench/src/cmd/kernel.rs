@@ -1,4 +1,4 @@
-//! `lazyinit-bench kernel build|list`: a thin shell over `lazyinit-kernel`.
+//! `lazyinit-bench kernel build|list|sources`: a thin shell over `lazyinit-kernel`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -16,6 +16,29 @@ pub enum KernelCmd {
     Build(BuildArgs),
     /// List the kernels in the cache.
     List(ListArgs),
+    /// List the kernel source packages Debian's archive offers (every
+    /// `linux-source-X.Y` of the suites bullseye to sid and experimental):
+    /// series, version, suites, size, and whether the cache has it.
+    Sources(SourcesArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SourcesArgs {
+    /// Only this series (7.2) or these versions (7.2.6, 7.2.13-1).
+    #[arg(long, value_name = "X.Y")]
+    series: Option<lazyinit_core::DebianRef>,
+    /// Debian's main archive (default: $LAZYINIT_DEBIAN_MIRROR or
+    /// deb.debian.org; the security suites: $LAZYINIT_DEBIAN_SECURITY_MIRROR).
+    #[arg(long)]
+    mirror: Option<String>,
+    /// Read the archive's lists again now, not only when older than 6 hours.
+    #[arg(long)]
+    refresh: bool,
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Print the offers as a JSON array.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -30,7 +53,9 @@ pub struct BuildArgs {
     #[arg(long)]
     variant: Variant,
     /// debian-6.1 (default), debian-6.12, debian-5.10 (Debian 11's, from
-    /// bullseye-security, downloaded into the cache), an upstream version
+    /// bullseye-security, downloaded into the cache), a package of
+    /// Debian's archive (debian:7.2, debian:7.2.6, debian:7.2.13-1: `kernel
+    /// sources` lists them), an upstream version
     /// (5.10.79, downloaded and verified), or a path to a kernel tree (a git
     /// work tree is keyed by commit plus changes) or tarball.
     #[arg(long, default_value = "debian-6.1")]
@@ -71,7 +96,66 @@ pub async fn run(cmd: KernelCmd) -> anyhow::Result<u8> {
     match cmd {
         KernelCmd::Build(a) => build(a).await,
         KernelCmd::List(a) => list(a),
+        KernelCmd::Sources(a) => sources(a),
     }
+}
+
+fn sources(a: SourcesArgs) -> anyhow::Result<u8> {
+    use lazyinit_kernel::archive::{self, Archive};
+    let dir = lazyinit_core::cache_root::resolve(a.cache_dir)?;
+    lazyinit_core::cache_root::mark(&dir)?;
+    let arch = Archive::new(&dir).with_mirror(a.mirror.as_deref());
+    let max_age = match a.refresh {
+        true => std::time::Duration::ZERO,
+        false => archive::MAX_AGE,
+    };
+    arch.refresh(max_age, &|s| eprintln!("{s}"))?;
+    let mut offers = arch.offers()?;
+    if let Some(r) = &a.series {
+        offers.retain(|o| {
+            o.series == r.series()
+                && (r.is_series() || o.upstream() == r.upstream() || r.exact() == Some(&o.version))
+        });
+    }
+    let cached = |o: &archive::Offer| {
+        let r: lazyinit_core::DebianRef = o.version.parse().expect("an index's version");
+        archive::cached_tarball(&dir, &r).is_some()
+    };
+    if a.json {
+        let rows: Vec<_> = offers
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "source": format!("debian:{}", o.version),
+                    "package": o.package, "series": o.series, "version": o.version,
+                    "suites": o.suites, "size": o.size, "cached": cached(o),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(exit::OK);
+    }
+    let rows: Vec<[String; 5]> = offers
+        .iter()
+        .map(|o| {
+            [
+                o.series.clone(),
+                format!("debian:{}", o.version),
+                o.suites.join(", "),
+                format!("{} MiB", o.size >> 20),
+                if cached(o) { "yes" } else { "" }.to_string(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        render_table(&["series", "source", "suites", "size", "cached"], &rows)
+    );
+    eprintln!(
+        "{} versions; `debian:X.Y` in a spec is the newest release of a series, `debian:X.Y.Z` the newest package of that version",
+        offers.len()
+    );
+    Ok(exit::OK)
 }
 
 fn progress() -> lazyinit_kernel::ProgressFn {
@@ -146,18 +230,26 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
             .into());
         }
     }
+    let cache_dir = lazyinit_core::cache_root::resolve(a.cache_dir)?;
+    lazyinit_core::cache_root::mark(&cache_dir)?;
+    let source = lazyinit_kernel::archive::pin_source(&a.source, &cache_dir, &|s| {
+        eprintln!("kernel sources: {s}")
+    })?;
+    if source != a.source {
+        eprintln!("{} is {source}", a.source);
+    }
     let spec = KernelSpec {
         config: a.config,
         ..KernelSpec::of(KernelId {
             arch: a.arch,
-            source: a.source,
+            source,
             hz: a.hz,
             variant: a.variant,
             profile: a.profile,
         })
     };
     let mut opts = BuildOptions {
-        cache_dir: lazyinit_core::cache_root::resolve(a.cache_dir)?,
+        cache_dir,
         ..BuildOptions::default()
     };
     if let Some(m) = a.mirror {
@@ -167,7 +259,6 @@ async fn build(a: BuildArgs) -> anyhow::Result<u8> {
         opts.jobs = j;
     }
     opts.progress = Some(progress());
-    lazyinit_core::cache_root::mark(&opts.cache_dir)?;
     let k: KernelArtifact = lazyinit_kernel::build(&spec, &opts).await?;
     if a.json {
         let j = ArtifactJson {

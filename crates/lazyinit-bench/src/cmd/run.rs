@@ -230,7 +230,40 @@ pub fn resolve_spec(a: &SpecArgs) -> anyhow::Result<Spec> {
     spec.validate()
         .map_err(|m| bad_input(format!("{origin} with the command-line options: {m}")))?;
     providers::check_name(&spec, &origin)?;
+    if pin_debian_sources(&mut spec)? {
+        // Two names of one package (debian:7.2 and debian:7.2.13-1).
+        spec.validate().map_err(|m| {
+            bad_input(format!(
+                "{origin}, its Debian sources pinned to their packages: {m}"
+            ))
+        })?;
+    }
     Ok(spec)
+}
+
+/// Pins every `debian:` source to the exact package version it means now
+/// (the archive's lists refreshed when stale), saying which on stderr: the
+/// cells, the run's id and folder, its rows and the history then name the
+/// package that ran. Whether any source was pinned.
+fn pin_debian_sources(spec: &mut Spec) -> anyhow::Result<bool> {
+    if !spec
+        .sources
+        .iter()
+        .any(|s| matches!(s, KernelSource::Debian(_)))
+    {
+        return Ok(false);
+    }
+    let cache = lazyinit_core::cache_root::resolve(None)?;
+    lazyinit_core::cache_root::mark(&cache)?;
+    let step = |s: String| eprintln!("kernel sources: {s}");
+    for source in spec.sources.iter_mut() {
+        let pinned = lazyinit_kernel::archive::pin_source(source, &cache, &step)?;
+        if pinned != *source {
+            eprintln!("{source} is {pinned}");
+        }
+        *source = pinned;
+    }
+    Ok(true)
 }
 
 /// The one-cell spec of `--arch/--hz/--variant/--size [--source]`, built
@@ -597,12 +630,11 @@ pub async fn run(a: RunArgs) -> anyhow::Result<u8> {
                 Some(w) if w.is_disk_full() => {
                     report_lost = true;
                     eprintln!(
-                        "error: the disk of the results folder {} is full ({}); {} could not be written: make room, then `lazyinit-bench report {} --svg {}` writes the report",
+                        "error: the disk of the results folder {} is full ({}); {} could not be written: make room, then `lazyinit-bench report {}` makes the report again",
                         out.display(),
                         lazyinit_core::writer::free_text(&out),
                         w.path.display(),
                         out.display(),
-                        out.join("report.svg").display(),
                     );
                 }
                 _ => eprintln!("(no table: {})", crate::fail::text(&e)),

@@ -338,8 +338,9 @@ fn manifest(spec: &KernelSpec, plan: &Plan, b: &Built) -> Manifest {
     }
 }
 
-/// Download what a source needs first: an upstream tarball by version, or
-/// a Debian package the host's apt does not carry (debian-5.10).
+/// Download what a source needs first: an upstream tarball by version, a
+/// package of Debian's archive (`debian:7.2.13-1`), or a Debian package
+/// the host's apt does not carry (debian-5.10).
 async fn fetch_source(spec: &KernelSpec, opts: &BuildOptions) -> Result<(), KernelError> {
     if let lazyinit_core::KernelSource::Version(v) = &spec.id.source {
         let fo = crate::fetch::FetchOptions {
@@ -348,6 +349,25 @@ async fn fetch_source(spec: &KernelSpec, opts: &BuildOptions) -> Result<(), Kern
             ..Default::default()
         };
         crate::fetch::fetch_version(v, &opts.cache_dir, &fo).await?;
+    }
+    if let lazyinit_core::KernelSource::Debian(r) = &spec.id.source {
+        if matches!(
+            source::locate(&spec.id.source, &opts.cache_dir),
+            Err(KernelError::NotFetched(_))
+        ) {
+            let archive = crate::archive::Archive::new(&opts.cache_dir);
+            let (r, progress) = (r.clone(), opts.progress.clone());
+            tokio::task::spawn_blocking(move || {
+                let step = |s: String| {
+                    if let Some(p) = &progress {
+                        p(crate::BuildEvent::Step(s));
+                    }
+                };
+                archive.download(&r, &step)
+            })
+            .await
+            .map_err(|e| KernelError::Step(format!("fetching {}: {e}", spec.id.source)))??;
+        }
     }
     if let Some(pkg) = crate::debian::package_for(&spec.id.source) {
         if matches!(
