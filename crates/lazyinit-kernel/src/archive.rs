@@ -154,7 +154,7 @@ impl Archive {
             let d = root.join(d);
             std::fs::create_dir_all(&d).map_err(|e| KernelError::io(&d, e))?;
         }
-        let _lock = lock(&root.join("archive.lock"))?;
+        let _lock = crate::build::lock_file(&root.join("archive.lock"))?;
         let list = root.join("sources.list");
         let want = self.sources_list();
         let stamp = root.join("updated");
@@ -267,23 +267,8 @@ impl Archive {
             .tempdir_in(&base)
             .map_err(|e| KernelError::io(&base, e))?;
         let package = r.package();
-        step(format!("apt-get download {package}={version}"));
-        debian::run(
-            Command::new("apt-get")
-                .args(self.options())
-                .args(["-q", "download", &format!("{package}={version}")])
-                .current_dir(dl.path()),
-            &format!("apt-get download {package}={version}"),
-        )?;
-        let deb = std::fs::read_dir(dl.path())
-            .map_err(|e| KernelError::io(dl.path(), e))?
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "deb"))
-            .ok_or_else(|| {
-                KernelError::Step(format!("apt-get download left no {package} package"))
-            })?;
-        step(format!("unpack {}", deb.display()));
+        let what = format!("{package}={version}");
+        let deb = debian::download_deb(&self.options(), &what, &package, dl.path(), step)?;
         debian::install_package(&self.cache_dir, &package, r.series(), &deb, false)
     }
 }
@@ -305,17 +290,6 @@ pub fn pin_source(
         KernelSource::Debian(r) => Ok(KernelSource::Debian(Archive::new(cache_dir).pin(r, step)?)),
         other => Ok(other.clone()),
     }
-}
-
-fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, KernelError> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| KernelError::io(path, e))?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| KernelError::Step(format!("locking {}: {e}", path.display())))
 }
 
 /// Orders two Debian versions as dpkg does (`7.3~rc7-1` before `7.3.4-1`).

@@ -221,24 +221,35 @@ fn fetch_into(
     dl: &Path,
     step: &dyn Fn(String),
 ) -> Result<(PathBuf, String, SourceFacts), KernelError> {
-    step(format!("apt-get download {}", pkg.name));
+    let deb = download_deb(opts, pkg.name, pkg.name, dl, step)?;
+    install_deb(cache_dir, pkg, &deb)
+}
+
+/// `apt-get download <what>` (a package, or `package=version`) through
+/// the private configuration `opts` into `dl`; the package file left.
+pub(crate) fn download_deb(
+    opts: &[String],
+    what: &str,
+    package: &str,
+    dl: &Path,
+    step: &dyn Fn(String),
+) -> Result<PathBuf, KernelError> {
+    step(format!("apt-get download {what}"));
     run(
         Command::new("apt-get")
             .args(opts)
-            .args(["-q", "download", pkg.name])
+            .args(["-q", "download", what])
             .current_dir(dl),
-        &format!("apt-get download {}", pkg.name),
+        &format!("apt-get download {what}"),
     )?;
     let deb = std::fs::read_dir(dl)
         .map_err(|e| KernelError::io(dl, e))?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
-        .ok_or_else(|| {
-            KernelError::Step(format!("apt-get download left no {} package", pkg.name))
-        })?;
+        .ok_or_else(|| KernelError::Step(format!("apt-get download left no {package} package")))?;
     step(format!("unpack {}", deb.display()));
-    install_deb(cache_dir, pkg, &deb)
+    Ok(deb)
 }
 
 /// Take the tarball out of a downloaded package (`<name>_<version>_all.deb`),
