@@ -11,9 +11,13 @@ fn here() -> PathBuf {
 }
 
 /// `plan ARGS` on one core (`taskset -c 0`): a virtual-clock plan's time
-/// is CPU's, shared by the host's cores, so the golden files fix them.
+/// is CPU's, shared by the host's cores, so the golden files fix them; and
+/// on an empty kernel cache of its own, so that the line of what the
+/// kernels will cost is the same on every host.
 fn plan(args: &[&str]) -> String {
+    let cache = tempfile::tempdir().unwrap();
     let out = Command::new("taskset")
+        .env("LAZYINIT_CACHE_DIR", cache.path())
         .args(["-c", "0"])
         .arg(env!("CARGO_BIN_EXE_lazyinit-bench"))
         .arg("plan")

@@ -76,9 +76,24 @@ pub struct Manifest {
     /// First line of `<cc> --version`.
     pub compiler: String,
     pub build_seconds: f64,
+    /// CPU-seconds (user + system) of the build's commands: the
+    /// builder's children while it built (one build per `kernel build`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_cpu_seconds: Option<f64>,
+    /// The compiler cache during this build: objects copied from it and
+    /// objects compiled (absent: built without ccache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ccache: Option<CcacheCounts>,
     pub built_at: chrono::DateTime<chrono::Utc>,
     pub cache_key: String,
     pub recipe_version: u32,
+}
+
+/// ccache's counters over one build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CcacheCounts {
+    pub hits: u64,
+    pub misses: u64,
 }
 
 fn fragments_origin() -> String {

@@ -15,6 +15,40 @@ pub(crate) fn reuse_tree(marker: Option<&str>, identity: &str) -> bool {
     marker.map(str::trim) == Some(identity)
 }
 
+/// Whether a tree's make goes through ccache, from the command kbuild
+/// recorded for one of its objects (`None`: never built): a new tree does,
+/// a tree built with ccache does, a tree built with the bare compiler does
+/// not (switching it would recompile every object once).
+pub(crate) fn use_ccache(recorded: Option<&str>) -> bool {
+    let Some(text) = recorded else {
+        return true;
+    };
+    let Some(first) = text.lines().next() else {
+        return true;
+    };
+    // `savedcmd_init/main.o := ccache gcc ...` (6.x), `cmd_... :=` (5.10).
+    match first.split_once(":=") {
+        Some((_, cmd)) => cmd
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w == "ccache" || w.ends_with("/ccache")),
+        None => true,
+    }
+}
+
+/// Hits and misses in `ccache --print-stats`: (direct + preprocessed
+/// hits, misses). `None` when the text has no such counters.
+pub(crate) fn ccache_counts(stats: &str) -> Option<(u64, u64)> {
+    let get = |name: &str| {
+        stats.lines().find_map(|l| {
+            let (k, v) = l.split_once('\t')?;
+            (k.trim() == name).then(|| v.trim().parse::<u64>().ok()).flatten()
+        })
+    };
+    let hits = get("direct_cache_hit")? + get("preprocessed_cache_hit")?;
+    Some((hits, get("cache_miss")?))
+}
+
 /// A kept tree whose ext4 text is neither variant (an interrupted patch, a
 /// hand edit) cannot be switched by patches: it is unpacked again. A
 /// source whose released text is itself unknown is not second-guessed.
@@ -109,6 +143,27 @@ pub(crate) fn check_compiled(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tree_keeps_the_compiler_command_it_was_built_with() {
+        assert!(use_ccache(None), "a new tree");
+        assert!(use_ccache(Some("")));
+        assert!(use_ccache(Some(
+            "savedcmd_init/main.o := /usr/bin/ccache aarch64-linux-gnu-gcc -Wp,-MMD\n"
+        )));
+        assert!(use_ccache(Some("cmd_init/main.o := ccache gcc -nostdinc\n")));
+        assert!(!use_ccache(Some(
+            "savedcmd_init/main.o := aarch64-linux-gnu-gcc -Wp,-MMD\n"
+        )));
+        assert!(!use_ccache(Some("cmd_init/main.o := gcc -nostdinc\n")));
+    }
+
+    #[test]
+    fn ccache_counters_are_read_from_print_stats() {
+        let s = "cache_miss\t7\ndirect_cache_hit\t10\nfiles_in_cache\t3\npreprocessed_cache_hit\t2\n";
+        assert_eq!(ccache_counts(s), Some((12, 7)));
+        assert_eq!(ccache_counts("cache_miss\t1\n"), None);
+    }
     use crate::variant::PATCHES;
 
     #[test]

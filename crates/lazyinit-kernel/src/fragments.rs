@@ -22,9 +22,27 @@ const CLOUD: &str = include_str!("../../../kernels/fragments/cloud.config");
 const CLOUD_X86_64: &str = include_str!("../../../kernels/fragments/cloud-x86_64.config");
 const CLOUD_ARM64: &str = include_str!("../../../kernels/fragments/cloud-arm64.config");
 const SERIES_5_10: &str = include_str!("../../../kernels/fragments/series-5.10.config");
+const BEFORE_7_3: &str = include_str!("../../../kernels/fragments/before-7.3.config");
+const SINCE_7_3: &str = include_str!("../../../kernels/fragments/since-7.3.config");
 
-/// Fragments for one kernel series only (`X.Y`), applied after the others.
-const SERIES: [(&str, &str, &str); 1] = [("5.10", "series-5.10.config", SERIES_5_10)];
+/// Fragments for a span of kernel series only, applied after the others:
+/// (first series, first series no longer in the span, file, text); series
+/// compare as numbers (`7.10` after `7.3`). A tree whose version does not
+/// parse (a user's tree asked for by path) gets the newest span's.
+const SERIES: [((u32, u32), (u32, u32), &str, &str); 3] = [
+    ((5, 10), (5, 11), "series-5.10.config", SERIES_5_10),
+    ((0, 0), (7, 3), "before-7.3.config", BEFORE_7_3),
+    ((7, 3), (u32::MAX, 0), "since-7.3.config", SINCE_7_3),
+];
+
+/// `X.Y` of a kernel version as numbers (`7.3.4-1~bpo13+1` is (7, 3);
+/// `7.3~rc7` is (7, 3)).
+pub(crate) fn series_number(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split(['.', '~', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
 
 /// Which machines the kernel must boot on: the provider says
 /// (`Provider::kernel_profile`).
@@ -62,12 +80,12 @@ pub fn fragments_for(
             Arch::Arm64 => ("cloud-arm64.config", CLOUD_ARM64),
         });
     }
-    let series = crate::variant::series_of(version);
+    let series = series_number(version).unwrap_or((u32::MAX - 1, 0));
     v.extend(
         SERIES
             .iter()
-            .filter(|(s, _, _)| *s == series)
-            .map(|&(_, name, text)| (name, text)),
+            .filter(|(from, until, _, _)| *from <= series && series < *until)
+            .map(|&(_, _, name, text)| (name, text)),
     );
     v
 }
@@ -337,10 +355,20 @@ mod tests {
                         .map(|(n, _)| *n)
                         .collect()
                 };
-                assert_eq!(names("5.10.262").last(), Some(&"series-5.10.config"));
-                assert_eq!(names("5.10.79").last(), Some(&"series-5.10.config"));
-                for other in ["6.1.192", "6.12.117", "5.4.160", "5.1.10"] {
+                assert!(names("5.10.262").contains(&"series-5.10.config"));
+                assert!(names("5.10.79").contains(&"series-5.10.config"));
+                for other in ["6.1.192", "6.12.117", "5.4.160", "5.1.10", "7.3.4-1~bpo13+1"] {
                     assert!(!names(other).contains(&"series-5.10.config"), "{other}");
+                }
+                // /proc/sys: PROC_SYSCTL before 7.3, SYSCTL from 7.3 (also
+                // 7.10, which sorts before 7.3 as text).
+                for before in ["5.10.262", "6.1.192", "6.12.118-1", "7.2.13-1"] {
+                    assert!(names(before).contains(&"before-7.3.config"), "{before}");
+                    assert!(!names(before).contains(&"since-7.3.config"), "{before}");
+                }
+                for since in ["7.3.4-1~bpo13+1", "7.3~rc7", "7.10.1", "8.0"] {
+                    assert!(names(since).contains(&"since-7.3.config"), "{since}");
+                    assert!(!names(since).contains(&"before-7.3.config"), "{since}");
                 }
             }
         }

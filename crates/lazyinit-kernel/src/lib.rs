@@ -24,6 +24,7 @@ pub use lazyinit_core::identity::KernelId;
 pub use lazyinit_core::{Arch, Hz, KernelSource, Variant};
 
 pub mod archive;
+pub mod budget;
 mod build;
 pub mod cache;
 pub mod debian;

@@ -86,6 +86,10 @@ pub struct Plan {
     /// The shard of the whole plan this is (`run --shard`), if one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<crate::shard::Shard>,
+    /// What the kernels not yet cached take to build, CPU and disk
+    /// ([`Plan::with_builds`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_builds: Option<lazyinit_kernel::budget::BuildCost>,
 }
 
 pub fn cells<C: ProviderConfigs>(spec: &Spec<C>) -> Vec<Cell> {
@@ -270,10 +274,24 @@ pub fn plan<C: ProviderConfigs>(
         arches: arches.into_iter().collect(),
         concurrency,
         shard: None,
+        kernel_builds: None,
     }
 }
 
 impl Plan {
+    /// The plan with what its kernels take to build into `cache_dir`
+    /// (the minimal config's trees; a `--kernel-config` base costs more).
+    pub fn with_builds(mut self, cache_dir: &std::path::Path, budget: lazyinit_core::ByteSize) -> Plan {
+        let specs: Vec<lazyinit_kernel::KernelSpec> = self
+            .kernels
+            .iter()
+            .cloned()
+            .map(lazyinit_kernel::KernelSpec::of)
+            .collect();
+        self.kernel_builds = Some(lazyinit_kernel::budget::estimate(&specs, cache_dir, budget));
+        self
+    }
+
     /// The plan with what `provider` says it costs.
     pub fn priced(mut self, provider: &dyn Provider) -> Result<Plan, ProviderError> {
         let cells: Vec<CellEstimate<'_>> = self
@@ -330,6 +348,9 @@ pub fn render(p: &Plan) -> String {
             "  {} {} HZ={} {}\n",
             k.arch, k.source, k.hz, k.variant
         ));
+    }
+    if let Some(b) = &p.kernel_builds {
+        s.push_str(&format!("{}\n", b.render(host_cores())));
     }
     if let Some(n) = p.estimate_after {
         s.push_str(&format!(

@@ -352,6 +352,7 @@ impl Plan {
             concurrency,
             cells,
             shard: Some(shard),
+            kernel_builds: None,
         }
     }
 }

@@ -467,6 +467,7 @@ pub fn preset(name: &str) -> Option<&'static str> {
         "calibrate-z1" => Some(include_str!("../../../specs/calibrate-z1.toml")),
         "nightly" => Some(include_str!("../../../specs/nightly.toml")),
         "noisy" => Some(include_str!("../../../specs/noisy.toml")),
+        "series" => Some(include_str!("../../../specs/series.toml")),
         _ => None,
     }
 }
@@ -478,6 +479,7 @@ pub const PRESETS: &[&str] = &[
     "calibrate-z1",
     "nightly",
     "noisy",
+    "series",
 ];
 
 /// A spec with its provider tables untyped: the orchestrator's own tests.

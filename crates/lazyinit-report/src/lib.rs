@@ -11,6 +11,7 @@ pub mod cells;
 pub mod compare;
 pub mod input;
 pub mod kcidb;
+pub mod kernels;
 pub mod plot;
 pub mod ratios;
 pub mod render;

@@ -6,7 +6,9 @@ use serde::Serialize;
 use lazyinit_core::Variant;
 
 use crate::cells::{aggregate, CellKey, CellStats, Metric};
+use crate::kernels::KernelSeries;
 use crate::ratios::{ratios, RatioRow};
+use crate::stats::{summarize, Summary};
 
 /// A run that did not end ok: counted and listed, never aggregated.
 #[derive(Debug, Clone, Serialize)]
@@ -27,6 +29,43 @@ pub struct Report {
     pub failures: Vec<Failure>,
     /// Things a reader must know to trust the numbers.
     pub notes: Vec<String>,
+    /// With `lazyinit_s`, which includes the kernel's random 0-5 s start
+    /// delay: the same cells on the thread's own time, from its first
+    /// group to its exit, beside the time before it.
+    pub thread: Option<ThreadPart>,
+    /// Cells measured on more than one kernel, the kernels side by side.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<KernelSeries>,
+}
+
+/// The cells on `from_first_group_s`, and each cell's time before its
+/// first group (start delay, prefetch, first zeroing).
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadPart {
+    pub cells: Vec<CellStats>,
+    pub ratios: Vec<RatioRow>,
+    pub before_first_group: Vec<Option<Summary>>,
+}
+
+fn thread_part(rows: &[ResultRow]) -> ThreadPart {
+    let cells = aggregate(rows, Metric::FromFirstGroupS);
+    let ratios = ratios(&cells);
+    let before_first_group = cells
+        .iter()
+        .map(|c| {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.status == Status::Ok && CellKey::of(r) == c.key)
+                .filter_map(|r| r.measured.first_group_s)
+                .collect();
+            summarize(&v)
+        })
+        .collect();
+    ThreadPart {
+        cells,
+        ratios,
+        before_first_group,
+    }
 }
 
 // Long: the report assembled in the order it prints, one block per part.
@@ -116,6 +155,8 @@ pub fn build(rows: &[ResultRow], metric: Metric) -> Report {
         ratios,
         failures,
         notes,
+        thread: (metric == Metric::LazyinitS).then(|| thread_part(rows)),
+        kernels: crate::kernels::compare(rows),
     }
 }
 

@@ -303,6 +303,11 @@ pub async fn plan(a: PlanArgs) -> anyhow::Result<u8> {
     };
     // What `run` would refuse from the spec, `plan` refuses (one check).
     p.refused_by(&*provider)?;
+    let budget = lazyinit_kernel::budget::budget().map_err(bad_input)?;
+    let p = match lazyinit_core::cache_root::resolve(None) {
+        Ok(cache) => p.with_builds(&cache, budget),
+        Err(_) => p,
+    };
     // The plan is shown even when its price is not known (a price
     // missing from the config is then the error).
     if let Some(n) = a.shards {

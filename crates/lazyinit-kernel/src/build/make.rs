@@ -13,6 +13,9 @@ pub(super) struct Ctx<'a> {
     /// it) and its compilers still hold the slot: the next builder waits
     /// for them instead of making beside them.
     pub(super) lock_fd: Option<std::os::fd::RawFd>,
+    /// The compiler cache this slot's make goes through, decided once the
+    /// tree is there (`Ccache::for_slot`).
+    pub(super) ccache: Option<Ccache>,
 }
 
 impl Ctx<'_> {
@@ -44,6 +47,9 @@ impl Ctx<'_> {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         if let Some(fd) = self.lock_fd {
             inherit_fd(&mut cmd, fd);
+        }
+        if let Some(c) = &self.ccache {
+            cmd.envs(c.envs());
         }
         let mut child = cmd
             .args(&argv[1..])
@@ -106,10 +112,26 @@ impl Ctx<'_> {
             "KBUILD_BUILD_USER=lazyinit".into(),
             "KBUILD_BUILD_HOST=lazyinit-bench".into(),
         ];
+        if let Some(c) = &self.ccache {
+            v.push(c.cc(self.spec.id.arch));
+        }
         v.extend_from_slice(extra);
         v.push(target.to_string());
         v
     }
+}
+
+/// User + system CPU-seconds of this process's finished children so far.
+fn children_cpu_seconds() -> f64 {
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    // SAFETY: getrusage writes the struct it is given, nothing else.
+    #[allow(unsafe_code)]
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut u);
+        u
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
 /// Forward a child's output lines to one channel (stdout and stderr merged
@@ -214,12 +236,55 @@ pub(super) fn clear_unfinished_make(slot: &Path) -> Result<Option<Vec<PathBuf>>,
     Ok(Some(removed))
 }
 
+/// Makes the image target, with the mark that says a make is under way.
+async fn make_image(ctx: &Ctx<'_>, slot: &Path, tree: &Path) -> Result<(), KernelError> {
+    ctx.step(format!("make {}", image_target(ctx.spec)));
+    let mark = slot.join(MAKE_UNFINISHED);
+    std::fs::write(&mark, b"").map_err(|e| KernelError::io(&mark, e))?;
+    let made = ctx
+        .run("make", tree, &ctx.make_argv(image_target(ctx.spec), &[]))
+        .await;
+    // Make ended (a failed make removes the targets it was making itself);
+    // only a make killed with the harness, or a harness killed while make
+    // ran, leaves the mark.
+    std::fs::remove_file(&mark).map_err(|e| KernelError::io(&mark, e))?;
+    made
+}
+
+/// What ccache did for this build (its counters since `before`), said as
+/// a step; `None` when the build did not go through ccache.
+async fn ccache_since(ctx: &Ctx<'_>, before: Option<(u64, u64)>) -> Option<cache::CcacheCounts> {
+    let (c, (h0, m0)) = (ctx.ccache.as_ref()?, before?);
+    let (h, m) = c.stats().await?;
+    let counts = cache::CcacheCounts {
+        hits: h.saturating_sub(h0),
+        misses: m.saturating_sub(m0),
+    };
+    ctx.step(format!(
+        "ccache: {} objects from the cache, {} compiled",
+        counts.hits, counts.misses
+    ));
+    Some(counts)
+}
+
 /// Prepares the slot's tree, switches its variant, configures and makes
 /// it, and refuses a kernel of another name or variant.
 pub(super) async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Built, KernelError> {
     let spec = ctx.spec;
     let started = Instant::now();
+    let cpu_before = children_cpu_seconds();
     let mut tree = prepare_tree(ctx, plan, slot).await?;
+    let ctx = &Ctx {
+        spec: ctx.spec,
+        opts: ctx.opts,
+        log: ctx.log.clone(),
+        lock_fd: ctx.lock_fd,
+        ccache: Ccache::for_slot(&ctx.opts.cache_dir, slot),
+    };
+    let counts_before = match &ctx.ccache {
+        Some(c) => c.stats().await,
+        None => None,
+    };
     let in_tree = variant::detect_file(&read(&tree.join("fs/ext4/super.c"))?);
     if decide::unpack_again(plan.resolved.facts.released, in_tree) {
         ctx.step("ext4_run_li_request in the build tree is neither variant: unpacking again");
@@ -232,18 +297,10 @@ pub(super) async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Buil
         Some(base) => configure_on(ctx, plan, base, slot, &tree).await?,
     };
 
-    ctx.step(format!("make {}", image_target(spec)));
-    let mark = slot.join(MAKE_UNFINISHED);
-    std::fs::write(&mark, b"").map_err(|e| KernelError::io(&mark, e))?;
-    let made = ctx
-        .run("make", &tree, &ctx.make_argv(image_target(spec), &[]))
-        .await;
-    // Make ended (a failed make removes the targets it was making itself);
-    // only a make killed with the harness, or a harness killed while make
-    // ran, leaves the mark.
-    std::fs::remove_file(&mark).map_err(|e| KernelError::io(&mark, e))?;
-    made?;
+    make_image(ctx, slot, &tree).await?;
     let build_seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = children_cpu_seconds() - cpu_before;
+    let ccache = ccache_since(ctx, counts_before).await;
 
     let release = read(&tree.join("include/config/kernel.release"))?
         .trim()
@@ -272,6 +329,8 @@ pub(super) async fn make(ctx: &Ctx<'_>, plan: &Plan, slot: &Path) -> Result<Buil
         image_file,
         image,
         build_seconds,
+        cpu_seconds,
+        ccache,
         text: now,
     })
 }

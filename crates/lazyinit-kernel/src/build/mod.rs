@@ -8,6 +8,7 @@
 //! (a git tree's incremental sync), `patches` (the variant), `configure`,
 //! and `publish` (into the cache).
 
+mod ccache;
 mod configure;
 mod gitsync;
 mod lock;
@@ -16,6 +17,7 @@ mod patches;
 mod publish;
 mod tree;
 
+use ccache::Ccache;
 use configure::*;
 use gitsync::*;
 pub(crate) use lock::lock_file;
@@ -184,6 +186,7 @@ pub(crate) async fn build(
     opts: &BuildOptions,
 ) -> Result<KernelArtifact, KernelError> {
     tools::check(spec.id.arch)?;
+    let budget = crate::budget::budget().map_err(KernelError::BadInput)?;
     fetch_source(spec, opts).await?;
     let cache_dir = opts.cache_dir.clone();
     let spec_c = spec.clone();
@@ -209,6 +212,7 @@ pub(crate) async fn build(
         opts,
         log: slot.join("build.log"),
         lock_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&*_lock)),
+        ccache: None,
     };
     if slot != qemu_slot && !slot.join("linux").exists() {
         seed_profile_slot(&ctx, &qemu_slot, &slot).await?;
@@ -236,6 +240,16 @@ pub(crate) async fn build(
         changes.as_deref(),
         &ctx.log,
     )?;
+    // The tree just built stays; the least recently built ones go while
+    // the trees pass the budget (built kernels always stay).
+    for (gone, bytes) in crate::budget::trim(&opts.cache_dir, &slot, budget) {
+        ctx.step(format!(
+            "work trees over the {budget} budget ({}): removed the least recently built, {} ({:.1} GiB)",
+            crate::budget::BUDGET_ENV,
+            gone.display(),
+            bytes as f64 / (1u64 << 30) as f64
+        ));
+    }
     artifact_at(&plan.final_dir).ok_or_else(|| {
         KernelError::Step(format!(
             "{} vanished right after publishing",
@@ -298,6 +312,8 @@ struct Built {
     image_file: String,
     image: Vec<u8>,
     build_seconds: f64,
+    cpu_seconds: f64,
+    ccache: Option<cache::CcacheCounts>,
     /// The compiled `ext4_run_li_request`'s reading.
     text: variant::Detected,
 }
@@ -332,6 +348,8 @@ fn manifest(spec: &KernelSpec, plan: &Plan, b: &Built) -> Manifest {
         image_bytes: b.image.len() as u64,
         compiler: plan.compiler.clone(),
         build_seconds: b.build_seconds,
+        build_cpu_seconds: Some(b.cpu_seconds),
+        ccache: b.ccache,
         built_at: chrono::Utc::now(),
         cache_key: plan.key.clone(),
         recipe_version: cache::RECIPE_VERSION,

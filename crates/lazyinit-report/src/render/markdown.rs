@@ -213,6 +213,12 @@ pub fn render(r: &Report) -> String {
         );
     }
     table(&mut out, r, &lab);
+    if let Some(t) = &r.thread {
+        thread_section(&mut out, t, &lab);
+    }
+    if !r.kernels.is_empty() {
+        kernels_section(&mut out, &r.kernels, &lab);
+    }
     out.push_str("\n## Cells\n\n");
     cell_stats(&mut out, r, &lab);
     if !r.ratios.is_empty() {
@@ -242,6 +248,98 @@ pub fn render(r: &Report) -> String {
         }
     }
     out
+}
+
+/// The cells on the thread's own time: what the random start delay does
+/// not move, against the model of the same span.
+fn thread_section(out: &mut String, t: &crate::report::ThreadPart, lab: &Labeller) {
+    out.push_str(
+        "\n## The thread from its first group\n\n\
+         The kernel starts the thread after a random 0-5 s delay and, since v5.13, \
+         prefetches block bitmaps before its first zeroing: *before* is the mount to the \
+         first group (delay, prefetch, first zeroing), *thread* the first group to the \
+         thread's exit, which the delay does not move. The model is of the thread's span.\n\n\
+         | cell | before first group | thread | model | vs model | L (ticks) |\n\
+         |---|---:|---:|---:|---:|---|\n",
+    );
+    for (c, before) in t.cells.iter().zip(&t.before_first_group) {
+        let before = match before {
+            Some(b) if b.n > 1 => format!("{} ({}–{})", num(b.mean), num(b.min), num(b.max)),
+            Some(b) => num(b.mean),
+            None => "–".into(),
+        };
+        let ls: Vec<String> = c.sleep_ticks.iter().map(u64::to_string).collect();
+        writeln!(
+            out,
+            "| {} | {before} | {} | {} | {} | {} |",
+            lab.cell(&c.key),
+            measured(c),
+            num(c.model.value),
+            vs(c.summary.as_ref().map(|s| s.mean), c.model.value),
+            if ls.is_empty() { "–".into() } else { ls.join(", ") },
+        )
+        .unwrap();
+    }
+    if !t.ratios.is_empty() {
+        out.push_str(
+            "\nRatios on the thread's span (the 2021 figures include the delay):\n\n\
+             | ratio | numerator | denominator | measured | 95% CI | model | 2021 |\n\
+             |---|---|---|---:|---|---:|---|\n",
+        );
+        for x in &t.ratios {
+            ratio_line(out, x, lab);
+        }
+    }
+}
+
+/// Each cell measured on several kernels: the kernels in version order,
+/// each against the one before it on the thread's span.
+fn kernels_section(out: &mut String, series: &[crate::kernels::KernelSeries], lab: &Labeller) {
+    out.push_str(
+        "\n## Kernels side by side\n\n\
+         Per cell, each kernel against the one before it on the thread's span (first \
+         group to exit, seconds), which the random start delay does not move. *beyond* \
+         says whether the difference exceeds the resolution: the clock's (2 µs on the \
+         virtual clock) and the spread of the runs; *?* with one run a side on the real \
+         clock.\n",
+    );
+    let o = |s: &Option<crate::stats::Summary>, f: fn(f64) -> String| {
+        s.as_ref().map_or_else(|| "–".to_string(), |s| f(s.mean))
+    };
+    for s in series {
+        writeln!(
+            out,
+            "\n### {}\n\n| kernel | source | thread (s) | lazyinit_s | before first group (s) | L | ms/group | vs previous | beyond |\n|---|---|---:|---:|---:|---|---:|---|---|",
+            lab.cell(&s.key)
+        )
+        .unwrap();
+        for k in &s.kernels {
+            let ls: Vec<String> = k.sleep_ticks.iter().map(u64::to_string).collect();
+            let (vs, beyond) = match &k.versus_previous {
+                None => ("–".to_string(), "–"),
+                Some(d) => (
+                    format!("{:+.6} s ({}) vs {}", d.diff_s, pct(d.diff_pct), d.previous),
+                    match d.beyond {
+                        Some(true) => "**yes**",
+                        Some(false) => "no",
+                        None => "?",
+                    },
+                ),
+            };
+            writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {vs} | {beyond} |",
+                k.version,
+                k.source,
+                o(&k.thread, |x| format!("{x:.6}")),
+                o(&k.lazyinit, |x| format!("{x:.3}")),
+                o(&k.before_first_group, |x| format!("{x:.3}")),
+                if ls.is_empty() { "–".into() } else { ls.join(", ") },
+                o(&k.ms_per_group, |x| format!("{x:.3}")),
+            )
+            .unwrap();
+        }
+    }
 }
 
 /// Where the 2021 figure lies against a noisy cell's runs (nothing for
