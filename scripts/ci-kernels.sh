@@ -13,7 +13,7 @@
 # kernels) is a delta on copies of the same trees that the twin tests build while
 # other guest tests wait on their guests (.config/nextest.toml). A warm
 # cache makes each line a cache hit of a second or less.
-# Beside them, the bisect test's git history. Prints one line per kernel
+# Beside them, the bisect test's git history and a 7.x tree (seven()). Prints one line per kernel
 # (and the history) with its wall time; on a failure, the failing
 # build's output, exit 3.
 set -euo pipefail
@@ -59,8 +59,35 @@ emulator() {
   fi
   echo "ci-kernels: the virtual clock's QEMU: $((SECONDS - t0)) s"
 }
+# A 7.x kernel from Debian's archive (the newest 7.x series there, its
+# newest package: what crates/lazyinit-bench/tests/vclock_e2e.rs's 7.x
+# test picks the same way), x86_64 at HZ=250 as released (the fix, timed
+# with ktime_get_ns()): a third tree, niced below the two 6.1 trees that
+# most tests wait on.
+seven() {
+  local t0=$SECONDS log="$logs/kernels-7.x.log" source
+  if ! source=$("$bin" kernel sources --json 2>"$log" | python3 -c '
+import json, sys
+offers = json.load(sys.stdin)
+num = lambda o: tuple(int(x) for x in o["series"].split("."))
+seven = [o for o in offers if num(o)[0] >= 7]
+newest = max(num(o) for o in seven)
+print(next(o["source"] for o in seven if num(o) == newest))'); then
+    echo "error: no 7.x kernel in Debian's archive's list (log: $log):" >&2
+    tail -n 40 "$log" >&2
+    return 3
+  fi
+  if ! nice -n 3 "$bin" kernel build --arch x86_64 --hz 250 --source "$source" --variant fix >>"$log" 2>&1; then
+    echo "error: building the x86_64 HZ=250 $source fix kernel failed (log: $log):" >&2
+    tail -n 40 "$log" >&2
+    return 3
+  fi
+  echo "ci-kernels: x86_64 HZ=250 $source fix: $((SECONDS - t0)) s"
+}
 emulator &
 q=$!
+seven &
+s=$!
 tree x86_64 250 &
 x=$!
 tree arm64 100 &
@@ -72,4 +99,5 @@ wait "$x" || rc=$?
 wait "$a" || rc=$?
 wait "$h" || rc=$?
 wait "$q" || rc=$?
+wait "$s" || rc=$?
 exit "$rc"

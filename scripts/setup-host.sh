@@ -23,6 +23,9 @@ PKGS=(
   dwarves openssl git                    # a user's distro config (--config): pahole for
                                          # DEBUG_INFO_BTF, module signing keys; git trees
   e2fsprogs busybox-static dropbear-bin openssh-client
+  ccache                                 # kernel objects kept across trees: the next
+                                         # point release compiles what changed
+                                         # (crates/lazyinit-kernel/src/build/ccache.rs)
   python3-venv                           # EC2 API emulator (moto) for tests; the
                                          # meson of the virtual clock's QEMU build
   ninja-build libglib2.0-dev libfdt-dev  # the QEMU of the virtual clock, built from

@@ -206,3 +206,58 @@ fn a_target_on_a_step_is_refused() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("use real, virtual, virtual:N"));
 }
+
+/// The newest 7.x kernel Debian's archive has (`kernel sources`), as the
+/// exact package: the series the CI builds (scripts/ci-kernels.sh picks it
+/// the same way), whichever 7.x the archive keeps that day.
+fn newest_seven() -> String {
+    let o = Command::new(bin())
+        .args(["kernel", "sources", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let offers: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let series = |v: &serde_json::Value| -> (u32, u32) {
+        let s = v["series"].as_str().unwrap_or("");
+        let (a, b) = s.split_once('.').unwrap_or((s, "0"));
+        (a.parse().unwrap_or(0), b.parse().unwrap_or(0))
+    };
+    let newest = offers
+        .iter()
+        .filter(|v| series(v).0 >= 7)
+        .max_by_key(|v| series(v))
+        .map(series)
+        .expect("the archive offers a 7.x kernel");
+    // The list is newest first within a series.
+    let first = offers.iter().find(|v| series(v) == newest).unwrap();
+    first["source"].as_str().unwrap().to_string()
+}
+
+/// A 7.x kernel from Debian's archive, built with the harness's fragments
+/// and booted for real: the released text (the fix, timed with the
+/// monotonic `ktime_get_ns()` since v6.13) sleeps L=8 at HZ=250 for z1 =
+/// 3.4 ms, as 6.1's fix does; the row names the exact package and the
+/// 7.x release, and every cycle is 36 ms to the microsecond.
+#[test]
+fn a_7_x_kernel_from_debians_archive_boots_and_sleeps_as_the_fix() {
+    let source = newest_seven();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("seven");
+    let cell = [
+        "--arch", "x86_64", "--hz", "250", "--variant", "fix", "--source", &source,
+    ];
+    let o = run(&out, &cell, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    nothing_left(&out);
+    let r = row(&out);
+    assert_eq!(r.axes.source.to_string(), source, "the exact package");
+    assert!(
+        r.kernel_release.starts_with('7') && r.kernel_release.ends_with("-lazyinit-hz250-fix"),
+        "{}",
+        r.kernel_release
+    );
+    assert_eq!(r.measured.sleep_ticks, Some(8), "L");
+    let z1 = r.measured.z1_ms.unwrap();
+    assert!((z1 - 3.4).abs() < 0.005, "z1 {z1} ms for a target of 3.4");
+    mostly_exact(&cycles_us(&out, &r), 36_000, "7.x x86_64 fix ebs");
+}
