@@ -12,10 +12,13 @@ fn here() -> PathBuf {
 
 /// `plan ARGS` on one core (`taskset -c 0`): a virtual-clock plan's time
 /// is CPU's, shared by the host's cores, so the golden files fix them; and
-/// on an empty kernel cache of its own, so that the line of what the
-/// kernels will cost is the same on every host.
+/// on a kernel cache of the file's own with no kernel in it, so that the
+/// line of what the kernels will cost is the same on every host (one for
+/// the file: the source tarball's hash, which the cost's cache lookup
+/// needs, is then taken once, not once a plan).
 fn plan(args: &[&str]) -> String {
-    let cache = tempfile::tempdir().unwrap();
+    static CACHE: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(|| tempfile::tempdir().unwrap());
     let out = Command::new("taskset")
         .env("LAZYINIT_CACHE_DIR", cache.path())
         .args(["-c", "0"])
