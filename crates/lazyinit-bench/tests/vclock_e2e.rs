@@ -244,7 +244,14 @@ fn a_7_x_kernel_from_debians_archive_boots_and_sleeps_as_the_fix() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("seven");
     let cell = [
-        "--arch", "x86_64", "--hz", "250", "--variant", "fix", "--source", &source,
+        "--arch",
+        "x86_64",
+        "--hz",
+        "250",
+        "--variant",
+        "fix",
+        "--source",
+        &source,
     ];
     let o = run(&out, &cell, &[]);
     assert!(o.status.success(), "{}", text(&o));

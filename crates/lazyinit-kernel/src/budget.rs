@@ -54,9 +54,9 @@ pub const BUDGET_ENV: &str = "LAZYINIT_KERNEL_WORK_BUDGET";
 pub fn budget() -> Result<ByteSize, String> {
     match std::env::var(BUDGET_ENV) {
         Err(_) => Ok(DEFAULT_BUDGET),
-        Ok(v) => v.parse::<ByteSize>().map_err(|e| {
-            format!("{BUDGET_ENV}={v}: {e}; give a size such as 24GiB")
-        }),
+        Ok(v) => v
+            .parse::<ByteSize>()
+            .map_err(|e| format!("{BUDGET_ENV}={v}: {e}; give a size such as 24GiB")),
     }
 }
 
@@ -93,7 +93,8 @@ impl BuildCost {
         } else {
             ""
         };
-        let n = |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+        let n =
+            |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
         format!(
             "kernels: {}, {} cached; {} to build cold and {} in a built tree, about {:.0} CPU-s ({:.0} min on {}); work trees {} now, +{}, budget {}{over}",
             self.kernels,
@@ -310,7 +311,10 @@ mod tests {
         assert!(!old.join("linux").exists() && !mid.join("linux").exists());
         assert!(held.join("linux").is_dir() && new.join("linux").is_dir());
         assert!(just.join("linux").is_dir());
-        assert!(old.join("slot.lock").exists(), "the slot stays, its tree goes");
+        assert!(
+            old.join("slot.lock").exists(),
+            "the slot stays, its tree goes"
+        );
     }
 
     #[test]
@@ -340,7 +344,12 @@ mod tests {
         };
         let line = c.render(2);
         assert!(line.starts_with("kernels: 4, 2 cached; 1 tree to build cold and 1 build in a built tree, about 1790 CPU-s (15 min on 2 cores)"), "{line}");
-        assert!(line.contains("work trees 23.0 GiB now, +2.0 GiB, budget 24.0 GiB (least recently built"), "{line}");
+        assert!(
+            line.contains(
+                "work trees 23.0 GiB now, +2.0 GiB, budget 24.0 GiB (least recently built"
+            ),
+            "{line}"
+        );
         let all = BuildCost { cached: 4, ..c };
         assert_eq!(all.render(2), "kernels: 4, all cached: nothing to build");
     }

@@ -42,7 +42,9 @@ pub(crate) fn ccache_counts(stats: &str) -> Option<(u64, u64)> {
     let get = |name: &str| {
         stats.lines().find_map(|l| {
             let (k, v) = l.split_once('\t')?;
-            (k.trim() == name).then(|| v.trim().parse::<u64>().ok()).flatten()
+            (k.trim() == name)
+                .then(|| v.trim().parse::<u64>().ok())
+                .flatten()
         })
     };
     let hits = get("direct_cache_hit")? + get("preprocessed_cache_hit")?;
@@ -151,7 +153,9 @@ mod tests {
         assert!(use_ccache(Some(
             "savedcmd_init/main.o := /usr/bin/ccache aarch64-linux-gnu-gcc -Wp,-MMD\n"
         )));
-        assert!(use_ccache(Some("cmd_init/main.o := ccache gcc -nostdinc\n")));
+        assert!(use_ccache(Some(
+            "cmd_init/main.o := ccache gcc -nostdinc\n"
+        )));
         assert!(!use_ccache(Some(
             "savedcmd_init/main.o := aarch64-linux-gnu-gcc -Wp,-MMD\n"
         )));
@@ -160,7 +164,8 @@ mod tests {
 
     #[test]
     fn ccache_counters_are_read_from_print_stats() {
-        let s = "cache_miss\t7\ndirect_cache_hit\t10\nfiles_in_cache\t3\npreprocessed_cache_hit\t2\n";
+        let s =
+            "cache_miss\t7\ndirect_cache_hit\t10\nfiles_in_cache\t3\npreprocessed_cache_hit\t2\n";
         assert_eq!(ccache_counts(s), Some((12, 7)));
         assert_eq!(ccache_counts("cache_miss\t1\n"), None);
     }

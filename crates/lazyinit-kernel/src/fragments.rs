@@ -357,7 +357,13 @@ mod tests {
                 };
                 assert!(names("5.10.262").contains(&"series-5.10.config"));
                 assert!(names("5.10.79").contains(&"series-5.10.config"));
-                for other in ["6.1.192", "6.12.117", "5.4.160", "5.1.10", "7.3.4-1~bpo13+1"] {
+                for other in [
+                    "6.1.192",
+                    "6.12.117",
+                    "5.4.160",
+                    "5.1.10",
+                    "7.3.4-1~bpo13+1",
+                ] {
                     assert!(!names(other).contains(&"series-5.10.config"), "{other}");
                 }
                 // /proc/sys: PROC_SYSCTL before 7.3, SYSCTL from 7.3 (also

@@ -281,7 +281,11 @@ pub fn plan<C: ProviderConfigs>(
 impl Plan {
     /// The plan with what its kernels take to build into `cache_dir`
     /// (the minimal config's trees; a `--kernel-config` base costs more).
-    pub fn with_builds(mut self, cache_dir: &std::path::Path, budget: lazyinit_core::ByteSize) -> Plan {
+    pub fn with_builds(
+        mut self,
+        cache_dir: &std::path::Path,
+        budget: lazyinit_core::ByteSize,
+    ) -> Plan {
         let specs: Vec<lazyinit_kernel::KernelSpec> = self
             .kernels
             .iter()

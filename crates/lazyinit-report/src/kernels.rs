@@ -207,7 +207,12 @@ mod tests {
     #[test]
     fn kernels_compare_on_the_threads_own_time_in_version_order() {
         let rows = vec![
-            at("debian:6.12.118-1", "6.12.118-lazyinit-hz250-fix", 26.0, 3.0),
+            at(
+                "debian:6.12.118-1",
+                "6.12.118-lazyinit-hz250-fix",
+                26.0,
+                3.0,
+            ),
             at("debian-6.1", "6.1.192-lazyinit-hz250-fix", 24.5, 1.5),
             at("debian:7.2.13-1", "7.2.13-lazyinit-hz250-fix", 30.0, 2.0),
         ];

@@ -276,7 +276,11 @@ fn thread_section(out: &mut String, t: &crate::report::ThreadPart, lab: &Labelle
             measured(c),
             num(c.model.value),
             vs(c.summary.as_ref().map(|s| s.mean), c.model.value),
-            if ls.is_empty() { "–".into() } else { ls.join(", ") },
+            if ls.is_empty() {
+                "–".into()
+            } else {
+                ls.join(", ")
+            },
         )
         .unwrap();
     }
@@ -334,7 +338,11 @@ fn kernels_section(out: &mut String, series: &[crate::kernels::KernelSeries], la
                 o(&k.thread, |x| format!("{x:.6}")),
                 o(&k.lazyinit, |x| format!("{x:.3}")),
                 o(&k.before_first_group, |x| format!("{x:.3}")),
-                if ls.is_empty() { "–".into() } else { ls.join(", ") },
+                if ls.is_empty() {
+                    "–".into()
+                } else {
+                    ls.join(", ")
+                },
                 o(&k.ms_per_group, |x| format!("{x:.3}")),
             )
             .unwrap();
