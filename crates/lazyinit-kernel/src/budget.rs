@@ -152,21 +152,14 @@ fn version_of(source: &lazyinit_core::KernelSource) -> String {
 }
 
 fn slot_of(s: &KernelSpec, cache_dir: &Path) -> PathBuf {
-    let slot = cache::slot_dir(
+    let qemu_slot = cache::slot_dir(
         cache_dir,
         &cache::source_slug(&s.id.source),
         s.id.arch,
         s.id.hz,
         None,
     );
-    match s.id.profile {
-        crate::fragments::Profile::Qemu => slot,
-        p => {
-            let mut name = slot.file_name().unwrap_or_default().to_os_string();
-            name.push(format!("-{p}"));
-            slot.with_file_name(name)
-        }
-    }
+    crate::build::profile_slot(&qemu_slot, s.id.profile)
 }
 
 /// A work tree in the cache.

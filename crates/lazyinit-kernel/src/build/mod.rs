@@ -272,15 +272,21 @@ fn slots(spec: &KernelSpec, opts: &BuildOptions, plan: &Plan) -> (PathBuf, PathB
     // ENA, ACPI, EFI), and one tree switched between the two recompiled
     // most of itself at each switch (the twin's cells and the QEMU tests,
     // in turn, in CI). Its first build is seeded from the QEMU slot.
-    let slot = match spec.id.profile {
-        fragments::Profile::Qemu => qemu_slot.clone(),
+    let slot = profile_slot(&qemu_slot, spec.id.profile);
+    (qemu_slot, slot)
+}
+
+/// The slot of `profile` beside the QEMU profile's `qemu_slot`
+/// (`<qemu slot>-cloud`; the QEMU profile's is that slot itself).
+pub(crate) fn profile_slot(qemu_slot: &Path, profile: fragments::Profile) -> PathBuf {
+    match profile {
+        fragments::Profile::Qemu => qemu_slot.to_path_buf(),
         p => {
             let mut name = qemu_slot.file_name().unwrap_or_default().to_os_string();
             name.push(format!("-{p}"));
             qemu_slot.with_file_name(name)
         }
-    };
-    (qemu_slot, slot)
+    }
 }
 
 /// Says which files a cut make's recovery removed (the first 8).
