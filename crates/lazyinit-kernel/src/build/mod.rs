@@ -242,6 +242,7 @@ pub(crate) async fn build(
     )?;
     // The tree just built stays; the least recently built ones go while
     // the trees pass the budget (built kernels always stay).
+    crate::budget::record(&slot);
     for (gone, bytes) in crate::budget::trim(&opts.cache_dir, &slot, budget) {
         ctx.step(format!(
             "work trees over the {budget} budget ({}): removed the least recently built, {} ({:.1} GiB)",
